@@ -1,0 +1,181 @@
+"""The only module that imports and configures jittor.
+
+jittor 1.3.11 needs help on two kinds of machine this package runs on:
+
+* offline machines: at import it downloads oneDNN (``use_mkl``), cuTT (``use_cutt``), CUTLASS
+  (``use_cutlass``) and NCCL (``use_nccl``) and dies without a network;
+* machines with ``nvcc`` but no GPU: it then fails to load ``libcudart`` unless ``nvcc_path=""``;
+* CUDA 13 GPU machines: its ``extern/cuda/inc/helper_cuda.h`` reads ``cudaDeviceProp::computeMode`` and
+  ``::clockRate``, both removed in CUDA 13, so its core and its cuBLAS/cub/cuRAND extensions fail to build;
+  and cuDNN 9 is not loadable by it (``conv_opt=1`` limits the libraries it loads to cuBLAS and cuRAND).
+
+``plan_defaults`` decides which jittor environment variables to set (never one the user set), and
+``patch_helper_cuda`` rewrites the two removed reads in jittor's own header, once, keeping the original
+beside it. ``OPS_JITTOR_BOOTSTRAP=0`` turns all of this off; ``OPS_PATCH_JITTOR_CUDA13=0`` only the patch.
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Optional, Tuple
+
+BOOTSTRAP_SWITCH = "OPS_JITTOR_BOOTSTRAP"
+PATCH_SWITCH = "OPS_PATCH_JITTOR_CUDA13"
+
+# Each of these makes jittor download something at import when left at its default.
+OFFLINE_DEFAULTS = {"use_mkl": "0", "use_cutt": "0", "use_cutlass": "0", "use_nccl": "0"}
+
+PATCH_MARKER = "// ops: patched for CUDA >= 13"
+_REMOVED_FIELDS = {
+    # cudaDeviceProp::computeMode was removed in CUDA 13; every device is in the default mode there.
+    "deviceProp.computeMode": "cudaComputeModeDefault",
+    # cudaDeviceProp::clockRate was removed in CUDA 13; it only ranks devices by peak FLOP/s here,
+    # so a constant keeps the ranking by SM count and cores per SM.
+    "deviceProp.clockRate": "1",
+}
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the bootstrap needs to know about this machine."""
+
+    gpu_count: int
+    nvcc: Optional[str]
+    nvcc_version: Optional[Tuple[int, int]]
+
+
+def _switch_on(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def plan_defaults(env: Mapping[str, str], machine: Machine) -> dict:
+    """jittor environment variables to set before its import; a variable already in ``env`` is left alone."""
+    if not _switch_on(env, BOOTSTRAP_SWITCH):
+        return {}
+    wanted = dict(OFFLINE_DEFAULTS)
+    wanted["log_silent"] = "1"  # jittor prints a dozen info lines per import otherwise
+    if machine.gpu_count == 0:
+        wanted["nvcc_path"] = ""  # an nvcc without a GPU makes jittor fail on libcudart
+    else:
+        wanted["conv_opt"] = "1"  # cuDNN 9 cannot be loaded by jittor 1.3.11: load cuBLAS and cuRAND only
+    return {k: v for k, v in wanted.items() if k not in env}
+
+
+def header_needs_patch(text: str) -> bool:
+    return PATCH_MARKER not in text and any(field in text for field in _REMOVED_FIELDS)
+
+
+def patch_header_text(text: str) -> str:
+    for field, replacement in _REMOVED_FIELDS.items():
+        text = re.sub(re.escape(field) + r"\b", replacement, text)
+    return PATCH_MARKER + " (computeMode, clockRate removed); original in helper_cuda.h.orig\n" + text
+
+
+def should_patch(env: Mapping[str, str], machine: Machine) -> bool:
+    """The CUDA 13 header fix applies when jittor will build CUDA code with nvcc 13 or newer."""
+    if not (_switch_on(env, BOOTSTRAP_SWITCH) and _switch_on(env, PATCH_SWITCH)):
+        return False
+    if env.get("nvcc_path", None) == "":
+        return False
+    return machine.gpu_count > 0 and machine.nvcc_version is not None and machine.nvcc_version >= (13, 0)
+
+
+def patch_helper_cuda(jittor_dir: Path) -> str:
+    """Rewrite jittor's helper_cuda.h for CUDA 13 in place (idempotent). Returns what was done.
+
+    Raises OSError when the file cannot be written.
+    """
+    header = jittor_dir / "extern" / "cuda" / "inc" / "helper_cuda.h"
+    text = header.read_text()
+    if not header_needs_patch(text):
+        return ""
+    backup = header.with_name("helper_cuda.h.orig")
+    if not backup.exists():
+        backup.write_text(text)
+    header.write_text(patch_header_text(text))
+    return (f"ops: patched {header} for CUDA 13 (computeMode/clockRate reads replaced; original kept as "
+            f"{backup.name}); set {PATCH_SWITCH}=0 to skip")
+
+
+def _count_gpus() -> int:
+    """GPUs visible through the CUDA driver; 0 when there is no driver (no libcuda) or no device."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
+
+def _find_nvcc(env: Mapping[str, str]) -> Optional[str]:
+    if env.get("nvcc_path"):
+        return env["nvcc_path"]
+    return shutil.which("nvcc") or next(
+        (p for p in ("/usr/local/cuda/bin/nvcc", "/usr/bin/nvcc", "/opt/cuda/bin/nvcc") if os.path.exists(p)), None)
+
+
+def parse_nvcc_version(text: str) -> Optional[Tuple[int, int]]:
+    match = re.search(r"release (\d+)\.(\d+)", text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def probe_machine(env: Mapping[str, str]) -> Machine:
+    nvcc = _find_nvcc(env)
+    version = None
+    if nvcc:
+        try:
+            out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+            version = parse_nvcc_version(out)
+        except (OSError, subprocess.SubprocessError):
+            version = None
+    return Machine(gpu_count=_count_gpus(), nvcc=nvcc, nvcc_version=version)
+
+
+def _jittor_dir() -> Optional[Path]:
+    spec = importlib.util.find_spec("jittor")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def bootstrap(env=os.environ) -> Machine:
+    """Set jittor's defaults in ``env`` and apply the CUDA 13 fix where needed; call before importing jittor."""
+    machine = probe_machine(env)
+    env.update(plan_defaults(env, machine))
+    jittor_dir = _jittor_dir()
+    if jittor_dir is not None and should_patch(env, machine):
+        try:
+            message = patch_helper_cuda(jittor_dir)
+        except OSError as err:
+            message = (f"ops: jittor's {jittor_dir}/extern/cuda/inc/helper_cuda.h needs a CUDA 13 fix but cannot "
+                       f"be written ({err}); running jittor on the CPU. Reinstall jittor somewhere writable, "
+                       f"or set nvcc_path to force a CUDA build.")
+            if "nvcc_path" not in env:  # a user-set nvcc_path wins, even here
+                env["nvcc_path"] = ""
+        if message:
+            print(message, file=sys.stderr)
+    return machine
+
+
+if "jittor" not in sys.modules:
+    MACHINE = bootstrap()
+else:  # imported after the user imported jittor themselves: their configuration stands
+    MACHINE = None
+
+import jittor as jt  # noqa: E402  (must follow the bootstrap)
+
+__all__ = ["jt", "has_cuda", "MACHINE"]
+
+
+def has_cuda() -> bool:
+    """True when jittor was built with CUDA and can run CUDA code here."""
+    return bool(getattr(jt, "has_cuda", 0))

@@ -1,0 +1,22 @@
+"""All operator families of the case table, in report order."""
+import importlib
+from typing import List, Optional, Sequence
+
+from .spec import Case, Family, family_cases
+
+FAMILY_MODULES = ("fam_pool3d", "fam_permute", "fam_broadcast", "fam_timex")
+
+
+def load_families(names: Optional[Sequence[str]] = None) -> List[Family]:
+    """The families' adapters; ``names`` filters by family name (e.g. ``["max_pool3d"]``)."""
+    fams = [importlib.import_module(f".{m}", __package__).FAMILY for m in FAMILY_MODULES]
+    if names:
+        unknown = set(names) - {f.name for f in fams}
+        if unknown:
+            raise ValueError(f"unknown op family {sorted(unknown)}; known: {[f.name for f in fams]}")
+        fams = [f for f in fams if f.name in names]
+    return fams
+
+
+def all_cases(device: Optional[str] = None) -> List[Case]:
+    return family_cases(load_families(), device)

@@ -1,0 +1,146 @@
+"""The declarative case table's vocabulary: ``Case`` and the ``Family`` adapter each operator family fills in.
+
+A family module (``ops/scoring/fam_<op>.py``) defines ``FAMILY``: its cases and how to make inputs, compute
+float64 references and call each implementation. Backward cases need no code of their own: the harness
+differentiates the family's forward with a given output gradient (see ``ops.scoring.harness``).
+The tests import the same tables.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+Shape = Tuple[int, ...]
+
+# Default per-dtype tolerances (rtol, atol) for a result compared with its float64 reference. Families with
+# long reductions override ``Family.tolerance``.
+DEFAULT_TOLERANCE = {
+    "float64": (1e-10, 1e-12),
+    "float32": (1e-5, 1e-6),
+    "float16": (1e-3, 1e-4),
+    "bfloat16": (8e-3, 1e-3),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    family: str
+    name: str
+    direction: str  # "fwd" or "bwd"
+    shapes: Tuple[Shape, ...]  # forward input shapes
+    dtype: str
+    params: Tuple[Tuple[str, object], ...] = ()
+    devices: Tuple[str, ...] = ("cuda",)  # "cuda": GPU-sized; "cpu": sized for the CPU path
+    grad_of: Tuple[int, ...] = (0,)  # inputs differentiated by a backward case
+
+    def __post_init__(self):
+        if self.direction not in ("fwd", "bwd"):
+            raise ValueError(f"direction must be 'fwd' or 'bwd', got {self.direction!r}")
+
+    @property
+    def id(self) -> str:
+        return f"{self.family}/{self.direction}/{self.name}"
+
+    @property
+    def p(self) -> Dict[str, object]:
+        return dict(self.params)
+
+
+def case(family, name, direction, shapes, dtype, devices=("cuda",), grad_of=(0,), **params) -> Case:
+    """Shorthand constructor: parameters as keywords."""
+    return Case(family, name, direction, tuple(tuple(s) for s in shapes), dtype,
+                tuple(sorted(params.items())), tuple(devices), tuple(grad_of))
+
+
+def random_array(shape: Shape, dtype: str, rng: np.random.Generator, low=-1.0, high=1.0) -> np.ndarray:
+    """Fresh random data of ``dtype``, returned as a NumPy array that holds exactly the values the op sees.
+
+    Floats are uniform in [low, high) rounded to the dtype (bfloat16 values are carried as float32); ints
+    span a small range that includes negatives; bool is a fair coin.
+    """
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype.startswith("int") or dtype.startswith("uint"):
+        info = np.iinfo(np.dtype(dtype))
+        lo, hi = max(info.min, -1000), min(info.max, 1000)
+        return rng.integers(lo, hi, size=shape, endpoint=True).astype(dtype)
+    x = rng.uniform(low, high, size=shape)
+    if dtype == "bfloat16":
+        return round_to_bfloat16(x.astype(np.float32))
+    return x.astype(dtype)
+
+
+def round_to_bfloat16(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16 (ties to even), kept in float32."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    out = rounded.view(np.float32)
+    return np.where(np.isnan(x), x, out).astype(np.float32)
+
+
+@dataclass
+class Family:
+    """What the grader and the tests need to know about one operator family.
+
+    Subclasses override the methods; ``cases`` is the family's part of the declarative table.
+    """
+
+    name: str
+    cases: List[Case] = field(default_factory=list)
+
+    # --- inputs and references -------------------------------------------------------------------------
+    def make_inputs(self, case: Case, rng: np.random.Generator) -> List[np.ndarray]:
+        return [random_array(s, case.dtype, rng) for s in case.shapes]
+
+    def reference_forward(self, case: Case, arrays: Sequence[np.ndarray]) -> List[np.ndarray]:
+        """float64 outputs of the op on ``arrays``."""
+        raise NotImplementedError
+
+    def reference_backward(self, case: Case, arrays: Sequence[np.ndarray],
+                           grads_out: Sequence[np.ndarray]) -> List[np.ndarray]:
+        """float64 gradients w.r.t. ``arrays[i]`` for i in ``case.grad_of``, given output gradients."""
+        raise NotImplementedError
+
+    def tolerance(self, case: Case) -> Tuple[float, float]:
+        return DEFAULT_TOLERANCE[case.dtype]
+
+    # --- implementations: each returns a list of output Vars / tensors --------------------------------
+    def forward(self, case: Case, api, xs) -> list:
+        """Our (or a graded module's) forward through its public functions; ``api`` is the module."""
+        raise NotImplementedError
+
+    def naive_forward(self, case: Case, xs) -> list:
+        """A plain jittor composite (reindex/reduce, broadcast, ...), the first tier."""
+        raise NotImplementedError
+
+    def jittor_forward(self, case: Case, xs) -> Optional[list]:
+        """jittor's built-in op; raise or return None where there is none."""
+        return None
+
+    def torch_forward(self, case: Case, ts) -> Optional[list]:
+        """PyTorch eager on torch tensors; None where there is no counterpart."""
+        return None
+
+    # --- cost model -------------------------------------------------------------------------------------
+    def bytes_moved(self, case: Case) -> int:
+        """The fewest bytes the case must move: each input read once, each output written once."""
+        raise NotImplementedError
+
+    def flops(self, case: Case) -> Optional[int]:
+        return None
+
+    def variant(self, case: Case, api) -> str:
+        """The kernel variant ``api``'s dispatcher picks for this case ('-' when it cannot say)."""
+        return "-"
+
+
+def family_cases(families: Sequence[Family], device: Optional[str] = None) -> List[Case]:
+    out = []
+    for fam in families:
+        out.extend(c for c in fam.cases if device is None or device in c.devices)
+    return out
+
+
+Builder = Callable[[], list]

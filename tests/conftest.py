@@ -1,0 +1,39 @@
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))  # tests' own helpers (reference.py, nvcc_util.py)
+
+import ops  # noqa: E402  (bootstraps jittor)
+from ops._jittor import has_cuda, jt  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_cuda = pytest.mark.skip(reason="needs a CUDA GPU (jittor has_cuda is false here)")
+    skip_nvcc = pytest.mark.skip(reason="needs nvcc on the PATH")
+    from nvcc_util import nvcc_path
+    for item in items:
+        if "cuda" in item.keywords and not has_cuda():
+            item.add_marker(skip_cuda)
+        if "nvcc" in item.keywords and not nvcc_path():
+            item.add_marker(skip_nvcc)
+
+
+@pytest.fixture
+def rng(request):
+    """Fresh random data every run; the seed is printed with a failure (OPS_TEST_SEED=N reproduces it)."""
+    seed = int(os.environ.get("OPS_TEST_SEED", np.random.SeedSequence().entropy % 2**32))
+    request.node.user_properties.append(("seed", seed))
+    print(f"random seed: {seed}")
+    return np.random.default_rng(seed)
+
+
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def device(request):
+    """Runs a test once on the CPU path and once (marked ``cuda``) on the GPU path."""
+    previous = jt.flags.use_cuda
+    jt.flags.use_cuda = 1 if request.param == "cuda" else 0
+    yield request.param
+    jt.flags.use_cuda = previous
