@@ -7,7 +7,11 @@ jittor 1.3.11 needs help on two kinds of machine this package runs on:
 * machines with ``nvcc`` but no GPU: it then fails to load ``libcudart`` unless ``nvcc_path=""``;
 * CUDA 13 GPU machines: its ``extern/cuda/inc/helper_cuda.h`` reads ``cudaDeviceProp::computeMode`` and
   ``::clockRate``, both removed in CUDA 13, so its core and its cuBLAS/cub/cuRAND extensions fail to build;
-  and cuDNN 9 is not loadable by it (``conv_opt=1`` limits the libraries it loads to cuBLAS and cuRAND).
+  it compiles CUDA as C++14 while CUDA 13's cub/thrust (CCCL 3) require C++17; and cuDNN 9 is not loadable
+  by it (``conv_opt=1`` limits the libraries it loads to cuBLAS and cuRAND);
+* NumPy 2: jittor 1.3.11 declares ``numpy<2`` and its C bridge reads NumPy 1.x array structs, so under
+  NumPy 2 every array crossing into or out of jittor is silently garbage (seen on an H100, 2026-11-22).
+  The bootstrap refuses to go on rather than return wrong numbers.
 
 ``plan_defaults`` decides which jittor environment variables to set (never one the user set), and
 ``patch_helper_cuda`` rewrites the two removed reads in jittor's own header, once, keeping the original
@@ -171,7 +175,28 @@ if "jittor" not in sys.modules:
 else:  # imported after the user imported jittor themselves: their configuration stands
     MACHINE = None
 
+
+def check_numpy(version: str) -> None:
+    """jittor 1.3.11 misreads NumPy 2 arrays (wrong element size): refuse instead of computing garbage."""
+    if int(version.split(".")[0]) >= 2:
+        raise ImportError(
+            f"ops: jittor 1.3.11 needs numpy<2 but numpy {version} is installed: its C bridge reads NumPy 1.x "
+            f"array structs, so every transfer would be silently wrong. Install numpy<2 "
+            f"(pip install 'numpy<2'), as jittor's own requirements say.")
+
+
+def cuda_std_fix(nvcc_flags: str) -> str:
+    """CUDA 13's cub/thrust refuse C++14 ('CUB requires at least C++17'); jittor passes -std=c++14."""
+    return nvcc_flags.replace("-std=c++14", "-std=c++17")
+
+
+import numpy as _np  # noqa: E402
+
+check_numpy(_np.__version__)
 import jittor as jt  # noqa: E402  (must follow the bootstrap)
+
+if MACHINE is not None and should_patch(os.environ, MACHINE) and getattr(jt, "has_cuda", 0):
+    jt.flags.nvcc_flags = cuda_std_fix(jt.flags.nvcc_flags)
 
 __all__ = ["jt", "has_cuda", "MACHINE"]
 

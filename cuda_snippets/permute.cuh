@@ -1,0 +1,302 @@
+// permute.cuh: permute / transpose as a dtype-free byte mover, and the fused transpose + add.
+//
+// Contract (established in Python by ops/permute.py: simplify_permutation, plan_permute, select_config):
+//  * The input is contiguous, seen as a simplified problem: size-1 dims dropped, dims that stay adjacent
+//    merged, elements grouped into chunks of C bytes (the "moved element"), C in {1, 2, 4, 8, 16}.
+//    jittor buffers are 256-byte aligned and every row start is a multiple of C, so chunk accesses are aligned.
+//  * Every runtime value (dims, strides, tile counts, grid) arrives through jittor's `data` map (doubles,
+//    exact below 2^53); only what changes generated code is a template argument.
+//  * IndexT is int while the moved element count is <= 2^31 - 1 (fast OpsDivisor division), else long long.
+//  * Kernels write every output element exactly once and never read the output: idempotent.
+// Kernels:
+//  * ops_permute_nd_kernel: one output chunk per thread and step, input offset by N-d index arithmetic.
+//  * ops_tile_transpose_kernel: the last dim moves. A tile of the plane (A = input last dim, B = output last
+//    dim) goes through shared memory for every index of the remaining "batch" dims; P > 1 packs P elements of
+//    E bytes into one 4-byte word on both the global read and the global write (the 2-byte pair / 1-byte quad
+//    path).
+//  Both take an epilogue: OpsStoreEpi (plain permute) or OpsAddEpi<T> (transpose + add: out = x^T + y, y read
+//  with the same wide word as the store).
+#pragma once
+#include <cstdio>
+#include <cstring>
+
+// ---- runtime parameters from jittor's data map ------------------------------------------------------------
+
+template <class Map> inline long long ops_param(Map& data, const char* name, int i = -1) {
+  char key[32];
+  if (i < 0)
+    snprintf(key, sizeof(key), "%s", name);
+  else
+    snprintf(key, sizeof(key), "%s%d", name, i);
+  return (long long)data[key];
+}
+
+// Division by a divisor fixed for the launch: OpsDivisor (multiply-high) for int, plain division for long long.
+template <typename IndexT> struct OpsFastDiv;
+template <> struct OpsFastDiv<int> {
+  OpsDivisor dv;
+  void set(long long d) { dv = ops_make_divisor((unsigned int)d); }
+  __device__ __forceinline__ int value() const { return (int)dv.d; }
+  __device__ __forceinline__ int div(int n) const { return (int)dv.div((unsigned int)n); }
+};
+template <> struct OpsFastDiv<long long> {
+  long long d;
+  void set(long long v) { d = v; }
+  __device__ __forceinline__ long long value() const { return d; }
+  __device__ __forceinline__ long long div(long long n) const { return n / d; }
+};
+
+// ---- epilogues: what the store does with the moved word --------------------------------------------------
+
+template <int W> struct OpsStoreEpi {
+  struct Pre {};
+  template <typename IndexT> __device__ __forceinline__ Pre load(IndexT) const { return Pre(); }
+  __device__ __forceinline__ OpsBytes<W> apply(const OpsBytes<W>& x, const Pre&) const { return x; }
+};
+
+template <typename T> __device__ __forceinline__ T ops_add(T a, T b) { return (T)(a + b); }  // bool: a || b
+__device__ __forceinline__ __half ops_add(__half a, __half b) {
+  return ops_from_float<__half>(ops_to_float(a) + ops_to_float(b));  // add in float, round once
+}
+__device__ __forceinline__ __nv_bfloat16 ops_add(__nv_bfloat16 a, __nv_bfloat16 b) {
+  return ops_from_float<__nv_bfloat16>(ops_to_float(a) + ops_to_float(b));
+}
+
+// out word = moved x word + the y word at the output position (y has the output's layout).
+template <typename T, int W> struct OpsAddEpi {
+  static_assert(W % sizeof(T) == 0, "a word holds whole elements");
+  static constexpr int N = W / (int)sizeof(T);
+  const OpsBytes<W>* y;
+  using Pre = OpsBytes<W>;
+  template <typename IndexT> __device__ __forceinline__ Pre load(IndexT word) const { return y[word]; }
+  __device__ __forceinline__ OpsBytes<W> apply(const OpsBytes<W>& x, const Pre& yw) const {
+    OpsVec<T, N> a, b;
+    memcpy(&a, &x, W);
+    memcpy(&b, &yw, W);
+#pragma unroll
+    for (int i = 0; i < N; ++i) a.v[i] = ops_add(a.v[i], b.v[i]);
+    OpsBytes<W> r;
+    memcpy(&r, &a, W);
+    return r;
+  }
+};
+
+// ---- general N-d path -----------------------------------------------------------------------------------
+
+template <int R, typename IndexT> struct OpsNdParams {
+  IndexT count;                // output chunks
+  OpsFastDiv<IndexT> dim[R];   // output dims (dim[0] is not needed by the decomposition)
+  IndexT src_stride[R];        // input stride (in chunks) of the input dim that output dim k reads
+  __device__ __forceinline__ IndexT src_offset(IndexT i) const {
+    IndexT off = 0;
+#pragma unroll
+    for (int k = R - 1; k > 0; --k) {
+      const IndexT q = dim[k].div(i);
+      off += (i - q * dim[k].value()) * src_stride[k];
+      i = q;
+    }
+    return off + i * src_stride[0];
+  }
+};
+
+// Block b owns output chunks [b * THREADS * UNROLL, (b + 1) * THREADS * UNROLL); all UNROLL loads are issued
+// before the first store. Writes are coalesced; reads are as coalesced as the permutation allows.
+template <int R, int C, typename IndexT, int THREADS, int UNROLL, class Epi>
+__global__ void __launch_bounds__(THREADS)
+ops_permute_nd_kernel(const OpsBytes<C>* __restrict__ src, OpsBytes<C>* __restrict__ dst,
+                      const OpsNdParams<R, IndexT> p, const Epi epi) {
+  const IndexT base = (IndexT)blockIdx.x * (IndexT)(THREADS * UNROLL);
+  const IndexT rem = p.count - base;  // > 0; comparing against it never overflows IndexT
+  OpsBytes<C> v[UNROLL];
+  typename Epi::Pre e[UNROLL];
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    const IndexT j = (IndexT)threadIdx.x + (IndexT)(u * THREADS);
+    if (j < rem) {
+      v[u] = src[p.src_offset(base + j)];
+      e[u] = epi.load(base + j);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    const IndexT j = (IndexT)threadIdx.x + (IndexT)(u * THREADS);
+    if (j < rem) dst[base + j] = epi.apply(v[u], e[u]);
+  }
+}
+
+template <int R, typename IndexT, class Map> OpsNdParams<R, IndexT> ops_nd_params(Map& data) {
+  OpsNdParams<R, IndexT> p;
+  p.count = (IndexT)ops_param(data, "count");
+  for (int k = 0; k < R; ++k) {
+    p.dim[k].set(ops_param(data, "d", k));
+    p.src_stride[k] = (IndexT)ops_param(data, "s", k);
+  }
+  return p;
+}
+
+template <int R, int C, typename IndexT, int THREADS, int UNROLL, class Epi, class Map>
+void ops_nd_launch(const void* src, void* dst, Map& data, const Epi& epi) {
+  const OpsNdParams<R, IndexT> p = ops_nd_params<R, IndexT>(data);
+  const unsigned int grid = (unsigned int)ops_param(data, "grid");
+  ops_permute_nd_kernel<R, C, IndexT, THREADS, UNROLL, Epi><<<grid, THREADS>>>(
+      static_cast<const OpsBytes<C>*>(src), static_cast<OpsBytes<C>*>(dst), p, epi);
+  OPS_CHECK_LAUNCH();
+}
+
+// ---- tiled path: the last dim moves ------------------------------------------------------------------------
+
+template <int BR, typename IndexT> struct OpsTileParams {
+  IndexT A, B;                     // A: input last dim (contiguous in the input); B: output last dim
+  IndexT in_stride_b;              // input stride of the B dim
+  IndexT out_stride_a;             // output stride of the A dim
+  IndexT tiles_a, tiles_b;         // tiles along A and along B
+  IndexT batch_dim[BR > 0 ? BR : 1], batch_in[BR > 0 ? BR : 1], batch_out[BR > 0 ? BR : 1];
+};
+
+// The tile in shared memory: row = local b (T = 32 * P rows), 32 words of P elements along a, plus one pad
+// word. Word index row * 33 + col sits in bank (row + col) % 32.
+//  * P == 1: thread tx of a warp reads tile[tx][al]: bank (tx + al) % 32 for 4-byte words; for 1-, 2-, 8- and
+//    16-byte words the 33-word pitch also spreads the 32 (half-, quarter-) warp accesses over distinct banks.
+//  * P > 1: thread tx needs element al of rows tx * P + j (j < P). Visiting j in the order
+//    (i + tx / (32 / P)) % P makes the 32 threads of each load hit 32 distinct banks (conflict-free), and
+//    the P elements are recombined with shifts into the 4-byte output word.
+template <int E, int P, class Word>
+__device__ __forceinline__ Word ops_tile_gather(const Word (*tile)[33], int tx, int al) {
+  if constexpr (P == 1) {
+    return tile[tx][al];
+  } else {
+    static_assert(E * P == 4, "packed words are 4 bytes");
+    constexpr int BITS = 8 * E;
+    constexpr unsigned int MASK = (1u << BITS) - 1u;
+    const int rot = tx / (32 / P);
+    const int col = al / P, lane = al % P;
+    unsigned int r = 0;
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      const int j = (i + rot) % P;
+      const unsigned int w = tile[tx * P + j][col].v;
+      r |= ((w >> (BITS * lane)) & MASK) << (BITS * j);
+    }
+    Word o;
+    o.v = r;
+    return o;
+  }
+}
+
+// One block per tile (tile index = ((batch * tiles_b) + tb) * tiles_a + ta). Threads (32, ROWS).
+// Phase 1: rows b0 + ty + ROWS * k of the input plane, word tx along a -> tile[b][a-word]; the epilogue's
+// loads (y of transpose + add) are issued here too. Phase 2: output rows a0 + ty + ROWS * k, word tx along b.
+// Loop bounds are compile-time (fully unrolled); the edge test against the rows left is hoisted out.
+template <int E, int P, int BR, typename IndexT, int ROWS, class Epi>
+__global__ void __launch_bounds__(32 * ROWS)
+ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst_v,
+                          const OpsTileParams<BR, IndexT> p, const Epi epi) {
+  using Word = OpsBytes<E * P>;
+  constexpr int T = 32 * P;      // tile edge in elements
+  constexpr int K = T / ROWS;    // rows per thread and phase
+  static_assert(T % ROWS == 0, "ROWS divides the tile edge");
+  __shared__ Word tile[T][33];
+  const Word* __restrict__ src = static_cast<const Word*>(src_v);
+  Word* __restrict__ dst = static_cast<Word*>(dst_v);
+  const int tx = threadIdx.x, ty = threadIdx.y;
+
+  IndexT t = (IndexT)blockIdx.x;
+  const IndexT ta = t % p.tiles_a;
+  t /= p.tiles_a;
+  const IndexT tb = t % p.tiles_b;
+  t /= p.tiles_b;
+  IndexT src_base = 0, dst_base = 0;
+#pragma unroll
+  for (int k = BR - 1; k >= 0; --k) {
+    const IndexT c = t % p.batch_dim[k];
+    t /= p.batch_dim[k];
+    src_base += c * p.batch_in[k];
+    dst_base += c * p.batch_out[k];
+  }
+  const IndexT a0 = ta * T, b0 = tb * T;
+
+  const IndexT b = b0 + (IndexT)(tx * P);     // first output column (element) this thread writes
+  const IndexT a_left = p.A - a0 - ty;        // output row ty + ROWS * k exists iff ROWS * k < a_left
+  const bool b_ok = b < p.B;
+  typename Epi::Pre pre[K];
+  if (b_ok) {
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (ROWS * k < a_left) pre[k] = epi.load((dst_base + (a0 + ty + ROWS * k) * p.out_stride_a + b) / P);
+  }
+
+  const IndexT a = a0 + (IndexT)(tx * P);     // first input column (element) this thread reads
+  const IndexT b_left = p.B - b0 - ty;
+  if (a < p.A) {
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (ROWS * k < b_left) tile[ty + ROWS * k][tx] = src[(src_base + (b0 + ty + ROWS * k) * p.in_stride_b + a) / P];
+  }
+  __syncthreads();
+
+  if (b_ok) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (ROWS * k < a_left) {
+        const int al = ty + ROWS * k;
+        const Word w = ops_tile_gather<E, P, Word>(tile, tx, al);
+        dst[(dst_base + (a0 + al) * p.out_stride_a + b) / P] = epi.apply(w, pre[k]);
+      }
+    }
+  }
+}
+
+template <int BR, typename IndexT, class Map> OpsTileParams<BR, IndexT> ops_tile_params(Map& data) {
+  OpsTileParams<BR, IndexT> p;
+  p.A = (IndexT)ops_param(data, "A");
+  p.B = (IndexT)ops_param(data, "B");
+  p.in_stride_b = (IndexT)ops_param(data, "isb");
+  p.out_stride_a = (IndexT)ops_param(data, "osa");
+  p.tiles_a = (IndexT)ops_param(data, "tiles_a");
+  p.tiles_b = (IndexT)ops_param(data, "tiles_b");
+  for (int k = 0; k < (BR > 0 ? BR : 1); ++k) {
+    p.batch_dim[k] = (IndexT)(k < BR ? ops_param(data, "bd", k) : 1);
+    p.batch_in[k] = (IndexT)(k < BR ? ops_param(data, "bi", k) : 0);
+    p.batch_out[k] = (IndexT)(k < BR ? ops_param(data, "bo", k) : 0);
+  }
+  return p;
+}
+
+template <int E, int P, int BR, typename IndexT, int ROWS, class Epi, class Map>
+void ops_tile_launch(const void* src, void* dst, Map& data, const Epi& epi) {
+  const OpsTileParams<BR, IndexT> p = ops_tile_params<BR, IndexT>(data);
+  const unsigned int grid = (unsigned int)ops_param(data, "grid");
+  ops_tile_transpose_kernel<E, P, BR, IndexT, ROWS, Epi><<<grid, dim3(32, ROWS)>>>(src, dst, p, epi);
+  OPS_CHECK_LAUNCH();
+}
+
+// ---- the launchers cuda_src calls ---------------------------------------------------------------------------
+
+// Identity after simplification: a device-to-device copy on jittor's (default) stream.
+template <class Map> void ops_permute_copy(const void* src, void* dst, Map& data) {
+  CHECK(cudaSuccess == cudaMemcpyAsync(dst, src, (size_t)ops_param(data, "bytes"), cudaMemcpyDeviceToDevice, 0));
+}
+
+template <int R, int C, typename IndexT, int THREADS, int UNROLL, class Map>
+void ops_permute_nd(const void* src, void* dst, Map& data) {
+  ops_nd_launch<R, C, IndexT, THREADS, UNROLL>(src, dst, data, OpsStoreEpi<C>());
+}
+
+template <int E, int P, int BR, typename IndexT, int ROWS, class Map>
+void ops_permute_tiled(const void* src, void* dst, Map& data) {
+  ops_tile_launch<E, P, BR, IndexT, ROWS>(src, dst, data, OpsStoreEpi<E * P>());
+}
+
+template <typename T, int R, int C, typename IndexT, int THREADS, int UNROLL, class Map>
+void ops_transpose_add_nd(const void* x, const void* y, void* dst, Map& data) {
+  OpsAddEpi<T, C> epi;
+  epi.y = static_cast<const OpsBytes<C>*>(y);
+  ops_nd_launch<R, C, IndexT, THREADS, UNROLL>(x, dst, data, epi);
+}
+
+template <typename T, int E, int P, int BR, typename IndexT, int ROWS, class Map>
+void ops_transpose_add_tiled(const void* x, const void* y, void* dst, Map& data) {
+  OpsAddEpi<T, E * P> epi;
+  epi.y = static_cast<const OpsBytes<E * P>*>(y);
+  ops_tile_launch<E, P, BR, IndexT, ROWS>(x, dst, data, epi);
+}

@@ -1,0 +1,111 @@
+"""Command line of get_score.py: choose cases and references, run, grade, report."""
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from typing import List, Optional
+
+from . import report
+from .families import load_families
+from .runner import DEFAULT_TIMEOUT_S, grade_all, run_cases
+
+
+def parse_args(argv: Optional[List[str]] = None):
+    ap = argparse.ArgumentParser(
+        prog="get_score.py",
+        description="Score every operator case: correctness against float64 references, kernel throughput "
+                    "against the naive jittor composite, jittor's built-in and PyTorch, tier points.")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                    help="default: cuda where jittor has CUDA, else cpu (CPU-sized cases)")
+    ap.add_argument("--op", action="append", default=None, metavar="FAMILY",
+                    help="only this op family (max_pool3d, permute, expand_as, timex); repeatable")
+    ap.add_argument("-k", dest="keyword", default=None, help="only cases whose id contains this substring")
+    ap.add_argument("--direction", choices=("fwd", "bwd"), default=None, help="only forward or backward cases")
+    ap.add_argument("--compile", action="store_true", help="also time torch.compile")
+    ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch references")
+    ap.add_argument("--impl", default="ops", help="module to grade, exposing ops' functions (default: ops)")
+    ap.add_argument("--tiers", metavar="F", help="grade against tiers stored in F (from --save-tiers)")
+    ap.add_argument("--save-tiers", metavar="F", help="write this run's tiers to F")
+    ap.add_argument("--markdown", metavar="F", help="also write the table as markdown to F")
+    ap.add_argument("--json", metavar="F", help="also write all results as JSON to F")
+    ap.add_argument("--plot", metavar="F.png", help="also draw the speedup chart (needs matplotlib)")
+    ap.add_argument("--seed", type=int, default=None, help="input seed (default: fresh)")
+    ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per case before 'hung'")
+    ap.add_argument("--list", action="store_true", help="list the selected cases and exit")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return ap.parse_args(argv)
+
+
+def _torch_importable() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("torch") is not None
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    import random
+
+    from .. import has_cuda
+    device = args.device or ("cuda" if has_cuda() else "cpu")
+    if device == "cuda" and not has_cuda():
+        print("get_score.py: --device cuda, but jittor has no CUDA here", file=sys.stderr)
+        return 2
+    families = load_families(args.op)
+    cases = [c for f in families for c in f.cases if device in c.devices
+             and (args.keyword is None or args.keyword in c.id)
+             and (args.direction is None or c.direction == args.direction)]
+    if args.list:
+        print("\n".join(c.id for c in cases))
+        return 0
+    if not cases:
+        print("get_score.py: no case matches", file=sys.stderr)
+        return 2
+    references = ["naive", "jittor"]
+    if not args.no_torch and _torch_importable():
+        references.append("torch")
+        if args.compile:
+            references.append("compile")
+    stored = report.load_tiers(args.tiers) if args.tiers else None
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    nbytes = {c.id: f.bytes_moved(c) for f in families for c in f.cases}
+
+    bar = None
+    if not args.no_progress:
+        try:
+            from tqdm import tqdm
+            bar = tqdm(total=len(cases), desc="scoring", unit="case", file=sys.stderr)
+        except ImportError:
+            bar = None
+
+    def progress(res):
+        if bar is not None:
+            bar.set_postfix_str(res.case_id[-40:])
+            bar.update(1)
+
+    env, results = run_cases([c.id for c in cases], device=device, impl=args.impl, seed=seed,
+                             references=references, timeout_s=args.timeout, on_result=progress,
+                             nbytes_of=nbytes.get)
+    if bar is not None:
+        bar.close()
+    grade_all(results, stored)
+
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    title = f"get_score.py on {env.get('name', device)}, {stamp}"
+    print(report.render(results, references, env, markdown=False))
+    meta = {"date": stamp, "argv": sys.argv[1:] if argv is None else argv, "seed": seed, "impl": args.impl,
+            "references": references, "tiers": args.tiers or "this run"}
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(report.render(results, references, env, markdown=True, title=title))
+            f.write(f"\nCommand: `python get_score.py {' '.join(meta['argv'])}` (seed {seed}; tiers: "
+                    f"{meta['tiers']}). Times are median kernel times in ms; GB/s counts the fewest bytes the "
+                    f"case must move; %roof is that over the copy bandwidth measured in the same run.\n")
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(report.to_json(results, env, meta))
+    if args.save_tiers:
+        report.save_tiers(args.save_tiers, results, env)
+    if args.plot:
+        report.plot(args.plot, results, references)
+    return 0

@@ -1,0 +1,109 @@
+"""Scoring math, free of jittor and timing: throughput, roofline, tiers, points, summary.
+
+Tiers follow the MaxPool3D assignment's grader (seed 004): three reference throughputs per case; a case earns
+40, 70 or 100 points when our throughput reaches ``TIER_FRACTION`` of the first, second or third tier, and 0
+when its result is wrong. Default tiers: the naive jittor composite, jittor's built-in op, the fastest
+reference measured in the same run.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+TIER_POINTS = (40, 70, 100)
+TIER_FRACTION = 0.95
+REFERENCES = ("naive", "jittor", "torch", "compile")
+
+
+@dataclass
+class Timing:
+    """One implementation's outcome on one case: a median time in ms, or why there is none."""
+
+    ms: Optional[float] = None
+    error: Optional[str] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.ms is not None and self.ms > 0 and self.error is None
+
+
+@dataclass
+class CaseResult:
+    case_id: str
+    nbytes: int
+    flops: Optional[int] = None
+    variant: str = "-"
+    correct: bool = False
+    why: str = ""  # why the case is wrong or failed ("" when correct)
+    max_error: Optional[float] = None
+    ours: Timing = field(default_factory=Timing)
+    refs: Dict[str, Timing] = field(default_factory=dict)
+    tiers: Optional[List[float]] = None  # GB/s
+    points: int = 0
+
+
+def gbps(nbytes: int, ms: Optional[float]) -> Optional[float]:
+    return None if not ms else nbytes / (ms * 1e-3) / 1e9
+
+
+def default_tiers(nbytes: int, refs: Dict[str, Timing]) -> Optional[List[float]]:
+    """[naive, jittor built-in, fastest reference] throughputs in GB/s, made non-decreasing.
+
+    A failed reference leaves its tier to the one below; with no successful reference there are no tiers.
+    """
+    ok = {name: gbps(nbytes, t.ms) for name, t in refs.items() if t.ok}
+    if not ok:
+        return None
+    first = ok.get("naive", min(ok.values()))
+    second = max(first, ok.get("jittor", first))
+    third = max(second, max(ok.values()))
+    return [first, second, third]
+
+
+def points_for(ours_gbps: Optional[float], tiers: Optional[Sequence[float]], correct: bool) -> int:
+    if not correct or ours_gbps is None:
+        return 0
+    if not tiers:
+        return TIER_POINTS[-1]  # nothing to compare with: a correct result earns the case
+    earned = 0
+    for tier, pts in zip(tiers, TIER_POINTS):
+        if ours_gbps >= TIER_FRACTION * tier:
+            earned = pts
+    return earned
+
+
+def grade(result: CaseResult, stored_tiers: Optional[Sequence[float]] = None) -> CaseResult:
+    """Fill ``tiers`` (stored ones win) and ``points``."""
+    result.tiers = list(stored_tiers) if stored_tiers is not None else default_tiers(result.nbytes, result.refs)
+    ours = gbps(result.nbytes, result.ours.ms) if result.ours.ok else None
+    result.points = points_for(ours, result.tiers, result.correct)
+    return result
+
+
+def speedup(result: CaseResult, ref: str) -> Optional[float]:
+    t = result.refs.get(ref)
+    if not (result.correct and result.ours.ok and t is not None and t.ok):
+        return None
+    return t.ms / result.ours.ms
+
+
+def geomean(values: Sequence[float]) -> Optional[float]:
+    values = [v for v in values if v is not None and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def summarize(results: Sequence[CaseResult], copy_gbps: Optional[float]) -> dict:
+    refs = sorted({r for res in results for r in res.refs}, key=lambda r: REFERENCES.index(r)
+                  if r in REFERENCES else len(REFERENCES))
+    geo = {ref: geomean([speedup(res, ref) for res in results]) for ref in refs}
+    roof = [gbps(r.nbytes, r.ours.ms) / copy_gbps for r in results if copy_gbps and r.correct and r.ours.ok]
+    return {
+        "cases": len(results),
+        "correct": sum(r.correct for r in results),
+        "points": sum(r.points for r in results),
+        "max_points": TIER_POINTS[-1] * len(results),
+        "geomean_speedup": geo,
+        "slower_than": {ref: [r.case_id for r in results if (speedup(r, ref) or 1.0) < 1.0] for ref in refs},
+        "median_roofline": sorted(roof)[len(roof) // 2] if roof else None,
+    }

@@ -1,0 +1,238 @@
+"""Running one case: inputs, correctness against the float64 reference, kernel timing of each implementation.
+
+Timing: jittor code (ours, the naive composite, jittor's built-in) is timed with jittor's profiler, which
+re-runs each kernel of the graph back to back and reports kernel time without Python overhead; PyTorch with
+CUDA events around back-to-back calls. Both: warm-up first, then the median of ``REPEATS`` measurements.
+Backward cases time only the backward: the forward outputs are computed first, and the output gradient is
+injected (``_InjectGrad``) so that the op's own gradient code is all that runs.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable, List, Optional, Sequence
+
+import numpy as np
+
+from .._jittor import jt
+from .grading import CaseResult, Timing
+from .spec import Case, Family, random_array
+
+REPEATS = 5
+TARGET_MS = 20.0  # each measurement runs the op about this long (launch overhead amortized)
+MAX_RERUN = 256
+SLOW_MS = 100.0  # a single call slower than this is measured fewer times
+
+
+class _InjectGrad(jt.Function):
+    """Identity whose gradient is a given tensor: the op upstream receives exactly ``dy``."""
+
+    def execute(self, y, dy):
+        self.dy = dy
+        return y.clone()
+
+    def grad(self, _):
+        return self.dy, None
+
+
+def to_jittor(arr: np.ndarray, dtype: str):
+    v = jt.array(arr)
+    return v if str(v.dtype) == dtype else v.astype(dtype)
+
+
+def to_numpy64(v) -> np.ndarray:
+    if str(v.dtype) == "bfloat16":
+        v = v.float32()
+    a = v.numpy()
+    return a.astype(np.float64) if a.dtype.kind in "fc" else a
+
+
+def compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float):
+    """(ok, max abs error, why). NaN must match NaN; shapes must match exactly."""
+    if tuple(got.shape) != tuple(want.shape):
+        return False, None, f"shape {tuple(got.shape)} != expected {tuple(want.shape)}"
+    if want.dtype.kind not in "fc":
+        bad = int(np.count_nonzero(got != want))
+        return bad == 0, float(bad), "" if bad == 0 else f"{bad} elements differ"
+    nan_want, nan_got = np.isnan(want), np.isnan(got)
+    if not np.array_equal(nan_want, nan_got):
+        return False, None, f"NaN mismatch at {int(np.count_nonzero(nan_want != nan_got))} elements"
+    g, w = np.where(nan_got, 0, got), np.where(nan_want, 0, want)
+    err = np.abs(g - w)
+    max_err = float(err.max()) if err.size else 0.0
+    bad = err > atol + rtol * np.abs(w)
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        return False, max_err, f"{int(bad.sum())} elements off, first at {idx}: got {g[idx]!r}, want {w[idx]!r}"
+    return True, max_err, ""
+
+
+# --- timing ------------------------------------------------------------------------------------------------
+
+def _profile(builder: Callable[[], list], rerun: int) -> float:
+    """Kernel time in ms of one call of ``builder``'s graph."""
+    with jt.profile_scope(1, rerun) as report:
+        jt.sync(builder(), device_sync=True)
+    rows = report[1:]
+    if not rows:
+        raise RuntimeError("no kernel ran")
+    reps = min(int(float(r[2])) for r in rows)  # every kernel ran at least once per call
+    return sum(float(r[3]) for r in rows) / reps / 1e6
+
+
+def time_jittor(builder: Callable[[], list]) -> float:
+    jt.sync(builder(), device_sync=True)  # compile and warm
+    estimate = _profile(builder, 0)
+    reps = max(1, min(MAX_RERUN, int(TARGET_MS / max(estimate, 1e-4))))
+    rerun = (1 << (reps.bit_length() - 1)) - 1  # jittor re-runs 2^k times
+    count = 2 if estimate > SLOW_MS else REPEATS
+    return statistics.median(_profile(builder, rerun) for _ in range(count))
+
+
+def time_torch(call: Callable[[], object]) -> float:
+    import torch
+
+    on_gpu = torch.cuda.is_available() and jt.flags.use_cuda
+
+    def run(n):
+        if on_gpu:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(n):
+                call()
+            end.record()
+            torch.cuda.synchronize()
+            return start.elapsed_time(end) / n
+        t0 = time.perf_counter()
+        for _ in range(n):
+            call()
+        return (time.perf_counter() - t0) * 1e3 / n
+
+    for _ in range(3):
+        call()
+    estimate = run(1)
+    reps = max(1, min(MAX_RERUN, int(TARGET_MS / max(estimate, 1e-4))))
+    count = 2 if estimate > SLOW_MS else REPEATS
+    return statistics.median(run(reps) for _ in range(count))
+
+
+# --- one case ----------------------------------------------------------------------------------------------
+
+class CaseRunner:
+    """Everything about one case for one process: inputs, results, timings."""
+
+    def __init__(self, fam: Family, case: Case, api, seed: int):
+        self.fam, self.case, self.api = fam, case, api
+        self.rng = np.random.default_rng(seed)
+        self.arrays = fam.make_inputs(case, self.rng)
+        self.xs = [to_jittor(a, case.dtype if a.dtype.kind == "f" else str(a.dtype)) for a in self.arrays]
+        jt.sync(self.xs)
+        self.dys = None
+
+    # jittor graphs -------------------------------------------------------------------------------------
+    def _targets(self):
+        return [self.xs[i] for i in self.case.grad_of]
+
+    def builder(self, forward: Callable) -> Callable[[], list]:
+        """A function building the graph to time: the forward, or (bwd cases) only the backward."""
+        if self.case.direction == "fwd":
+            return lambda: list(forward(self.case, self.xs))
+        outs = list(forward(self.case, self.xs))
+        jt.sync(outs)
+        if self.dys is None:
+            self.dy_arrays = [random_array(tuple(o.shape), self.case.dtype, self.rng) for o in outs]
+            self.dys = [to_jittor(a, self.case.dtype) for a in self.dy_arrays]
+            jt.sync(self.dys)
+
+        def backward():
+            loss = sum(_InjectGrad.apply(o, d).sum() for o, d in zip(outs, self.dys))
+            return jt.grad(loss, self._targets())
+        return backward
+
+    def check(self, result: CaseResult) -> None:
+        """Run ours once and compare with the float64 reference; fills ``correct``/``why``/``max_error``."""
+        got = [to_numpy64(v) for v in self.builder(self.ours_forward)()]
+        if self.case.direction == "fwd":
+            want = self.fam.reference_forward(self.case, self.arrays)
+        else:
+            want = self.fam.reference_backward(self.case, self.arrays, self.dy_arrays)
+        rtol, atol = self.fam.tolerance(self.case)
+        if len(got) != len(want):
+            result.correct, result.why = False, f"{len(got)} outputs, expected {len(want)}"
+            return
+        worst = 0.0
+        for i, (g, w) in enumerate(zip(got, want)):
+            ok, err, why = compare(g, np.asarray(w), rtol, atol)
+            if err is not None:
+                worst = max(worst, err)
+            if not ok:
+                result.correct, result.why, result.max_error = False, f"output {i}: {why}", err
+                return
+        result.correct, result.max_error = True, worst
+
+    def ours_forward(self, case, xs):
+        return self.fam.forward(case, self.api, xs)
+
+    # references --------------------------------------------------------------------------------------------
+    def time_reference(self, name: str) -> Timing:
+        try:
+            if name == "naive":
+                return Timing(time_jittor(self.builder(self.fam.naive_forward)))
+            if name == "jittor":
+                probe = self.fam.jittor_forward(self.case, self.xs)
+                if probe is None:
+                    return Timing(error="no built-in")
+                return Timing(time_jittor(self.builder(self.fam.jittor_forward)))
+            if name in ("torch", "compile"):
+                return Timing(self._time_torch(compiled=name == "compile"))
+            raise ValueError(name)
+        except Exception as err:  # a failing reference is a result, not a crash
+            return Timing(error=_short(err))
+
+    def _time_torch(self, compiled: bool) -> float:
+        import torch
+
+        device = "cuda" if jt.flags.use_cuda else "cpu"
+        tdtype = getattr(torch, self.case.dtype)
+        ts = [torch.from_numpy(np.ascontiguousarray(a)).to(device) for a in self.arrays]
+        ts = [t.to(tdtype) if t.is_floating_point() else t for t in ts]
+        fn = self.fam.torch_forward
+        if compiled:
+            fn = torch.compile(self.fam.torch_forward, dynamic=False)
+        if self.fam.torch_forward(self.case, ts) is None:
+            raise RuntimeError("no PyTorch counterpart")
+        if self.case.direction == "fwd":
+            with torch.no_grad():
+                return time_torch(lambda: fn(self.case, ts))
+        targets = [ts[i].requires_grad_() for i in self.case.grad_of]
+        outs = list(fn(self.case, ts))
+        dys = [torch.from_numpy(np.ascontiguousarray(a)).to(device).to(tdtype) for a in self.dy_arrays]
+        return time_torch(lambda: torch.autograd.grad(outs, targets, dys, retain_graph=True))
+
+
+def _short(err: BaseException, limit: int = 160) -> str:
+    text = f"{type(err).__name__}: {err}".replace("\n", " ")
+    for marker in ("Reason:", "Failed reason:"):
+        if marker in text:
+            text = text.split(marker, 1)[1].strip()
+    return text[:limit]
+
+
+def run_case(fam: Family, case: Case, api, seed: int, references: Sequence[str],
+             variant: Optional[str] = None) -> CaseResult:
+    result = CaseResult(case.id, fam.bytes_moved(case), fam.flops(case))
+    try:
+        result.variant = variant if variant is not None else fam.variant(case, api)
+    except Exception as err:
+        result.variant = f"? ({_short(err, 40)})"
+    try:
+        runner = CaseRunner(fam, case, api, seed)
+        runner.check(result)
+        if result.correct:
+            result.ours = Timing(time_jittor(runner.builder(runner.ours_forward)))
+    except Exception as err:
+        result.correct, result.why = False, "crashed: " + _short(err)
+        return result
+    for name in references:
+        result.refs[name] = runner.time_reference(name)
+    return result

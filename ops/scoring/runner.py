@@ -1,0 +1,95 @@
+"""The grader's parent process: runs cases in worker subprocesses, survives hangs and crashes, grades."""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable, Dict, List, Optional, Sequence
+
+from .grading import CaseResult, Timing, grade
+
+DEFAULT_TIMEOUT_S = 600  # per case: first-time kernel compiles and torch.compile are slow
+
+
+def _result_from_json(d: dict) -> CaseResult:
+    d = dict(d)
+    d["ours"] = Timing(**d["ours"])
+    d["refs"] = {k: Timing(**v) for k, v in d["refs"].items()}
+    return CaseResult(**d)
+
+
+def _reader(stream, q):
+    for line in stream:
+        q.put(line)
+    q.put(None)
+
+
+def run_cases(case_ids: Sequence[str], *, device: str, impl: str, seed: int, references: Sequence[str],
+              timeout_s: float = DEFAULT_TIMEOUT_S, on_result: Optional[Callable[[CaseResult], None]] = None,
+              nbytes_of: Optional[Callable[[str], int]] = None):
+    """Run every case; returns (env, results in case order). A hang or crash fails that case only."""
+    pending = list(case_ids)
+    results: Dict[str, CaseResult] = {}
+    env: dict = {}
+    while pending:
+        job = {"device": device, "impl": impl, "seed": seed, "cases": pending, "references": list(references),
+               "copy": not env}
+        proc = subprocess.Popen([sys.executable, "-m", "ops.scoring.worker", "--job", json.dumps(job)],
+                                stdout=subprocess.PIPE, stderr=None, text=True, bufsize=1,
+                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        lines: "queue.Queue[Optional[str]]" = queue.Queue()
+        threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
+        current, started = None, time.monotonic()
+        while True:
+            wait = timeout_s - (time.monotonic() - started) if current else timeout_s * 2
+            try:
+                line = lines.get(timeout=max(wait, 0.1))
+            except queue.Empty:
+                line = "@@timeout"
+            if line is None or line == "@@timeout":
+                if line == "@@timeout":
+                    proc.kill()
+                code = proc.wait()
+                if not env and current is None:
+                    raise RuntimeError(f"the grading worker exited with code {code} before running a case "
+                                       f"(its error is printed above)")
+                failed = current or (pending[0] if pending else None)
+                if failed is not None:
+                    why = (f"hung: no result in {timeout_s:.0f} s" if line == "@@timeout"
+                           else f"crashed: worker exited with code {code}")
+                    res = CaseResult(failed, nbytes_of(failed) if nbytes_of else 0, why=why)
+                    results[failed] = res
+                    if on_result:
+                        on_result(res)
+                    pending = [c for c in pending if c != failed]
+                break
+            if not line.startswith("@@"):
+                sys.stderr.write(line)
+                continue
+            kind, _, payload = line[2:].rstrip("\n").partition(" ")
+            if kind == "env":
+                env = json.loads(payload)
+            elif kind == "start":
+                current, started = payload, time.monotonic()
+            elif kind == "result":
+                res = _result_from_json(json.loads(payload))
+                results[res.case_id] = res
+                pending = [c for c in pending if c != res.case_id]
+                current = None
+                if on_result:
+                    on_result(res)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return env, [results[c] for c in case_ids]
+
+
+def grade_all(results: List[CaseResult], stored: Optional[dict] = None) -> List[CaseResult]:
+    stored = stored or {}
+    for r in results:
+        grade(r, stored.get(r.case_id))
+    return results

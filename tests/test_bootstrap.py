@@ -1,0 +1,119 @@
+"""The jittor bootstrap's decisions (ops._jittor), checked without a GPU."""
+import pytest
+
+from ops import _jittor as boot
+
+NO_GPU = boot.Machine(gpu_count=0, nvcc="/usr/local/bin/nvcc", nvcc_version=(13, 0))
+CUDA13 = boot.Machine(gpu_count=1, nvcc="/usr/local/cuda/bin/nvcc", nvcc_version=(13, 0))
+CUDA12 = boot.Machine(gpu_count=2, nvcc="/usr/local/cuda/bin/nvcc", nvcc_version=(12, 4))
+
+HEADER = """inline int pick() {
+  cudaDeviceProp deviceProp;
+  if (deviceProp.computeMode == cudaComputeModeProhibited) return -1;
+  uint64_t perf = (uint64_t)deviceProp.multiProcessorCount * deviceProp.clockRate;
+  int clockRateX = 0;
+  return (int)perf + clockRateX;
+}
+"""
+
+
+def test_offline_defaults_everywhere():
+    for machine in (NO_GPU, CUDA13, CUDA12):
+        plan = boot.plan_defaults({}, machine)
+        for key in ("use_mkl", "use_cutt", "use_cutlass", "use_nccl"):
+            assert plan[key] == "0"
+        assert plan["log_silent"] == "1"
+
+
+def test_no_gpu_forces_cpu_build():
+    assert boot.plan_defaults({}, NO_GPU)["nvcc_path"] == ""
+    assert "conv_opt" not in boot.plan_defaults({}, NO_GPU)
+
+
+def test_gpu_keeps_nvcc_and_skips_cudnn():
+    plan = boot.plan_defaults({}, CUDA13)
+    assert "nvcc_path" not in plan
+    assert plan["conv_opt"] == "1"
+
+
+def test_user_settings_win():
+    env = {"use_mkl": "1", "nvcc_path": "/opt/cuda/bin/nvcc", "log_silent": "0", "conv_opt": "0"}
+    plan = boot.plan_defaults(env, NO_GPU)
+    assert not set(plan) & set(env)
+    assert plan["use_cutt"] == "0"
+
+
+@pytest.mark.parametrize("value", ["0", "false", "off", "no"])
+def test_bootstrap_switch_turns_everything_off(value):
+    env = {boot.BOOTSTRAP_SWITCH: value}
+    assert boot.plan_defaults(env, CUDA13) == {}
+    assert not boot.should_patch(env, CUDA13)
+
+
+def test_patch_applies_only_for_cuda13_with_gpu():
+    assert boot.should_patch({}, CUDA13)
+    assert not boot.should_patch({}, CUDA12)
+    assert not boot.should_patch({}, NO_GPU)
+    assert not boot.should_patch({boot.PATCH_SWITCH: "0"}, CUDA13)
+    assert not boot.should_patch({"nvcc_path": ""}, CUDA13)
+
+
+def test_header_patch_replaces_removed_fields_only():
+    patched = boot.patch_header_text(HEADER)
+    assert "deviceProp.computeMode" not in patched and "deviceProp.clockRate" not in patched
+    assert "cudaComputeModeDefault == cudaComputeModeProhibited" in patched
+    assert "multiProcessorCount * 1;" in patched
+    assert "clockRateX" in patched  # identifiers that merely start with the field name stay
+    assert not boot.header_needs_patch(patched)
+    assert boot.header_needs_patch(HEADER)
+
+
+def test_patch_is_idempotent_and_keeps_original(tmp_path):
+    inc = tmp_path / "extern" / "cuda" / "inc"
+    inc.mkdir(parents=True)
+    (inc / "helper_cuda.h").write_text(HEADER)
+    message = boot.patch_helper_cuda(tmp_path)
+    assert "helper_cuda.h" in message and boot.PATCH_SWITCH in message
+    assert (inc / "helper_cuda.h.orig").read_text() == HEADER
+    once = (inc / "helper_cuda.h").read_text()
+    assert boot.patch_helper_cuda(tmp_path) == ""
+    assert (inc / "helper_cuda.h").read_text() == once
+
+
+def test_read_only_install_falls_back_to_cpu_with_a_message(tmp_path, monkeypatch, capsys):
+    inc = tmp_path / "extern" / "cuda" / "inc"
+    inc.mkdir(parents=True)
+    (inc / "helper_cuda.h").write_text(HEADER)
+    inc.chmod(0o555)
+    (inc / "helper_cuda.h").chmod(0o444)
+    monkeypatch.setattr(boot, "probe_machine", lambda env: CUDA13)
+    monkeypatch.setattr(boot, "_jittor_dir", lambda: tmp_path)
+    env = {}
+    try:
+        writable = boot.os.access(inc / "helper_cuda.h", boot.os.W_OK)
+        boot.bootstrap(env)
+    finally:
+        inc.chmod(0o755)
+        (inc / "helper_cuda.h").chmod(0o644)
+    if writable:  # running as root: the file could be written, so it was patched
+        assert (inc / "helper_cuda.h.orig").exists()
+    else:
+        assert env["nvcc_path"] == ""
+        assert "cannot be written" in capsys.readouterr().err
+
+
+def test_nvcc_version_parsing():
+    text = "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 13.0, V13.0.88\n"
+    assert boot.parse_nvcc_version(text) == (13, 0)
+    assert boot.parse_nvcc_version("garbage") is None
+
+
+def test_numpy2_is_refused_with_a_clear_message():
+    boot.check_numpy("1.26.4")
+    with pytest.raises(ImportError, match="numpy<2"):
+        boot.check_numpy("2.5.2")
+
+
+def test_cuda13_compiles_cuda_as_cpp17():
+    flags = ' -Wall -std=c++14 -Xcompiler -fPIC -x cu'
+    assert boot.cuda_std_fix(flags) == ' -Wall -std=c++17 -Xcompiler -fPIC -x cu'

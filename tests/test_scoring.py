@@ -1,0 +1,123 @@
+"""The grader's math with synthetic timings: tiers, points, failed references, roofline, summary, reports."""
+import json
+
+import numpy as np
+import pytest
+
+from ops.scoring import grading, report
+from ops.scoring.grading import CaseResult, Timing
+from ops.scoring.harness import compare
+from ops.scoring.spec import case, random_array, round_to_bfloat16
+
+GB = 10**9
+
+
+def result(ours_ms, refs, nbytes=GB, correct=True):
+    return CaseResult("fam/fwd/x", nbytes, ours=Timing(ours_ms), correct=correct,
+                      refs={k: (Timing(v) if isinstance(v, float) else Timing(error=v)) for k, v in refs.items()})
+
+
+def test_throughput_is_bytes_over_time():
+    assert grading.gbps(GB, 1.0) == pytest.approx(1000.0)
+    assert grading.gbps(GB, None) is None
+
+
+def test_default_tiers_naive_jittor_fastest():
+    refs = {"naive": Timing(10.0), "jittor": Timing(4.0), "torch": Timing(2.0)}
+    assert grading.default_tiers(GB, refs) == pytest.approx([100.0, 250.0, 500.0])
+
+
+def test_failed_references_fall_back_and_tiers_never_decrease():
+    refs = {"naive": Timing(2.0), "jittor": Timing(error="ERR fp16"), "torch": Timing(8.0)}
+    assert grading.default_tiers(GB, refs) == pytest.approx([500.0, 500.0, 500.0])
+    refs = {"naive": Timing(error="x"), "jittor": Timing(error="y"), "torch": Timing(4.0)}
+    assert grading.default_tiers(GB, refs) == pytest.approx([250.0, 250.0, 250.0])
+    assert grading.default_tiers(GB, {"naive": Timing(error="x")}) is None
+
+
+@pytest.mark.parametrize("ours_ms, points", [
+    (10.0, 40),          # exactly the naive tier
+    (10.0 / 0.9501, 40),  # 0.95 of a tier still earns it
+    (10.6, 0),           # below 0.95 of the first tier
+    (4.2, 70), (2.1, 100), (1.0, 100),
+])
+def test_points_by_tier(ours_ms, points):
+    r = grading.grade(result(ours_ms, {"naive": 10.0, "jittor": 4.0, "torch": 2.0}))
+    assert r.points == points
+
+
+def test_wrong_result_scores_zero_even_when_fast():
+    assert grading.grade(result(0.1, {"naive": 10.0}, correct=False)).points == 0
+
+
+def test_stored_tiers_win_over_this_run():
+    r = grading.grade(result(2.0, {"naive": 10.0, "jittor": 4.0, "torch": 2.0}), stored_tiers=[100, 400, 1000])
+    assert r.tiers == [100, 400, 1000] and r.points == 70
+
+
+def test_no_reference_at_all_gives_full_points_for_a_correct_case():
+    r = grading.grade(result(1.0, {"naive": "boom", "jittor": "ERR"}))
+    assert r.tiers is None and r.points == 100
+
+
+def test_speedups_and_summary():
+    a = grading.grade(result(1.0, {"naive": 4.0, "jittor": 2.0, "torch": 0.5}))
+    b = grading.grade(result(2.0, {"naive": 16.0, "jittor": "ERR", "torch": 4.0}))
+    assert grading.speedup(a, "torch") == pytest.approx(0.5)
+    assert grading.speedup(b, "jittor") is None
+    s = grading.summarize([a, b], copy_gbps=1000.0)
+    assert s["geomean_speedup"]["naive"] == pytest.approx(np.sqrt(4 * 8))
+    assert s["geomean_speedup"]["jittor"] == pytest.approx(2.0)
+    assert s["geomean_speedup"]["torch"] == pytest.approx(np.sqrt(0.5 * 2))
+    assert s["slower_than"]["torch"] == ["fam/fwd/x"]
+    assert s["points"] == a.points + b.points and s["max_points"] == 200
+    assert s["median_roofline"] == pytest.approx(1.0)  # 1 GB in 1 ms = 1000 GB/s, the copy bandwidth
+
+
+def test_report_marks_failures_and_roofline(tmp_path):
+    a = grading.grade(result(1.0, {"naive": 4.0, "jittor": "RuntimeError: no fp16", "torch": 2.0}))
+    wrong = grading.grade(CaseResult("fam/bwd/y", GB, correct=False, why="3 elements off"))
+    env = {"name": "Test GPU", "device": "cuda", "copy_gbps": 2000.0}
+    text = report.render([a, wrong], ["naive", "jittor", "torch"], env, markdown=True, title="t")
+    assert "| fam/fwd/x |" in text and "50%" in text and "ERR" in text and "no fp16" in text
+    assert "WRONG" in text and "3 elements off" in text
+    data = json.loads(report.to_json([a, wrong], env, {}))
+    assert data["summary"]["correct"] == 1
+    path = tmp_path / "tiers.json"
+    report.save_tiers(str(path), [a, wrong], env)
+    assert report.load_tiers(str(path)) == {"fam/fwd/x": a.tiers}
+    path.write_text(json.dumps({"tiers_gbps": {"x": [1, 2]}}))
+    with pytest.raises(ValueError, match="three numbers"):
+        report.load_tiers(str(path))
+
+
+def test_compare_nan_shape_and_tolerance():
+    w = np.array([1.0, np.nan, 3.0])
+    assert compare(w.copy(), w, 1e-6, 0)[0]
+    assert "NaN mismatch" in compare(np.array([1.0, 2.0, 3.0]), w, 1e-6, 0)[2]
+    assert "shape" in compare(np.zeros(2), w, 1e-6, 0)[2]
+    ok, err, why = compare(np.array([1.0, np.nan, 3.1]), w, 1e-3, 0)
+    assert not ok and err == pytest.approx(0.1) and "first at (2,)" in why
+    assert compare(np.array([1, 2]), np.array([1, 3]), 0, 0)[2] == "1 elements differ"
+
+
+def test_random_arrays_are_fresh_and_exact_in_their_dtype():
+    rng = np.random.default_rng(0)
+    for dtype in ("float32", "float16", "float64", "bfloat16", "int8", "int64", "uint8", "bool"):
+        a = random_array((64,), dtype, rng)
+        assert np.count_nonzero(a) > 16
+    b = random_array((1000,), "bfloat16", rng)
+    assert np.array_equal(round_to_bfloat16(b), b)
+    assert (b.view(np.uint32) & 0xFFFF == 0).all()
+
+
+def test_bfloat16_rounding_is_to_nearest_even():
+    x = np.array([1 + 2**-8 + 2**-10, 1 + 2**-8, 1 + 3 * 2**-8], dtype=np.float32)
+    assert round_to_bfloat16(x).tolist() == [1 + 2**-7, 1.0, 1 + 2**-6]
+
+
+def test_case_ids_and_params():
+    c = case("max_pool3d", "k2", "bwd", [(1, 2, 4, 4, 4)], "float32", devices=("cpu",), kernel_size=2)
+    assert c.id == "max_pool3d/bwd/k2" and c.p == {"kernel_size": 2} and c.devices == ("cpu",)
+    with pytest.raises(ValueError, match="direction"):
+        case("f", "n", "sideways", [(1,)], "float32")
