@@ -46,7 +46,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     import random
 
+    import signal
+
     from .. import has_cuda
+    # jittor's core installs a SIGCHLD handler that exits this process when any child dies; here children
+    # are grading workers, and one killed for hanging must not take the grader down with it.
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     device = args.device or ("cuda" if has_cuda() else "cpu")
     if device == "cuda" and not has_cuda():
         print("get_score.py: --device cuda, but jittor has no CUDA here", file=sys.stderr)

@@ -1,0 +1,38 @@
+"""get_score.py end to end on the CPU with the toy family: verdicts, isolation of crashes and hangs, outputs."""
+import json
+import os
+import subprocess
+import sys
+
+from ops.scoring import grading
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_grader_end_to_end_with_failures(tmp_path):
+    env = dict(os.environ, OPS_SCORING_FAMILY_MODULES="toy_family",
+               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "tests"), ROOT, os.environ.get("PYTHONPATH", "")]))
+    out_json, out_md, tiers = tmp_path / "r.json", tmp_path / "r.md", tmp_path / "tiers.json"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "get_score.py"), "--device", "cpu", "--no-torch",
+                           "--timeout", "20", "--no-progress", "--json", str(out_json), "--markdown", str(out_md),
+                           "--save-tiers", str(tiers)], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out_json.read_text())
+    by_id = {r["case_id"]: r for r in data["results"]}
+    assert by_id["toy/fwd/ok"]["correct"] and by_id["toy/fwd/ok"]["ours"]["ms"] > 0
+    assert by_id["toy/bwd/ok"]["correct"]
+    assert by_id["toy/fwd/ok"]["refs"]["jittor"]["error"].endswith("no built-in for toys")
+    ok = by_id["toy/fwd/ok"]
+    assert ok["variant"] == "scale" and ok["tiers"] and ok["refs"]["naive"]["ms"] > 0
+    assert ok["points"] == grading.points_for(grading.gbps(ok["nbytes"], ok["ours"]["ms"]), ok["tiers"], True)
+    assert not by_id["toy/fwd/wrong"]["correct"] and "elements off" in by_id["toy/fwd/wrong"]["why"]
+    assert "kernel exploded" in by_id["toy/fwd/raise"]["why"]
+    assert by_id["toy/fwd/crash"]["why"] == "crashed: worker exited with code 3"
+    assert by_id["toy/fwd/hang"]["why"].startswith("hung")
+    assert by_id["toy/fwd/after"]["correct"]  # the worker was restarted after the hang
+    assert sum(r["points"] for r in data["results"]) == data["summary"]["points"]
+    assert all(by_id[c]["points"] == 0 for c in ("toy/fwd/wrong", "toy/fwd/raise", "toy/fwd/crash", "toy/fwd/hang"))
+    md = out_md.read_text()
+    assert "| toy/fwd/crash |" in md and "WRONG" in md and "points:" in md
+    assert json.loads(tiers.read_text())["tiers_gbps"]["toy/fwd/ok"]
+    assert "toy/fwd/ok" in proc.stdout
