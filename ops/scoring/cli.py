@@ -8,7 +8,7 @@ from typing import List, Optional
 
 from . import report
 from .families import load_families
-from .runner import DEFAULT_TIMEOUT_S, grade_all, run_cases
+from .runner import DEFAULT_TIMEOUT_S, grade_all, run_cases, warm_compile
 
 
 def parse_args(argv: Optional[List[str]] = None):
@@ -32,6 +32,7 @@ def parse_args(argv: Optional[List[str]] = None):
     ap.add_argument("--plot", metavar="F.png", help="also draw the speedup chart (needs matplotlib)")
     ap.add_argument("--seed", type=int, default=None, help="input seed (default: fresh)")
     ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per case before 'hung'")
+    ap.add_argument("--no-warm", action="store_true", help="skip the parallel kernel-compile pass (GPU)")
     ap.add_argument("--list", action="store_true", help="list the selected cases and exit")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     return ap.parse_args(argv)
@@ -88,6 +89,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             bar.set_postfix_str(res.case_id[-40:])
             bar.update(1)
 
+    if device == "cuda" and not args.no_warm:
+        groups = {}
+        for c in cases:
+            groups.setdefault(c.family, []).append(c.id)
+        print(f"compiling kernels of {len(cases)} cases ({len(groups)} families in parallel)...", file=sys.stderr)
+        warm_compile(list(groups.values()), device=device, impl=args.impl, seed=seed)
     env, results = run_cases([c.id for c in cases], device=device, impl=args.impl, seed=seed,
                              references=references, timeout_s=args.timeout, on_result=progress,
                              nbytes_of=nbytes.get)

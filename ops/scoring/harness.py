@@ -196,17 +196,21 @@ class CaseRunner:
         tdtype = getattr(torch, self.case.dtype)
         ts = [torch.from_numpy(np.ascontiguousarray(a)).to(device) for a in self.arrays]
         ts = [t.to(tdtype) if t.is_floating_point() else t for t in ts]
-        fn = self.fam.torch_forward
-        if compiled:
-            fn = torch.compile(self.fam.torch_forward, dynamic=False)
         if self.fam.torch_forward(self.case, ts) is None:
             raise RuntimeError("no PyTorch counterpart")
+
+        def fn(*tensors):
+            return self.fam.torch_forward(self.case, list(tensors))
+        if compiled:
+            fn = torch.compile(fn, dynamic=False)
         if self.case.direction == "fwd":
             with torch.no_grad():
-                return time_torch(lambda: fn(self.case, ts))
-        targets = [ts[i].requires_grad_() for i in self.case.grad_of]
-        outs = list(fn(self.case, ts))
+                return time_torch(lambda: fn(*ts))
+        for i in self.case.grad_of:
+            ts[i].requires_grad_()
+        outs = list(fn(*ts))
         dys = [torch.from_numpy(np.ascontiguousarray(a)).to(device).to(tdtype) for a in self.dy_arrays]
+        targets = [ts[i] for i in self.case.grad_of]
         return time_torch(lambda: torch.autograd.grad(outs, targets, dys, retain_graph=True))
 
 
@@ -236,3 +240,50 @@ def run_case(fam: Family, case: Case, api, seed: int, references: Sequence[str],
     for name in references:
         result.refs[name] = runner.time_reference(name)
     return result
+
+
+def warm_cases(items, api, seed: int) -> int:
+    """Build every case's graphs (ours, naive, jittor's built-in; forward, then backward) and sync them in two
+    batches, so that jittor compiles their kernels in parallel instead of one by one during timing.
+
+    Best effort: a graph that fails here fails again, with its reason, in the timed run. Returns how many
+    graphs were built.
+    """
+    def sync_all(vs):
+        try:
+            jt.sync(vs)
+        except Exception:
+            for v in vs:  # one bad kernel must not stop the others from compiling
+                try:
+                    v.sync()
+                except Exception:
+                    pass
+
+    runners, built = [], 0
+    forwards = []
+    for fam, case in items:
+        try:
+            runner = CaseRunner(fam, case, api, seed)
+        except Exception:
+            continue
+        impls = [runner.ours_forward, fam.naive_forward, fam.jittor_forward]
+        runners.append((runner, impls))
+        for impl in impls:
+            try:
+                forwards += [v for v in (impl(case, runner.xs) or [])]
+                built += 1
+            except Exception:
+                pass
+    sync_all(forwards)
+    backwards = []
+    for runner, impls in runners:
+        if runner.case.direction != "bwd":
+            continue
+        for impl in impls:
+            try:
+                backwards += list(runner.builder(impl)())
+                built += 1
+            except Exception:
+                pass
+    sync_all(backwards)
+    return built

@@ -88,6 +88,29 @@ def run_cases(case_ids: Sequence[str], *, device: str, impl: str, seed: int, ref
     return env, [results[c] for c in case_ids]
 
 
+def warm_compile(groups: Sequence[Sequence[str]], *, device: str, impl: str, seed: int,
+                 timeout_s: float = 1800) -> None:
+    """Compile every case's kernels before timing: one worker per group (op family), all at once.
+
+    jittor compiles a new kernel in 2-6 s of nvcc and, within one process, one sync at a time; the workers
+    sync each family's graphs in two batches and run side by side (jittor's file lock off, since they
+    compile different kernels), so the timed run finds every kernel in the cache.
+    """
+    env = dict(os.environ, disable_lock="1", PYTHONUNBUFFERED="1")
+    procs = []
+    for ids in groups:
+        job = {"device": device, "impl": impl, "seed": seed, "cases": list(ids), "references": [], "warm": True}
+        procs.append(subprocess.Popen([sys.executable, "-m", "ops.scoring.worker", "--job", json.dumps(job)],
+                                      stdout=subprocess.DEVNULL, env=env))
+    deadline = time.monotonic() + timeout_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 def grade_all(results: List[CaseResult], stored: Optional[dict] = None) -> List[CaseResult]:
     stored = stored or {}
     for r in results:

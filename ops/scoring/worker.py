@@ -54,11 +54,15 @@ def main(argv=None) -> int:
 
     from .._jittor import jt
     from .families import load_families
-    from .harness import run_case
+    from .harness import run_case, warm_cases
 
     jt.flags.use_cuda = 1 if job["device"] == "cuda" else 0
     api = importlib.import_module(job["impl"])
     by_id = {c.id: (fam, c) for fam in load_families() for c in fam.cases}
+    if job.get("warm"):
+        built = warm_cases([by_id[c] for c in job["cases"]], api, job["seed"])
+        emit("warm", {"graphs": built})
+        return 0
     env = {"device": job["device"], "name": device_name(jt)}
     if job.get("copy"):
         env["copy_gbps"] = measure_copy_gbps(jt)
