@@ -121,3 +121,11 @@ def test_case_ids_and_params():
     assert c.id == "max_pool3d/bwd/k2" and c.p == {"kernel_size": 2} and c.devices == ("cpu",)
     with pytest.raises(ValueError, match="direction"):
         case("f", "n", "sideways", [(1,)], "float32")
+
+
+def test_speedup_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    a = grading.grade(result(1.0, {"naive": 4.0, "jittor": "ERR", "torch": 2.0}))
+    path = tmp_path / "speedup.png"
+    report.plot(str(path), [a], ["naive", "jittor", "torch"])
+    assert path.stat().st_size > 1000
