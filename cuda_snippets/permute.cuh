@@ -155,17 +155,15 @@ template <int BR, typename IndexT> struct OpsTileParams {
 
 // The tile in shared memory: row = local b (T = 32 * P rows), 32 words of P elements along a, plus one pad
 // word. Word index row * 33 + col sits in bank (row + col) % 32.
-//  * P == 1: thread tx of a warp reads tile[tx][al]: bank (tx + al) % 32 for 4-byte words; for 1-, 2-, 8- and
-//    16-byte words the 33-word pitch also spreads the 32 (half-, quarter-) warp accesses over distinct banks.
+//  * P == 1: thread tx of a warp reads tile[tx][al]: bank (tx + al) % 32 for 4-byte elements; for 1-, 2-, 8-
+//    and 16-byte elements the 33-element pitch also puts the accesses of a warp (1, 2 bytes: distinct words;
+//    8, 16 bytes: per half / quarter warp) in distinct banks.
 //  * P > 1: thread tx needs element al of rows tx * P + j (j < P). Visiting j in the order
 //    (i + tx / (32 / P)) % P makes the 32 threads of each load hit 32 distinct banks (conflict-free), and
 //    the P elements are recombined with shifts into the 4-byte output word.
-template <int E, int P, class Word>
-__device__ __forceinline__ Word ops_tile_gather(const Word (*tile)[33], int tx, int al) {
-  if constexpr (P == 1) {
-    return tile[tx][al];
-  } else {
-    static_assert(E * P == 4, "packed words are 4 bytes");
+template <int E, int P> struct OpsTileGather {  // P > 1: 4-byte words of P elements
+  static_assert(E * P == 4, "packed words are 4 bytes");
+  static __device__ __forceinline__ OpsBytes<4> get(const OpsBytes<4> (*tile)[33], int tx, int al) {
     constexpr int BITS = 8 * E;
     constexpr unsigned int MASK = (1u << BITS) - 1u;
     const int rot = tx / (32 / P);
@@ -177,11 +175,16 @@ __device__ __forceinline__ Word ops_tile_gather(const Word (*tile)[33], int tx, 
       const unsigned int w = tile[tx * P + j][col].v;
       r |= ((w >> (BITS * lane)) & MASK) << (BITS * j);
     }
-    Word o;
+    OpsBytes<4> o;
     o.v = r;
     return o;
   }
-}
+};
+template <int E> struct OpsTileGather<E, 1> {
+  static __device__ __forceinline__ OpsBytes<E> get(const OpsBytes<E> (*tile)[33], int tx, int al) {
+    return tile[tx][al];
+  }
+};
 
 // One block per tile (tile index = ((batch * tiles_b) + tb) * tiles_a + ta). Threads (32, ROWS).
 // Phase 1: rows b0 + ty + ROWS * k of the input plane, word tx along a -> tile[b][a-word]; the epilogue's
@@ -230,7 +233,8 @@ ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst
   if (a < p.A) {
 #pragma unroll
     for (int k = 0; k < K; ++k)
-      if (ROWS * k < b_left) tile[ty + ROWS * k][tx] = src[(src_base + (b0 + ty + ROWS * k) * p.in_stride_b + a) / P];
+      if (ROWS * k < b_left)
+        tile[ty + ROWS * k][tx] = src[(src_base + (b0 + ty + ROWS * k) * p.in_stride_b + a) / P];
   }
   __syncthreads();
 
@@ -239,7 +243,7 @@ ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst
     for (int k = 0; k < K; ++k) {
       if (ROWS * k < a_left) {
         const int al = ty + ROWS * k;
-        const Word w = ops_tile_gather<E, P, Word>(tile, tx, al);
+        const Word w = OpsTileGather<E, P>::get(tile, tx, al);
         dst[(dst_base + (a0 + al) * p.out_stride_a + b) / P] = epi.apply(w, pre[k]);
       }
     }

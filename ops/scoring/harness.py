@@ -36,8 +36,10 @@ class _InjectGrad(jt.Function):
 
 
 def to_jittor(arr: np.ndarray, dtype: str):
-    v = jt.array(arr)
-    return v if str(v.dtype) == dtype else v.astype(dtype)
+    """A jittor Var of ``dtype`` holding ``arr`` exactly (jt.array alone narrows int64 and float64)."""
+    if dtype == "bfloat16":
+        return jt.array(arr.astype(np.float32), "float32").astype("bfloat16")
+    return jt.array(arr, dtype)
 
 
 def to_numpy64(v) -> np.ndarray:
@@ -136,7 +138,10 @@ class CaseRunner:
     def builder(self, forward: Callable) -> Callable[[], list]:
         """A function building the graph to time: the forward, or (bwd cases) only the backward."""
         if self.case.direction == "fwd":
-            return lambda: list(forward(self.case, self.xs))
+            def forward_only():  # as PyTorch is timed: no autograd bookkeeping (e.g. saved argmax indices)
+                with jt.no_grad():
+                    return list(forward(self.case, self.xs))
+            return forward_only
         outs = list(forward(self.case, self.xs))
         jt.sync(outs)
         if self.dys is None:

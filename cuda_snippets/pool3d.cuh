@@ -1,0 +1,529 @@
+// pool3d.cuh: MaxPool3D forward and deterministic backward kernels, with their host launchers.
+//
+// Contract (checked in Python by ops/pool3d.py before any launch):
+//   * x is a contiguous (P, D, H, W) tensor, P = N * C planes; outputs are (P, Do, Ho, Wo); all sizes >= 1.
+//   * D * H * W <= 2^31 - 1: positions inside one plane (the saved indices) are int.
+//   * I (the index type of work items and plane offsets) is int while every tensor holds < 2^31 elements,
+//     long long otherwise.
+//   * NOPAD == true only when padding is 0 and every window lies inside the input (no bounds checks then).
+//   * The k2s2 kernels: kernel = stride = 2, dilation 1, NOPAD, W % VEC == 0 (so every row of x and y starts
+//     on a VEC-element boundary; jittor allocations are 256-byte aligned at element 0).
+//   * Scatter backward: windows never share an element (stride >= dilation * (k - 1) + 1 in every dim).
+//   * Tile backward: the windows cover the input exactly once (k == stride, dilation 1, padding 0,
+//     L == Lo * k in every dim), so writing every window element writes all of dx.
+//
+// Semantics (PyTorch's): elements of a window are offered in (d, h, w) order; a larger value or a NaN takes
+// over, so ties keep the first maximum, a NaN sticks, and a later NaN moves the index to itself. A window
+// that holds no element (possible only with padding and dilation) gives -inf and index -1.
+// Compile-time window sizes KD/KH/KW: 0 means "read it from Pool3dGeom at run time".
+#pragma once
+
+// ---------------------------------------------------------------------------------------------------------
+// Index math
+
+// Quotient by a divisor fixed for the launch: the multiply-shift OpsDivisor for int, plain division for
+// long long (only used above 2^31 elements).
+template <typename I> struct Pool3dDiv;
+template <> struct Pool3dDiv<int> {
+  OpsDivisor f;
+  static Pool3dDiv make(long long d) { Pool3dDiv r; r.f = ops_make_divisor((unsigned int)d); return r; }
+  __device__ __forceinline__ int div(int n) const { return (int)f.div((unsigned int)n); }
+  __device__ __forceinline__ int value() const { return (int)f.d; }
+};
+template <> struct Pool3dDiv<long long> {
+  long long d;
+  static Pool3dDiv make(long long v) { Pool3dDiv r; r.d = v; return r; }
+  __device__ __forceinline__ long long div(long long n) const { return n / d; }
+  __device__ __forceinline__ long long value() const { return d; }
+};
+
+struct Pool3dGeom {
+  int D, H, W;     // input plane
+  int Do, Ho, Wo;  // output plane
+  int kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw;
+};
+
+// A launch's work items: item i -> (plane, z, y, x) with x fastest; total items in `total`.
+template <typename I> struct Pool3dArgs {
+  Pool3dGeom g;
+  I total;
+  I plane_in, plane_out;  // elements of one input plane, one output plane
+  Pool3dDiv<I> nx, ny, nz;
+};
+
+template <typename I>
+__device__ __forceinline__ void pool3d_split(const Pool3dArgs<I>& a, I i, I& plane, int& z, int& y, int& x) {
+  const I q0 = a.nx.div(i);
+  x = (int)(i - q0 * a.nx.value());
+  const I q1 = a.ny.div(q0);
+  y = (int)(q0 - q1 * a.ny.value());
+  plane = a.nz.div(q1);
+  z = (int)(q1 - plane * a.nz.value());
+}
+
+template <typename Map>
+inline Pool3dGeom pool3d_geom(long long D, long long H, long long W, long long Do, long long Ho, long long Wo,
+                              Map& data) {
+  Pool3dGeom g;
+  g.D = (int)D; g.H = (int)H; g.W = (int)W; g.Do = (int)Do; g.Ho = (int)Ho; g.Wo = (int)Wo;
+  g.kd = (int)data["kd"]; g.kh = (int)data["kh"]; g.kw = (int)data["kw"];
+  g.sd = (int)data["sd"]; g.sh = (int)data["sh"]; g.sw = (int)data["sw"];
+  g.pd = (int)data["pd"]; g.ph = (int)data["ph"]; g.pw = (int)data["pw"];
+  g.dd = (int)data["dd"]; g.dh = (int)data["dh"]; g.dw = (int)data["dw"];
+  return g;
+}
+
+template <typename I>
+inline Pool3dArgs<I> pool3d_args(const Pool3dGeom& g, long long planes, long long nx, long long ny, long long nz) {
+  Pool3dArgs<I> a;
+  a.g = g;
+  a.total = (I)(planes * nz * ny * nx);
+  a.plane_in = (I)g.D * g.H * g.W;
+  a.plane_out = (I)g.Do * g.Ho * g.Wo;
+  a.nx = Pool3dDiv<I>::make(nx);
+  a.ny = Pool3dDiv<I>::make(ny);
+  a.nz = Pool3dDiv<I>::make(nz);
+  return a;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Numerics: compare in float (exact for half/bfloat16) or double; NaN tests on the bits, so no compiler
+// flag can fold them away.
+
+template <typename T> struct Pool3dAcc { typedef float type; };
+template <> struct Pool3dAcc<double> { typedef double type; };
+
+__device__ __forceinline__ float pool3d_acc(float v) { return v; }
+__device__ __forceinline__ double pool3d_acc(double v) { return v; }
+__device__ __forceinline__ float pool3d_acc(__half v) { return __half2float(v); }
+__device__ __forceinline__ float pool3d_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+__device__ __forceinline__ bool pool3d_isnan(float v) { return (__float_as_uint(v) << 1) > 0xff000000u; }
+__device__ __forceinline__ bool pool3d_isnan(double v) {
+  return ((unsigned long long)__double_as_longlong(v) << 1) > 0xffe0000000000000ull;
+}
+
+template <typename T> __device__ __forceinline__ T pool3d_from_acc(typename Pool3dAcc<T>::type v) {
+  return ops_from_float<T>(v);  // round to nearest for half/bfloat16
+}
+template <> __device__ __forceinline__ double pool3d_from_acc<double>(double v) { return v; }
+
+__device__ __forceinline__ int pool3d_min(int a, int b) { return a < b ? a : b; }
+
+template <typename T> __device__ __forceinline__ T pool3d_neg_inf();
+template <> __device__ __forceinline__ float pool3d_neg_inf<float>() { return __int_as_float(0xff800000); }
+template <> __device__ __forceinline__ double pool3d_neg_inf<double>() {
+  return __longlong_as_double((long long)0xfff0000000000000ull);
+}
+template <> __device__ __forceinline__ __half pool3d_neg_inf<__half>() { return __ushort_as_half(0xfc00); }
+template <> __device__ __forceinline__ __nv_bfloat16 pool3d_neg_inf<__nv_bfloat16>() {
+  return __ushort_as_bfloat16(0xff80);
+}
+
+template <typename T> __device__ __forceinline__ T pool3d_zero();
+template <> __device__ __forceinline__ float pool3d_zero<float>() { return 0.f; }
+template <> __device__ __forceinline__ double pool3d_zero<double>() { return 0.0; }
+template <> __device__ __forceinline__ __half pool3d_zero<__half>() { return __ushort_as_half(0); }
+template <> __device__ __forceinline__ __nv_bfloat16 pool3d_zero<__nv_bfloat16>() { return __ushort_as_bfloat16(0); }
+
+// The running maximum of one window.
+template <typename T> struct Pool3dBest {
+  typedef typename Pool3dAcc<T>::type A;
+  A v;    // compare value
+  T raw;  // the element itself, written out unchanged
+  int pos;  // position (d * H + h) * W + w in the plane; -1 while no element was offered
+
+  __device__ __forceinline__ void take(T x, int p) { raw = x; v = pool3d_acc(x); pos = p; }
+  // EMPTY: the window may still be empty (pos < 0); false once an element was taken.
+  template <bool EMPTY> __device__ __forceinline__ void offer(T x, int p) {
+    const A c = pool3d_acc(x);
+    if ((EMPTY && pos < 0) || pool3d_isnan(c) || (!pool3d_isnan(v) && c > v)) { v = c; raw = x; pos = p; }
+  }
+  __device__ __forceinline__ T out() const { return pos >= 0 ? raw : pool3d_neg_inf<T>(); }
+};
+
+// True when partial result (bv, bp) beats (av, ap); both summarize disjoint position sets each scanned in
+// order, so this reproduces the in-order scan: NaN beats numbers and the later NaN wins, else the larger
+// value, ties to the smaller position. It is a strict total order: the warp butterfly agrees on all lanes.
+template <typename A> __device__ __forceinline__ bool pool3d_beats(A bv, int bp, A av, int ap) {
+  if (bp < 0) return false;
+  if (ap < 0) return true;
+  const bool an = pool3d_isnan(av), bn = pool3d_isnan(bv);
+  if (an || bn) return bn && (!an || bp > ap);
+  if (bv != av) return bv > av;
+  return bp < ap;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// One window, one thread: the loops are fully unrolled when KD/KH/KW are compile-time.
+template <typename T, int KD, int KH, int KW, bool NOPAD>
+__device__ __forceinline__ Pool3dBest<T> pool3d_window_max(const T* __restrict__ plane, const Pool3dGeom& g,
+                                                           int od, int oh, int ow) {
+  const int kd = KD ? KD : g.kd, kh = KH ? KH : g.kh, kw = KW ? KW : g.kw;
+  const int d0 = od * g.sd - g.pd, h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
+  Pool3dBest<T> b;
+  b.pos = -1;
+  if (NOPAD) {  // every element exists: seed with the first one, then no emptiness test per element
+    const int p0 = (d0 * g.H + h0) * g.W + w0;
+    b.take(plane[p0], p0);
+  }
+#pragma unroll
+  for (int i = 0; i < kd; ++i) {
+    const int d = d0 + i * g.dd;
+    if (!NOPAD && (d < 0 || d >= g.D)) continue;
+#pragma unroll
+    for (int j = 0; j < kh; ++j) {
+      const int h = h0 + j * g.dh;
+      if (!NOPAD && (h < 0 || h >= g.H)) continue;
+      const int row = (d * g.H + h) * g.W;
+#pragma unroll
+      for (int k = 0; k < kw; ++k) {
+        const int w = w0 + k * g.dw;
+        if (!NOPAD && (w < 0 || w >= g.W)) continue;
+        b.template offer<!NOPAD>(plane[row + w], row + w);
+      }
+    }
+  }
+  return b;
+}
+
+// One window, one warp: lane l scans window elements l, l + 32, ... (coalesced along each window row),
+// then a butterfly merges the lanes. Every lane returns the window's (v, pos); raw is not merged (reload it).
+template <typename T, int KD, int KH, int KW, bool NOPAD>
+__device__ __forceinline__ Pool3dBest<T> pool3d_window_max_warp(const T* __restrict__ plane, const Pool3dGeom& g,
+                                                                int od, int oh, int ow, int lane) {
+  const int kd = KD ? KD : g.kd, kh = KH ? KH : g.kh, kw = KW ? KW : g.kw;
+  const int khw = kh * kw, kvol = kd * khw;
+  const int d0 = od * g.sd - g.pd, h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
+  Pool3dBest<T> b;
+  b.pos = -1;
+#pragma unroll 4
+  for (int e = lane; e < kvol; e += 32) {
+    const int i = e / khw, r = e - i * khw, j = r / kw, k = r - j * kw;
+    const int d = d0 + i * g.dd, h = h0 + j * g.dh, w = w0 + k * g.dw;
+    if (!NOPAD && (d < 0 || d >= g.D || h < 0 || h >= g.H || w < 0 || w >= g.W)) continue;
+    const int p = (d * g.H + h) * g.W + w;
+    b.template offer<true>(plane[p], p);
+  }
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) {
+    const typename Pool3dAcc<T>::type ov = __shfl_xor_sync(0xffffffffu, b.v, m);
+    const int op = __shfl_xor_sync(0xffffffffu, b.pos, m);
+    if (pool3d_beats(ov, op, b.v, b.pos)) { b.v = ov; b.pos = op; }
+  }
+  return b;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Forward. MODE bit 1: write the maximum to y; bit 2: write the index to yi.
+
+// Large output planes: one output per thread, OPT outputs per thread BLOCK apart (OPT windows in flight).
+template <typename T, typename I, int KD, int KH, int KW, bool NOPAD, int MODE, int OPT, int BLOCK>
+__global__ void __launch_bounds__(BLOCK) pool3d_fwd_flat(const T* __restrict__ x, T* __restrict__ y,
+                                                         int* __restrict__ yi, const Pool3dArgs<I> a) {
+  const I first = (I)blockIdx.x * (BLOCK * OPT) + threadIdx.x;
+  Pool3dBest<T> best[OPT];
+#pragma unroll
+  for (int t = 0; t < OPT; ++t) {
+    const I o = first + (I)t * BLOCK;
+    if (o < a.total) {
+      I plane; int od, oh, ow;
+      pool3d_split(a, o, plane, od, oh, ow);
+      best[t] = pool3d_window_max<T, KD, KH, KW, NOPAD>(x + plane * a.plane_in, a.g, od, oh, ow);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < OPT; ++t) {
+    const I o = first + (I)t * BLOCK;
+    if (o < a.total) {
+      if (MODE & 1) y[o] = best[t].out();
+      if (MODE & 2) yi[o] = best[t].pos;
+    }
+  }
+}
+
+// Few outputs with big windows (e.g. k8 on 8x8x8, h = w = 1): one warp per output.
+template <typename T, typename I, int KD, int KH, int KW, bool NOPAD, int MODE, int BLOCK>
+__global__ void __launch_bounds__(BLOCK) pool3d_fwd_warp(const T* __restrict__ x, T* __restrict__ y,
+                                                         int* __restrict__ yi, const Pool3dArgs<I> a) {
+  const I o = (I)blockIdx.x * (BLOCK / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (o >= a.total) return;  // o is uniform across the warp: whole warps leave
+  I plane; int od, oh, ow;
+  pool3d_split(a, o, plane, od, oh, ow);
+  const T* __restrict__ xp = x + plane * a.plane_in;
+  const Pool3dBest<T> b = pool3d_window_max_warp<T, KD, KH, KW, NOPAD>(xp, a.g, od, oh, ow, lane);
+  if (lane == 0) {
+    if (MODE & 1) y[o] = b.pos >= 0 ? xp[b.pos] : pool3d_neg_inf<T>();
+    if (MODE & 2) yi[o] = b.pos;
+  }
+}
+
+// kernel 2 stride 2, padding-free, W % VEC == 0: a work item is VEC/2 adjacent outputs of one output row;
+// it reads its four input rows (d, h), (d, h+1), (d+1, h), (d+1, h+1) as one VEC-wide load each.
+template <typename T, int VEC> struct Pool3dK2 {
+  static constexpr int NO = VEC / 2;  // outputs per item
+  typedef OpsVec<T, VEC> In;
+  typedef OpsVec<T, NO> Out;
+  typedef OpsVec<int, NO> Idx;
+  // Loads the 4 rows of item (plane pointer xp, output od, oh, first output column ow0); returns their
+  // in-plane offsets in row[].
+  __device__ __forceinline__ static void load(const T* __restrict__ xp, const Pool3dGeom& g, int od, int oh,
+                                              int ow0, In (&v)[4], int (&row)[4]) {
+    row[0] = ((2 * od) * g.H + 2 * oh) * g.W + 2 * ow0;
+    row[1] = row[0] + g.W;
+    row[2] = row[0] + g.H * g.W;
+    row[3] = row[2] + g.W;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) v[r] = *reinterpret_cast<const In*>(xp + row[r]);
+  }
+  // The 8 elements of output q come in (d, h, w) order: rows 0..3, then columns 2q, 2q+1.
+  __device__ __forceinline__ static Pool3dBest<T> argmax(const In (&v)[4], const int (&row)[4], int q) {
+    Pool3dBest<T> b;
+    b.take(v[0].v[2 * q], row[0] + 2 * q);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) b.template offer<false>(v[r].v[2 * q + c], row[r] + 2 * q + c);
+    }
+    return b;
+  }
+};
+
+template <typename T, typename I, int VEC, int MODE, int OPT, int BLOCK>
+__global__ void __launch_bounds__(BLOCK) pool3d_fwd_k2s2(const T* __restrict__ x, T* __restrict__ y,
+                                                         int* __restrict__ yi, const Pool3dArgs<I> a) {
+  typedef Pool3dK2<T, VEC> K2;
+  const I first = (I)blockIdx.x * (BLOCK * OPT) + threadIdx.x;
+  typename K2::In v[OPT][4];
+  int row[OPT][4];
+#pragma unroll
+  for (int t = 0; t < OPT; ++t) {  // all OPT * 4 loads first
+    const I item = first + (I)t * BLOCK;
+    if (item < a.total) {
+      I plane; int od, oh, og;
+      pool3d_split(a, item, plane, od, oh, og);
+      K2::load(x + plane * a.plane_in, a.g, od, oh, og * K2::NO, v[t], row[t]);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < OPT; ++t) {
+    const I item = first + (I)t * BLOCK;
+    if (item < a.total) {
+      typename K2::Out ov;
+      typename K2::Idx oi;
+#pragma unroll
+      for (int q = 0; q < K2::NO; ++q) {
+        const Pool3dBest<T> b = K2::argmax(v[t], row[t], q);
+        ov.v[q] = b.raw;
+        oi.v[q] = b.pos;
+      }
+      // item * NO is the flat index of its first output (outputs of an item are contiguous in y).
+      if (MODE & 1) *reinterpret_cast<typename K2::Out*>(y + item * K2::NO) = ov;
+      if (MODE & 2) *reinterpret_cast<typename K2::Idx*>(yi + item * K2::NO) = oi;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Backward over windows (tile or scatter): recompute each window's argmax from x, then
+//   TILE:  write every element of the window: dy at the argmax, 0 elsewhere (the windows cover dx once);
+//   !TILE: dx was zeroed by the launcher; write dy at the argmax only (windows are disjoint).
+// No two threads write one element either way: no atomics, bit-identical results.
+
+template <typename T, int KD, int KH, int KW>
+__device__ __forceinline__ void pool3d_tile_write(T* __restrict__ dp, const Pool3dGeom& g, int od, int oh, int ow,
+                                                  int argpos, T gv, int first, int step) {
+  const int kd = KD ? KD : g.kd, kh = KH ? KH : g.kh, kw = KW ? KW : g.kw;
+  const int khw = kh * kw, kvol = kd * khw;
+  const int d0 = od * kd, h0 = oh * kh, w0 = ow * kw;  // tile: stride == kernel, no padding, dilation 1
+  const T zero = pool3d_zero<T>();
+#pragma unroll 4
+  for (int e = first; e < kvol; e += step) {
+    const int i = e / khw, r = e - i * khw, j = r / kw, k = r - j * kw;
+    const int p = ((d0 + i) * g.H + h0 + j) * g.W + w0 + k;
+    dp[p] = p == argpos ? gv : zero;
+  }
+}
+
+template <typename T, typename I, int KD, int KH, int KW, bool NOPAD, bool TILE, int OPT, int BLOCK>
+__global__ void __launch_bounds__(BLOCK) pool3d_bwd_flat(const T* __restrict__ x, const T* __restrict__ dy,
+                                                         T* __restrict__ dx, const Pool3dArgs<I> a) {
+  const I first = (I)blockIdx.x * (BLOCK * OPT) + threadIdx.x;
+#pragma unroll
+  for (int t = 0; t < OPT; ++t) {
+    const I o = first + (I)t * BLOCK;
+    if (o < a.total) {
+      I plane; int od, oh, ow;
+      pool3d_split(a, o, plane, od, oh, ow);
+      const Pool3dBest<T> b = pool3d_window_max<T, KD, KH, KW, NOPAD>(x + plane * a.plane_in, a.g, od, oh, ow);
+      T* __restrict__ dp = dx + plane * a.plane_in;
+      if (TILE) {
+        pool3d_tile_write<T, KD, KH, KW>(dp, a.g, od, oh, ow, b.pos, dy[o], 0, 1);
+      } else if (b.pos >= 0) {
+        dp[b.pos] = dy[o];
+      }
+    }
+  }
+}
+
+template <typename T, typename I, int KD, int KH, int KW, bool NOPAD, bool TILE, int BLOCK>
+__global__ void __launch_bounds__(BLOCK) pool3d_bwd_warp(const T* __restrict__ x, const T* __restrict__ dy,
+                                                         T* __restrict__ dx, const Pool3dArgs<I> a) {
+  const I o = (I)blockIdx.x * (BLOCK / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (o >= a.total) return;
+  I plane; int od, oh, ow;
+  pool3d_split(a, o, plane, od, oh, ow);
+  const Pool3dBest<T> b =
+      pool3d_window_max_warp<T, KD, KH, KW, NOPAD>(x + plane * a.plane_in, a.g, od, oh, ow, lane);
+  T* __restrict__ dp = dx + plane * a.plane_in;
+  if (TILE) {
+    pool3d_tile_write<T, KD, KH, KW>(dp, a.g, od, oh, ow, b.pos, dy[o], lane, 32);
+  } else if (lane == 0 && b.pos >= 0) {
+    dp[b.pos] = dy[o];
+  }
+}
+
+// Tile backward for kernel 2 stride 2 with the forward's VEC-wide row loads and VEC-wide dx row stores.
+template <typename T, typename I, int VEC, int OPT, int BLOCK>
+__global__ void __launch_bounds__(BLOCK) pool3d_bwd_k2s2(const T* __restrict__ x, const T* __restrict__ dy,
+                                                         T* __restrict__ dx, const Pool3dArgs<I> a) {
+  typedef Pool3dK2<T, VEC> K2;
+  const I first = (I)blockIdx.x * (BLOCK * OPT) + threadIdx.x;
+  typename K2::In v[OPT][4];
+  typename K2::Out gv[OPT];
+  int row[OPT][4];
+  I plane[OPT];
+#pragma unroll
+  for (int t = 0; t < OPT; ++t) {
+    const I item = first + (I)t * BLOCK;
+    if (item < a.total) {
+      int od, oh, og;
+      pool3d_split(a, item, plane[t], od, oh, og);
+      K2::load(x + plane[t] * a.plane_in, a.g, od, oh, og * K2::NO, v[t], row[t]);
+      gv[t] = *reinterpret_cast<const typename K2::Out*>(dy + item * K2::NO);
+    }
+  }
+  const T zero = pool3d_zero<T>();
+#pragma unroll
+  for (int t = 0; t < OPT; ++t) {
+    const I item = first + (I)t * BLOCK;
+    if (item < a.total) {
+      typename K2::In o[4];
+#pragma unroll
+      for (int q = 0; q < K2::NO; ++q) {
+        const int arg = K2::argmax(v[t], row[t], q).pos;
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) o[r].v[2 * q + c] = (row[t][r] + 2 * q + c == arg) ? gv[t].v[q] : zero;
+        }
+      }
+      T* __restrict__ dp = dx + plane[t] * a.plane_in;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) *reinterpret_cast<typename K2::In*>(dp + row[t][r]) = o[r];
+    }
+  }
+}
+
+// Gather backward (windows overlap): each input element visits, in (od, oh, ow) order, the windows that can
+// hold it and sums dy where the window's saved argmax is this element. Fixed order: deterministic.
+template <typename T, typename I, int OPT, int BLOCK>
+__global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather(const int* __restrict__ idx, const T* __restrict__ dy,
+                                                           T* __restrict__ dx, const Pool3dArgs<I> a) {
+  const Pool3dGeom& g = a.g;
+  const I first = (I)blockIdx.x * (BLOCK * OPT) + threadIdx.x;
+#pragma unroll
+  for (int t = 0; t < OPT; ++t) {
+    const I e = first + (I)t * BLOCK;
+    if (e >= a.total) continue;
+    I plane; int id, ih, iw;
+    pool3d_split(a, e, plane, id, ih, iw);
+    const int pos = (id * g.H + ih) * g.W + iw;
+    // Windows o with o * s - p + j * dil == i for some 0 <= j < k: o in [lo, hi], (i + p - o * s) % dil == 0.
+    const int td = id + g.pd, th = ih + g.ph, tw = iw + g.pw;
+    const int dlo = td - (g.kd - 1) * g.dd, hlo = th - (g.kh - 1) * g.dh, wlo = tw - (g.kw - 1) * g.dw;
+    const int d_lo = dlo <= 0 ? 0 : ops_ceil_div(dlo, g.sd), d_hi = pool3d_min(g.Do - 1, td / g.sd);
+    const int h_lo = hlo <= 0 ? 0 : ops_ceil_div(hlo, g.sh), h_hi = pool3d_min(g.Ho - 1, th / g.sh);
+    const int w_lo = wlo <= 0 ? 0 : ops_ceil_div(wlo, g.sw), w_hi = pool3d_min(g.Wo - 1, tw / g.sw);
+    const int* __restrict__ ip = idx + plane * a.plane_out;
+    const T* __restrict__ gp = dy + plane * a.plane_out;
+    typename Pool3dAcc<T>::type acc = 0;
+    for (int od = d_lo; od <= d_hi; ++od) {
+      if (g.dd != 1 && (td - od * g.sd) % g.dd != 0) continue;
+      for (int oh = h_lo; oh <= h_hi; ++oh) {
+        if (g.dh != 1 && (th - oh * g.sh) % g.dh != 0) continue;
+        const int orow = (od * g.Ho + oh) * g.Wo;
+        for (int ow = w_lo; ow <= w_hi; ++ow) {
+          if (g.dw != 1 && (tw - ow * g.sw) % g.dw != 0) continue;
+          if (ip[orow + ow] == pos) acc += pool3d_acc(gp[orow + ow]);
+        }
+      }
+    }
+    dx[e] = pool3d_from_acc<T>(acc);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Host launchers (called from jt.code's cuda_src; grid comes from select_config in Python).
+
+template <typename T, typename I, int KD, int KH, int KW, bool NOPAD, int MODE, int OPT, int BLOCK>
+void pool3d_fwd_flat_launch(const T* x, T* y, int* yi, const Pool3dGeom& g, long long planes, long long grid) {
+  const Pool3dArgs<I> a = pool3d_args<I>(g, planes, g.Wo, g.Ho, g.Do);
+  pool3d_fwd_flat<T, I, KD, KH, KW, NOPAD, MODE, OPT, BLOCK><<<(unsigned int)grid, BLOCK>>>(x, y, yi, a);
+  OPS_CHECK_LAUNCH();
+}
+
+template <typename T, typename I, int KD, int KH, int KW, bool NOPAD, int MODE, int BLOCK>
+void pool3d_fwd_warp_launch(const T* x, T* y, int* yi, const Pool3dGeom& g, long long planes, long long grid) {
+  const Pool3dArgs<I> a = pool3d_args<I>(g, planes, g.Wo, g.Ho, g.Do);
+  pool3d_fwd_warp<T, I, KD, KH, KW, NOPAD, MODE, BLOCK><<<(unsigned int)grid, BLOCK>>>(x, y, yi, a);
+  OPS_CHECK_LAUNCH();
+}
+
+template <typename T, typename I, int VEC, int MODE, int OPT, int BLOCK>
+void pool3d_fwd_k2s2_launch(const T* x, T* y, int* yi, const Pool3dGeom& g, long long planes, long long grid) {
+  CHECK(g.W % VEC == 0 && ((unsigned long long)x) % (VEC * sizeof(T)) == 0 &&
+        ((unsigned long long)y) % (VEC / 2 * sizeof(T)) == 0 && ((unsigned long long)yi) % (VEC / 2 * 4) == 0);
+  const Pool3dArgs<I> a = pool3d_args<I>(g, planes, g.Wo / (VEC / 2), g.Ho, g.Do);
+  pool3d_fwd_k2s2<T, I, VEC, MODE, OPT, BLOCK><<<(unsigned int)grid, BLOCK>>>(x, y, yi, a);
+  OPS_CHECK_LAUNCH();
+}
+
+template <typename T, typename I, int KD, int KH, int KW, bool NOPAD, bool TILE, int OPT, int BLOCK>
+void pool3d_bwd_flat_launch(const T* x, const T* dy, T* dx, const Pool3dGeom& g, long long planes,
+                            long long grid) {
+  const Pool3dArgs<I> a = pool3d_args<I>(g, planes, g.Wo, g.Ho, g.Do);
+  if (!TILE) cudaMemsetAsync(dx, 0, sizeof(T) * (size_t)planes * (size_t)a.plane_in);
+  pool3d_bwd_flat<T, I, KD, KH, KW, NOPAD, TILE, OPT, BLOCK><<<(unsigned int)grid, BLOCK>>>(x, dy, dx, a);
+  OPS_CHECK_LAUNCH();
+}
+
+template <typename T, typename I, int KD, int KH, int KW, bool NOPAD, bool TILE, int BLOCK>
+void pool3d_bwd_warp_launch(const T* x, const T* dy, T* dx, const Pool3dGeom& g, long long planes,
+                            long long grid) {
+  const Pool3dArgs<I> a = pool3d_args<I>(g, planes, g.Wo, g.Ho, g.Do);
+  if (!TILE) cudaMemsetAsync(dx, 0, sizeof(T) * (size_t)planes * (size_t)a.plane_in);
+  pool3d_bwd_warp<T, I, KD, KH, KW, NOPAD, TILE, BLOCK><<<(unsigned int)grid, BLOCK>>>(x, dy, dx, a);
+  OPS_CHECK_LAUNCH();
+}
+
+template <typename T, typename I, int VEC, int OPT, int BLOCK>
+void pool3d_bwd_k2s2_launch(const T* x, const T* dy, T* dx, const Pool3dGeom& g, long long planes,
+                            long long grid) {
+  CHECK(g.W % VEC == 0 && ((unsigned long long)x) % (VEC * sizeof(T)) == 0 &&
+        ((unsigned long long)dx) % (VEC * sizeof(T)) == 0 &&
+        ((unsigned long long)dy) % (VEC / 2 * sizeof(T)) == 0);
+  const Pool3dArgs<I> a = pool3d_args<I>(g, planes, g.Wo / (VEC / 2), g.Ho, g.Do);
+  pool3d_bwd_k2s2<T, I, VEC, OPT, BLOCK><<<(unsigned int)grid, BLOCK>>>(x, dy, dx, a);
+  OPS_CHECK_LAUNCH();
+}
+
+template <typename T, typename I, int OPT, int BLOCK>
+void pool3d_bwd_gather_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom& g, long long planes,
+                              long long grid) {
+  const Pool3dArgs<I> a = pool3d_args<I>(g, planes, g.W, g.H, g.D);
+  pool3d_bwd_gather<T, I, OPT, BLOCK><<<(unsigned int)grid, BLOCK>>>(idx, dy, dx, a);
+  OPS_CHECK_LAUNCH();
+}

@@ -1,0 +1,616 @@
+"""permute / transpose / transpose_add: a dtype-free permute and the fused ``x.transpose(d0, d1) + y``.
+
+Layers (top to bottom):
+
+* shape algebra, pure Python: :func:`normalize_dims`, :func:`simplify_permutation` (drop size-1 dims, merge
+  dims that stay adjacent), :func:`movement_size` (the widest chunk of 16/8/4/2/1 bytes the last dim allows),
+  :func:`plan_permute` (both together: the problem in "moved elements");
+* dispatch: :func:`select_config` -> :class:`KernelConfig` (variant, template constants, launch geometry,
+  index type, and the runtime values handed to the kernel through ``data``);
+* launch: :func:`render` (the few lines of ``cuda_src`` that call a launcher of ``cuda_snippets/permute.cuh``),
+  :data:`CPU_HEADER` (the CPU path: the same plan walked by a loop nest), :func:`_launch`;
+* :class:`PermuteFunction`, :class:`TransposeAddFunction` (``jt.Function``, used through ``.apply``);
+* the functional API :func:`permute`, :func:`transpose`, :func:`transpose_add`, and the Modules
+  :class:`Permute`, :class:`TransposeAdd`.
+
+Variants (the same names for both ops where they apply):
+
+========== =========================================================================================
+copy       permute only: identity after simplification; ``cudaMemcpyAsync`` / ``memcpy``.
+add        transpose_add only: identity after simplification (``d0 == d1`` or swapped size-1 dims); the
+           N-d kernel at rank 1, 16-byte words on x, y and the output where the size allows.
+general    the N-d kernel: rank R <= 8 after simplification, OpsDivisor index arithmetic. Picked when the
+           last dim stays in place (moved in chunks of up to 16 bytes, coalesced on both sides) or when
+           the last dim moves but a tile dim is below ``TILE_MIN_DIM``.
+tiled      the last dim moves: 32x32-element shared-memory tile of the (input last dim, output last dim)
+           plane for every index of the other dims (covers (1,0), (0,2,1) and N-d cases like (0,4,2,1,3)).
+tiled_packed  as tiled for 1- and 2-byte elements, with 4 bytes (P = 2 or 4 elements) per global access on
+           both sides of the tile: the fp16/bf16 pair path and the int8/bool quad path.
+fallback   permute only: more than ``MAX_RANK`` dims remain after simplification; jittor's own permute.
+========== =========================================================================================
+
+Every integer written into the CUDA source text (rank, chunk bytes, pack, batch rank, index type, block
+shape, and the element type for transpose_add) changes the generated code; shapes and strides go through
+``data`` so one compiled kernel serves every shape of a kind. The CPU source takes everything from ``data``:
+one CPU compile per dtype and op.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+from typing import Dict, Sequence, Tuple
+
+from . import _codegen
+from ._jittor import has_cuda, jt
+
+__all__ = ["permute", "transpose", "transpose_add", "Permute", "TransposeAdd", "PermuteFunction",
+           "TransposeAddFunction", "KernelConfig", "PermutePlan", "normalize_dims", "simplify_permutation",
+           "movement_size", "plan_permute", "select_config", "render", "VARIANTS"]
+
+# ---- tuning constants -------------------------------------------------------------------------------------
+
+# Templates and the CPU walker hold up to 8 simplified dims (the issue asks for rank 8); more falls back.
+MAX_RANK = 8
+# Chunk sizes the byte mover can use, widest first; 16 bytes is the widest single load/store on the GPU.
+CHUNKS = (16, 8, 4, 2, 1)
+# General kernel: 256 threads per block, 4 chunks per thread with every load issued before the first store:
+# 4 x 16 B in flight per thread keeps ~64 KB per SM outstanding at full occupancy, predicted enough to reach
+# ~90% of copy bandwidth on an H100/H200 (predicted; to measure).
+ND_THREADS = 256
+ND_UNROLL = 4
+# Tiled kernel: block (32, TILE_ROWS); each thread moves 32 * P / TILE_ROWS words per phase (4 for P = 1, 8 or
+# 16 for the packed path), all loads issued before the barrier. 8 rows = 256 threads per block, up to 8 blocks
+# per SM by threads and shared memory (<= 16.5 KB each) (predicted; to measure).
+TILE_ROWS = 8
+# Both tile-plane dims must be at least this for the tiled kernels: below it most of the 32-wide tile is
+# empty and the general kernel's strided reads are served from L1/L2 anyway (predicted; to measure).
+TILE_MIN_DIM = 16
+# The packed tile is 32 * P elements wide; take it only when both plane dims fill at least half of it
+# (predicted; to measure).
+PACK_MIN_FILL = 16
+# CPU tiled walk: 32x32 moved elements (at most 16 KB) stay in L1 while the input rows are re-read.
+CPU_TILE = 32
+
+VARIANTS = {
+    "permute": ("copy", "general", "tiled", "tiled_packed", "fallback"),
+    "transpose_add": ("add", "general", "tiled", "tiled_packed"),
+}
+# The CPU walker's variant codes: one memcpy, the N-d odometer walk, the tiled walk.
+_CPU_VARIANT = {"copy": 0, "add": 1, "general": 1, "tiled": 2, "tiled_packed": 2}
+
+# ---- shape algebra ----------------------------------------------------------------------------------------
+
+
+def _as_int(value, name: str) -> int:
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must hold ints, got a bool ({value!r})")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must hold ints, got {type(value).__name__} ({value!r})") from None
+
+
+def normalize_dims(ndim: int, dims: Sequence, name: str = "dims") -> Tuple[int, ...]:
+    """``dims`` as a permutation of ``range(ndim)`` (negative dims counted from the end).
+
+    Raises TypeError (not ints) or ValueError (wrong length, out of range, repeated), naming ``name``.
+    """
+    dims = tuple(_as_int(d, name) for d in dims)
+    if len(dims) != ndim:
+        raise ValueError(f"{name} must list each of the {ndim} dims of x once, got {len(dims)} dims {dims}")
+    out = []
+    for d in dims:
+        if not -ndim <= d < ndim:
+            raise ValueError(f"{name}: dim {d} is out of range for a tensor of {ndim} dims")
+        out.append(d % ndim)
+    if len(set(out)) != ndim:
+        raise ValueError(f"{name} must be a permutation of the dims (each once), got {dims}")
+    return tuple(out)
+
+
+def simplify_permutation(shape: Sequence[int], perm: Sequence[int]) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
+    """The smallest equivalent problem: ``(in_dims, perm)``.
+
+    Size-1 dims are dropped and input dims that stay adjacent and in order in the output are merged, e.g.
+    (5,6,7,8) with (2,3,0,1) becomes (30,56) with (1,0). An identity comes back as ``((numel,), (0,))``.
+    """
+    keep = [i for i, s in enumerate(shape) if s != 1]
+    renumber = {old: new for new, old in enumerate(keep)}
+    dims = [shape[i] for i in keep]
+    order = [renumber[p] for p in perm if shape[p] != 1]
+    groups = []  # runs of consecutive input dims, in output order
+    for p in order:
+        if groups and p == groups[-1][-1] + 1:
+            groups[-1].append(p)
+        else:
+            groups.append([p])
+    by_input = sorted(range(len(groups)), key=lambda g: groups[g][0])
+    new_index = {g: i for i, g in enumerate(by_input)}
+    in_dims = tuple(math.prod(dims[i] for i in groups[g]) for g in by_input)
+    new_perm = tuple(new_index[g] for g in range(len(groups)))
+    if len(in_dims) <= 1:
+        return (math.prod(shape),), (0,)
+    return in_dims, new_perm
+
+
+def movement_size(nbytes: int) -> int:
+    """The widest chunk (16/8/4/2/1 bytes) that divides ``nbytes``: rows of that many bytes start at multiples
+    of it, and jittor buffers are 256-byte aligned, so every chunk access is aligned."""
+    return next(c for c in CHUNKS if nbytes % c == 0)
+
+
+@dataclass(frozen=True)
+class PermutePlan:
+    """A permute in units of moved elements of ``chunk`` bytes: input dims (row-major) and the permutation."""
+
+    in_dims: Tuple[int, ...]
+    perm: Tuple[int, ...]
+    chunk: int
+
+    @property
+    def rank(self) -> int:
+        return len(self.in_dims)
+
+    @property
+    def count(self) -> int:
+        return math.prod(self.in_dims)
+
+    @property
+    def out_dims(self) -> Tuple[int, ...]:
+        return tuple(self.in_dims[p] for p in self.perm)
+
+    @property
+    def is_identity(self) -> bool:
+        return self.perm == tuple(range(self.rank))
+
+    @property
+    def last_moves(self) -> bool:
+        return self.perm[-1] != self.rank - 1
+
+
+def plan_permute(shape: Sequence[int], perm: Sequence[int], itemsize: int) -> PermutePlan:
+    """Simplify, then move the widest chunk when the last dim stays in place (a dtype-free byte mover).
+
+    A last dim that becomes a single chunk disappears, e.g. (1024,1024,4) float32 with (1,0,2) is a (1,0)
+    transpose of (1024,1024) 16-byte elements.
+    """
+    dims, p = simplify_permutation(shape, perm)
+    if p[-1] != len(dims) - 1:
+        return PermutePlan(dims, p, itemsize)
+    chunk = movement_size(dims[-1] * itemsize)
+    dims = dims[:-1] + (dims[-1] * itemsize // chunk,)
+    dims, p = simplify_permutation(dims, p)
+    return PermutePlan(dims, p, chunk)
+
+
+def _strides(dims: Sequence[int]) -> Tuple[int, ...]:
+    out, acc = [], 1
+    for d in reversed(dims):
+        out.append(acc)
+        acc *= d
+    return tuple(reversed(out))
+
+
+# ---- dispatch ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """What ``select_config`` decided for one call.
+
+    ``chunk`` is the byte size of a moved element (E of the tiled kernels), ``pack`` the elements per 4-byte
+    word of ``tiled_packed`` (1 otherwise), ``batch_rank`` the dims outside the tile plane, ``block``/``grid``
+    the launch geometry and ``params`` the runtime values passed as ``data`` (never in the source text).
+    """
+
+    op: str
+    variant: str
+    dtype: str
+    rank: int
+    chunk: int
+    pack: int
+    batch_rank: int
+    index_type: str
+    block: Tuple[int, ...]
+    grid: int
+    params: Tuple[Tuple[str, int], ...]
+
+    @property
+    def data(self) -> Dict[str, int]:
+        return dict(self.params)
+
+
+def _pack_for(plan: PermutePlan, a: int, b: int) -> int:
+    """Elements per 4-byte word for the packed tile path; 1 where it does not apply."""
+    if plan.chunk >= 4:
+        return 1
+    pack = 4 // plan.chunk
+    if a % pack or b % pack or min(a, b) < PACK_MIN_FILL * pack:
+        return 1
+    return pack
+
+
+def _choose_variant(plan: PermutePlan, op: str) -> Tuple[str, int]:
+    """(variant, pack) for a simplified plan: the dispatch ladder."""
+    if plan.is_identity:
+        return ("copy" if op == "permute" else "add"), 1
+    if plan.rank > MAX_RANK:  # only a permute: a swap of two dims simplifies to at most 5 dims
+        return "fallback", 1
+    a_size = plan.in_dims[-1]             # input last dim (contiguous in the input)
+    b_size = plan.in_dims[plan.perm[-1]]  # the input dim that becomes the output's last dim
+    if not plan.last_moves or min(a_size, b_size) < TILE_MIN_DIM:
+        return "general", 1
+    pack = _pack_for(plan, a_size, b_size)
+    return ("tiled_packed" if pack > 1 else "tiled"), pack
+
+
+def select_config(shape: Sequence[int], perm: Sequence[int], dtype: str, op: str = "permute") -> KernelConfig:
+    """The kernel for ``x.permute(perm)`` (``op="permute"``) or for ``x.permute(perm) + y`` where ``perm``
+    swaps two dims (``op="transpose_add"``), ``x`` of ``shape`` and ``dtype`` (a jittor dtype name).
+
+    ``shape`` must hold no zero (the callers return an empty tensor without a launch).
+    """
+    if op not in VARIANTS:
+        raise ValueError(f"op must be one of {sorted(VARIANTS)}, got {op!r}")
+    dtype = _codegen.dtype_name(dtype)
+    plan = plan_permute(shape, perm, _codegen.ITEMSIZE[dtype])
+    variant, pack = _choose_variant(plan, op)
+    count, rank = plan.count, plan.rank
+    params = {"count": count, "rank": rank, "chunk": plan.chunk, "bytes": count * plan.chunk, "tile": CPU_TILE}
+    batch_rank, block, grid = 0, (), 0  # copy: cudaMemcpyAsync, no launch geometry
+
+    out_dims = plan.out_dims
+    in_strides, out_strides = _strides(plan.in_dims), _strides(out_dims)
+    if variant in ("general", "add"):
+        block, grid = (ND_THREADS,), -(-count // (ND_THREADS * ND_UNROLL))
+        for k, p in enumerate(plan.perm):
+            params[f"d{k}"] = out_dims[k]
+            params[f"s{k}"] = in_strides[p]
+    elif variant in ("tiled", "tiled_packed"):
+        a_dim, b_dim = rank - 1, plan.perm[-1]
+        a_pos = plan.perm.index(a_dim)  # output position of the input's last dim
+        batch = [k for k in range(rank) if k not in (a_pos, rank - 1)]  # output dims outside the tile plane
+        batch_rank = len(batch)
+        tiles_a = -(-plan.in_dims[a_dim] // (32 * pack))
+        tiles_b = -(-plan.in_dims[b_dim] // (32 * pack))
+        block, grid = (32, TILE_ROWS), tiles_a * tiles_b * math.prod(out_dims[k] for k in batch)
+        params.update(A=plan.in_dims[a_dim], B=plan.in_dims[b_dim], isb=in_strides[b_dim],
+                      osa=out_strides[a_pos], tiles_a=tiles_a, tiles_b=tiles_b, batch_rank=batch_rank)
+        for i, k in enumerate(batch):
+            params[f"bd{i}"] = out_dims[k]
+            params[f"bi{i}"] = in_strides[plan.perm[k]]
+            params[f"bo{i}"] = out_strides[k]
+    if variant != "fallback":
+        params["variant"] = _CPU_VARIANT[variant]
+        params["grid"] = grid
+    return KernelConfig(op=op, variant=variant, dtype=dtype, rank=rank, chunk=plan.chunk, pack=pack,
+                        batch_rank=batch_rank, index_type=_codegen.index_type(count), block=block, grid=grid,
+                        params=tuple(sorted(params.items())))
+
+
+# ---- sources ----------------------------------------------------------------------------------------------
+
+_CUDA_CALLS = {
+    ("permute", "copy"): "ops_permute_copy(in0_p, out0_p, data);",
+    ("permute", "general"):
+        "ops_permute_nd<${R}, ${C}, ${IDX}, ${THREADS}, ${UNROLL}>(in0_p, out0_p, data);",
+    ("permute", "tiled"): "ops_permute_tiled<${C}, ${P}, ${BR}, ${IDX}, ${ROWS}>(in0_p, out0_p, data);",
+    ("transpose_add", "general"):
+        "ops_transpose_add_nd<in0_type, ${R}, ${C}, ${IDX}, ${THREADS}, ${UNROLL}>(in0_p, in1_p, out0_p, data);",
+    ("transpose_add", "tiled"):
+        "ops_transpose_add_tiled<in0_type, ${C}, ${P}, ${BR}, ${IDX}, ${ROWS}>(in0_p, in1_p, out0_p, data);",
+}
+_CUDA_FAMILY = {"copy": "copy", "add": "general", "general": "general", "tiled": "tiled", "tiled_packed": "tiled"}
+
+
+def render(cfg: KernelConfig) -> str:
+    """``cuda_src`` for ``cfg``: one launcher call; only code-changing constants appear in the text."""
+    if cfg.variant == "fallback":
+        raise ValueError("the fallback variant runs jittor's own permute and has no CUDA source")
+    template = _CUDA_CALLS[(cfg.op, _CUDA_FAMILY[cfg.variant])]
+    rank = 1 if cfg.variant == "add" else cfg.rank
+    return _codegen.render(template, R=rank, C=cfg.chunk, P=cfg.pack, BR=cfg.batch_rank, IDX=cfg.index_type,
+                           THREADS=ND_THREADS, UNROLL=ND_UNROLL, ROWS=TILE_ROWS)
+
+
+# The CPU path: the plan select_config made, walked by a loop nest (variant codes of _CPU_VARIANT). Every value
+# comes from data, so there is one compile per dtype and op. bfloat16 sums are rounded to nearest even here
+# (jittor's CPU bfloat16 conversion truncates) to match the GPU's __float2bfloat16_rn.
+CPU_HEADER = r"""
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+
+struct OpsCpuPlan {
+  int variant, rank, batch_rank;
+  long long chunk, count, bytes, tile;
+  long long dims[8], src_stride[8];
+  long long A, B, in_stride_b, out_stride_a;
+  long long batch_dim[8], batch_in[8], batch_out[8];
+};
+
+template <class Map> static long long ops_cpu_param(Map& data, const char* name, int i = -1) {
+  char key[32];
+  if (i < 0) snprintf(key, sizeof(key), "%s", name);
+  else snprintf(key, sizeof(key), "%s%d", name, i);
+  return (long long)data[key];
+}
+
+template <class Map> static OpsCpuPlan ops_cpu_plan(Map& data) {
+  OpsCpuPlan p;
+  p.variant = (int)ops_cpu_param(data, "variant");
+  p.chunk = ops_cpu_param(data, "chunk");
+  p.count = ops_cpu_param(data, "count");
+  p.bytes = ops_cpu_param(data, "bytes");
+  p.rank = p.batch_rank = 0;
+  if (p.variant == 1) {
+    p.rank = (int)ops_cpu_param(data, "rank");
+    for (int k = 0; k < p.rank; ++k) {
+      p.dims[k] = ops_cpu_param(data, "d", k);
+      p.src_stride[k] = ops_cpu_param(data, "s", k);
+    }
+  } else if (p.variant == 2) {
+    p.tile = ops_cpu_param(data, "tile");
+    p.A = ops_cpu_param(data, "A");
+    p.B = ops_cpu_param(data, "B");
+    p.in_stride_b = ops_cpu_param(data, "isb");
+    p.out_stride_a = ops_cpu_param(data, "osa");
+    p.batch_rank = (int)ops_cpu_param(data, "batch_rank");
+    for (int k = 0; k < p.batch_rank; ++k) {
+      p.batch_dim[k] = ops_cpu_param(data, "bd", k);
+      p.batch_in[k] = ops_cpu_param(data, "bi", k);
+      p.batch_out[k] = ops_cpu_param(data, "bo", k);
+    }
+  }
+  return p;
+}
+
+// move(o, i): output element o takes input element i (moved elements of p.chunk bytes).
+template <class Move> static void ops_cpu_walk(const OpsCpuPlan& p, Move move) {
+  if (p.variant == 2) {  // tiled: the (A, B) plane in CPU_TILE blocks, for every index of the batch dims
+    long long nbatch = 1;
+    for (int k = 0; k < p.batch_rank; ++k) nbatch *= p.batch_dim[k];
+    for (long long bt = 0; bt < nbatch; ++bt) {
+      long long t = bt, sb = 0, db = 0;
+      for (int k = p.batch_rank - 1; k >= 0; --k) {
+        const long long c = t % p.batch_dim[k];
+        t /= p.batch_dim[k];
+        sb += c * p.batch_in[k];
+        db += c * p.batch_out[k];
+      }
+      for (long long a0 = 0; a0 < p.A; a0 += p.tile) {
+        const long long a1 = a0 + p.tile < p.A ? a0 + p.tile : p.A;
+        for (long long b0 = 0; b0 < p.B; b0 += p.tile) {
+          const long long b1 = b0 + p.tile < p.B ? b0 + p.tile : p.B;
+          for (long long a = a0; a < a1; ++a)
+            for (long long b = b0; b < b1; ++b) move(db + a * p.out_stride_a + b, sb + b * p.in_stride_b + a);
+        }
+      }
+    }
+    return;
+  }
+  // N-d: output rows in order; the input offset of each row kept by an odometer over the outer dims
+  const int last = p.rank - 1;
+  const long long n = p.dims[last], step = p.src_stride[last];
+  long long idx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  long long off = 0;
+  for (long long o = 0; o < p.count; o += n) {
+    for (long long j = 0; j < n; ++j) move(o + j, off + j * step);
+    for (int k = last - 1; k >= 0; --k) {
+      if (++idx[k] < p.dims[k]) {
+        off += p.src_stride[k];
+        break;
+      }
+      off -= (p.dims[k] - 1) * p.src_stride[k];
+      idx[k] = 0;
+    }
+  }
+}
+
+template <int C> static void ops_cpu_permute_chunks(const char* src, char* dst, const OpsCpuPlan& p) {
+  ops_cpu_walk(p, [&](long long o, long long i) { std::memcpy(dst + o * C, src + i * C, C); });
+}
+
+static void ops_cpu_permute(const char* src, char* dst, const OpsCpuPlan& p) {
+  if (p.variant == 0) {
+    std::memcpy(dst, src, (size_t)p.bytes);
+    return;
+  }
+  switch (p.chunk) {
+    case 1: ops_cpu_permute_chunks<1>(src, dst, p); break;
+    case 2: ops_cpu_permute_chunks<2>(src, dst, p); break;
+    case 4: ops_cpu_permute_chunks<4>(src, dst, p); break;
+    case 8: ops_cpu_permute_chunks<8>(src, dst, p); break;
+    default: ops_cpu_permute_chunks<16>(src, dst, p); break;
+  }
+}
+
+template <typename T> static inline T ops_cpu_add(T a, T b) { return (T)(a + b); }  // bool: a || b
+static inline jittor::float16 ops_cpu_add(jittor::float16 a, jittor::float16 b) {
+  return jittor::float16((float)a + (float)b);  // jittor's CPU float16 conversion rounds to nearest even
+}
+static inline jittor::bfloat16 ops_cpu_add(jittor::bfloat16 a, jittor::bfloat16 b) {
+  const float f = (float)a + (float)b;
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  jittor::bfloat16 r(0.f);
+  r.x = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  return r;
+}
+
+template <typename T, int L> static void ops_cpu_transpose_add_lanes(const T* x, const T* y, T* dst,
+                                                                     const OpsCpuPlan& p) {
+  ops_cpu_walk(p, [&](long long o, long long i) {
+    for (int l = 0; l < L; ++l) dst[o * L + l] = ops_cpu_add(x[i * L + l], y[o * L + l]);
+  });
+}
+
+// chunk / sizeof(T) elements per moved element: 1, 2, 4, 8 or 16
+template <typename T> static void ops_cpu_transpose_add(const T* x, const T* y, T* dst, const OpsCpuPlan& p) {
+  switch (p.chunk / (long long)sizeof(T)) {
+    case 1: ops_cpu_transpose_add_lanes<T, 1>(x, y, dst, p); break;
+    case 2: ops_cpu_transpose_add_lanes<T, 2>(x, y, dst, p); break;
+    case 4: ops_cpu_transpose_add_lanes<T, 4>(x, y, dst, p); break;
+    case 8: ops_cpu_transpose_add_lanes<T, 8>(x, y, dst, p); break;
+    default: ops_cpu_transpose_add_lanes<T, 16>(x, y, dst, p); break;
+  }
+}
+"""
+
+_CPU_SRC = {
+    "permute": "OpsCpuPlan plan = ops_cpu_plan(data);\n"
+               "ops_cpu_permute((const char*)in0_p, (char*)out0_p, plan);\n",
+    "transpose_add": "OpsCpuPlan plan = ops_cpu_plan(data);\n"
+                     "ops_cpu_transpose_add(in0_p, in1_p, out0_p, plan);\n",
+}
+
+
+def _launch(cfg: KernelConfig, inputs: Sequence) -> "jt.Var":
+    """Run ``cfg`` on flattened ``inputs`` (x, and y for transpose_add); returns the flat output."""
+    numel = cfg.data["bytes"] // _codegen.ITEMSIZE[cfg.dtype]
+    flat = [v.reshape((numel,)) for v in inputs]
+    kwargs = dict(cpu_header=CPU_HEADER, cpu_src=_CPU_SRC[cfg.op], data=cfg.data)
+    if jt.flags.use_cuda and has_cuda():
+        kwargs.update(cuda_header=_codegen.header(["common", "permute"]), cuda_src=render(cfg))
+    return jt.code((numel,), cfg.dtype, flat, **kwargs)
+
+
+def _permute_impl(x, perm: Tuple[int, ...]):
+    shape = tuple(x.shape)
+    out_shape = tuple(shape[p] for p in perm)
+    if math.prod(shape) == 0:
+        return jt.zeros(out_shape, x.dtype)
+    cfg = select_config(shape, perm, str(x.dtype), "permute")
+    if cfg.variant == "fallback":
+        return x.permute(*perm)
+    return _launch(cfg, [x]).reshape(out_shape)
+
+
+def _swap(ndim: int, dim0: int, dim1: int) -> Tuple[int, ...]:
+    perm = list(range(ndim))
+    perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
+    return tuple(perm)
+
+
+def _transpose_add_impl(x, y, perm: Tuple[int, ...]):
+    out_shape = tuple(y.shape)
+    if math.prod(out_shape) == 0:
+        return jt.zeros(out_shape, x.dtype)
+    cfg = select_config(tuple(x.shape), perm, str(x.dtype), "transpose_add")
+    return _launch(cfg, [x, y]).reshape(out_shape)
+
+
+# ---- autograd ---------------------------------------------------------------------------------------------
+
+
+class PermuteFunction(jt.Function):
+    """``y[i_0, ..., i_{n-1}] = x[j]`` with ``j[perm[k]] = i_k``; ``dx = permute(dy, inverse(perm))``."""
+
+    def execute(self, x, perm):
+        self.perm = perm
+        return _permute_impl(x, perm)
+
+    def grad(self, grad_out):
+        if grad_out is None:
+            return None, None
+        inverse = [0] * len(self.perm)
+        for k, p in enumerate(self.perm):
+            inverse[p] = k
+        return _permute_impl(grad_out, tuple(inverse)), None
+
+
+class TransposeAddFunction(jt.Function):
+    """``out = x.permute(perm) + y`` for a swap ``perm``; ``dx = permute(dout, perm)`` (a swap is its own
+    inverse), ``dy = dout``. No atomics: gradients are bit-for-bit deterministic."""
+
+    def execute(self, x, y, perm):
+        self.perm = perm
+        return _transpose_add_impl(x, y, perm)
+
+    def grad(self, grad_out):
+        if grad_out is None:
+            return None, None, None
+        return _permute_impl(grad_out, self.perm), grad_out, None
+
+
+# ---- functional API ---------------------------------------------------------------------------------------
+
+
+def _check_var(v, name: str):
+    if not isinstance(v, jt.Var):
+        raise TypeError(f"{name} must be a jittor Var, got {type(v).__name__}")
+
+
+def _check_dim(ndim: int, d, name: str) -> int:
+    d = _as_int(d, name)
+    if not -ndim <= d < ndim:
+        raise ValueError(f"{name}={d} is out of range for a tensor of {ndim} dims")
+    return d % ndim
+
+
+def _dims_arg(dims) -> tuple:
+    """permute's ``*dims``: varargs, or one tuple/list."""
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        return tuple(dims[0])
+    return tuple(dims)
+
+
+def permute(x, *dims):
+    """``x`` with its dims reordered: output dim k is input dim ``dims[k]`` (NumPy's ``transpose(x, dims)``).
+
+    ``dims`` as varargs or one tuple/list; negative dims count from the end. Any dtype, rank and size.
+    """
+    _check_var(x, "x")
+    perm = normalize_dims(x.ndim, _dims_arg(dims), "dims")
+    return PermuteFunction.apply(x, perm)
+
+
+def transpose(x, dim0, dim1):
+    """``x`` with dims ``dim0`` and ``dim1`` swapped."""
+    _check_var(x, "x")
+    d0 = _check_dim(x.ndim, dim0, "dim0")
+    d1 = _check_dim(x.ndim, dim1, "dim1")
+    return PermuteFunction.apply(x, _swap(x.ndim, d0, d1))
+
+
+def transpose_add(x, y, dim0=0, dim1=1):
+    """``x.transpose(dim0, dim1) + y`` in one pass. ``y`` has exactly the transposed shape and x's dtype.
+
+    float16/bfloat16 are added in float32 and rounded once; integers wrap; bool adds as logical or.
+    """
+    _check_var(x, "x")
+    _check_var(y, "y")
+    d0 = _check_dim(x.ndim, dim0, "dim0")
+    d1 = _check_dim(x.ndim, dim1, "dim1")
+    if str(y.dtype) != str(x.dtype):
+        raise TypeError(f"y must have x's dtype {x.dtype}, got {y.dtype}")
+    perm = _swap(x.ndim, d0, d1)
+    want = tuple(x.shape[p] for p in perm)
+    if tuple(y.shape) != want:
+        raise ValueError(f"y must have the transposed shape {list(want)} of x {list(x.shape)} "
+                         f"(dims {d0} and {d1} swapped), got {list(y.shape)}")
+    return TransposeAddFunction.apply(x, y, perm)
+
+
+class Permute(jt.Module):
+    """``Permute(*dims)(x) == permute(x, *dims)``."""
+
+    def __init__(self, *dims):
+        super().__init__()
+        self.dims = tuple(_as_int(d, "dims") for d in _dims_arg(dims))
+
+    def execute(self, x):
+        return permute(x, self.dims)
+
+
+class TransposeAdd(jt.Module):
+    """``TransposeAdd(dim0, dim1)(x, y) == transpose_add(x, y, dim0, dim1)``."""
+
+    def __init__(self, dim0=0, dim1=1):
+        super().__init__()
+        self.dim0 = _as_int(dim0, "dim0")
+        self.dim1 = _as_int(dim1, "dim1")
+
+    def execute(self, x, y):
+        return transpose_add(x, y, self.dim0, self.dim1)

@@ -1,0 +1,653 @@
+"""max_pool3d: MaxPool3D forward and deterministic backward with shape-dispatched kernels.
+
+Semantics are PyTorch's ``torch.nn.functional.max_pool3d``: input (N, C, D, H, W) or (C, D, H, W); int or
+3-tuple parameters; ``stride=None`` means ``kernel_size``; implicit -inf padding of at most half the kernel;
+PyTorch's output size rule with ``ceil_mode`` (a last window starting in the right padding is dropped). In each
+window the elements are taken in (d, h, w) order and a larger value or a NaN takes over: ties keep the first
+maximum, a window holding a NaN yields NaN (its index: the last NaN, as PyTorch). ``indices`` are int32 flat
+positions ``(d * H + h) * W + w`` in each (n, c) plane.
+
+Layers (top to bottom):
+
+* shape algebra, pure Python: :func:`normalize_params`, :func:`pool_output_size`, :func:`output_shape`,
+  :func:`padding_free`, :func:`windows_disjoint`, :func:`windows_tile`;
+* dispatch: :func:`select_config` -> :class:`KernelConfig` (variant, template constants, launch geometry,
+  index type);
+* launch: :func:`render_cuda` (the few lines of ``cuda_src`` that call a launcher of
+  ``cuda_snippets/pool3d.cuh``), :data:`CPU_HEADER` (the CPU path, the same index math as loops),
+  :func:`launch_forward`, :func:`launch_backward`;
+* :class:`MaxPool3dFunction` (``jt.Function``, used through ``.apply``);
+* the functional API :func:`max_pool3d` and the Module :class:`MaxPool3d`.
+
+Variants. Forward (every variant computes the values; with ``mode`` 3 it also writes the indices):
+
+============== ==============================================================================================
+fwd_k2s2_vec   kernel = stride = 2, dilation 1, no padding and no partial window, W % VEC == 0: one thread
+               reads the four input rows of VEC/2 adjacent outputs as VEC-wide (up to 16-byte) loads.
+fwd_flat       one output per thread, OPT outputs per thread; window loops unrolled where the kernel size
+               is one of ``SPECIALIZED_K`` (per dim), bounds checks compiled out when padding-free.
+fwd_warp       one warp per output for big windows (>= ``WARP_MIN_WINDOW`` elements) with few outputs or
+               h = w = 1 outputs: lanes read the window coalesced and merge by shuffles.
+fwd_cpu        the CPU loop nest.
+============== ==============================================================================================
+
+Backward (dx; never atomics, bit-identical across runs):
+
+=================== =========================================================================================
+bwd_tile_k2s2_vec   k2s2 windows that tile the input exactly: recompute the argmax from x with the forward's
+                    vector loads, write the whole window (dy at the argmax, 0 elsewhere) as vector stores.
+bwd_tile_flat/warp  other exact tilings (kernel == stride, dilation 1, no padding, L == Lo * k): the same,
+                    one window per thread / per warp. Moves x + dy + dx, the minimum.
+bwd_scatter_flat/warp  disjoint windows that do not cover dx exactly (stride >= dilation * (k - 1) + 1):
+                    zero dx, recompute each window's argmax from x and write dy there.
+bwd_gather          overlapping windows: every input element sums, in a fixed order, dy of the windows that
+                    can hold it and whose saved argmax is this element. The forward saves the indices for it.
+bwd_*_cpu           the same three algorithms (tile, scatter, gather) as CPU loop nests.
+=================== =========================================================================================
+
+Every value written into the CUDA source text (window sizes, padding-free flag, vector width, outputs per
+thread, block size, index type, mode) changes the generated code; sizes and pooling parameters go through
+the shapes and ``data``, so one compiled kernel serves every shape of a kind. The CPU source takes
+everything from ``data``: one CPU compile per dtype and algorithm.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Optional, Sequence, Tuple
+
+from . import _codegen
+from ._jittor import has_cuda, jt
+
+__all__ = ["max_pool3d", "MaxPool3d", "MaxPool3dFunction", "PoolParams", "KernelConfig", "normalize_params",
+           "pool_output_size", "output_shape", "padding_free", "windows_disjoint", "windows_tile",
+           "backward_algorithm", "select_config", "render_cuda", "render_cpu", "CPU_HEADER", "launch_forward",
+           "launch_backward", "VARIANTS"]
+
+Triple = Tuple[int, int, int]
+
+# ---- tuning constants -------------------------------------------------------------------------------------
+
+# Kernel sizes (per dim) whose window loops are unrolled at compile time: 2 and 3 are the common sizes, 8 the
+# seed's large case, 1 the degenerate dim of non-cubic kernels such as (1, 3, 3). Unrolling removes the loop
+# counters and bounds and lets the compiler issue the window's loads ahead of the compares; predicted a
+# 10-30% gain over the runtime loop for k2/k3 (predicted; to measure). Other sizes take the runtime loop.
+SPECIALIZED_K = (1, 2, 3, 8)
+# Threads per block for every kernel: 8 warps; 8 blocks (full occupancy) fit an SM at <= 32 registers per
+# thread, 2-3 at the k2s2 kernels' 40-95 (nvcc -v, sm_90), still 16+ warps of 16-byte loads per SM
+# (predicted enough for copy bandwidth; to measure).
+BLOCK = 256
+# fwd_flat outputs per thread by window volume: small windows issue few loads per output, so a thread takes
+# several outputs to keep >= ~16 loads in flight; windows of more than 27 elements have enough on their own
+# (predicted; to measure).
+FLAT_OPT = ((8, 4), (27, 2))
+# Warp layout: a window must have at least one element per lane ...
+WARP_MIN_WINDOW = 32
+# ... and there must be few outputs (below ~2 waves of an H200: 132 SMs x 2048 threads x 2 / 8 outputs per
+# thread ~ 64K), or h = w = 1 outputs whose flat-layout neighbours read input rows far apart. Otherwise the
+# flat layout keeps every thread busy and its neighbouring windows share cache lines (predicted; to measure).
+WARP_MAX_OUTPUTS = 1 << 16
+# k2s2 vector loads: at most 16 bytes, the widest single access.
+MAX_VEC_BYTES = 16
+# k2s2 items per thread: 2 items of 4 x 16-byte loads (8 loads, 128 B in flight) or 4 items of narrower
+# loads (16 loads of 4-8 B); more would cost occupancy: the 16-byte kernels already take 40-95 registers at
+# 2 (nvcc -v), 118 for the backward at 4 (predicted; to measure).
+K2_OPT_WIDE, K2_OPT_NARROW = 2, 4
+# Gather backward: one input element per thread; its candidate loops are runtime-bounded, so more elements
+# per thread add registers (nvcc spilled at 2) without adding loads in flight.
+GATHER_OPT = 1
+
+VARIANTS = {
+    "fwd": ("fwd_k2s2_vec", "fwd_flat", "fwd_warp", "fwd_cpu"),
+    "bwd": ("bwd_tile_k2s2_vec", "bwd_tile_flat", "bwd_tile_warp", "bwd_scatter_flat", "bwd_scatter_warp",
+            "bwd_gather", "bwd_tile_cpu", "bwd_scatter_cpu", "bwd_gather_cpu"),
+}
+# Forward modes (bit 1: values, bit 2: indices), as the kernels' MODE template argument.
+MODE_VALUES, MODE_BOTH = 1, 3
+FLOAT_DTYPES = _codegen.FLOAT_DTYPES
+
+# ---- shape algebra ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PoolParams:
+    """Normalized pooling parameters, each a (d, h, w) triple."""
+
+    kernel: Triple
+    stride: Triple
+    padding: Triple
+    dilation: Triple
+    ceil_mode: bool = False
+
+    @property
+    def volume(self) -> int:
+        return self.kernel[0] * self.kernel[1] * self.kernel[2]
+
+    def data(self) -> dict:
+        """The pooling parameters as jt.code ``data`` (runtime kernel arguments)."""
+        out = {}
+        for key, values in (("k", self.kernel), ("s", self.stride), ("p", self.padding), ("d", self.dilation)):
+            for axis, v in zip("dhw", values):
+                out[key + axis] = v
+        return out
+
+
+def _triple(value, name: str) -> Triple:
+    """An int or a sequence of 3 ints as a triple; TypeError/ValueError naming ``name`` otherwise."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return (int(value),) * 3
+    if isinstance(value, (tuple, list)):
+        if len(value) != 3:
+            raise ValueError(f"{name} must be an int or 3 ints (d, h, w), got {len(value)} values {tuple(value)}")
+        for v in value:
+            if not isinstance(v, numbers.Integral) or isinstance(v, bool):
+                raise TypeError(f"{name} must hold ints, got {type(v).__name__} ({v!r})")
+        return tuple(int(v) for v in value)
+    raise TypeError(f"{name} must be an int or a tuple of 3 ints, got {type(value).__name__} ({value!r})")
+
+
+def normalize_params(kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False) -> PoolParams:
+    """Validated :class:`PoolParams`; errors name the argument (PyTorch's rules)."""
+    kernel = _triple(kernel_size, "kernel_size")
+    stride = kernel if stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0) \
+        else _triple(stride, "stride")
+    padding = _triple(padding, "padding")
+    dilation = _triple(dilation, "dilation")
+    for name, values, low in (("kernel_size", kernel, 1), ("stride", stride, 1), ("dilation", dilation, 1),
+                              ("padding", padding, 0)):
+        if min(values) < low:
+            what = "positive" if low == 1 else "non-negative"
+            raise ValueError(f"{name} must be {what}, got {values}")
+    if any(p > k // 2 for p, k in zip(padding, kernel)):
+        raise ValueError(f"padding should be at most half of kernel_size in every dim, got padding={padding} "
+                         f"for kernel_size={kernel}")
+    if not isinstance(ceil_mode, (bool, numbers.Integral)):
+        raise TypeError(f"ceil_mode must be a bool, got {type(ceil_mode).__name__}")
+    return PoolParams(kernel, stride, padding, dilation, bool(ceil_mode))
+
+
+def pool_output_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+    """PyTorch's pooling output size along one dim (may be < 1 for an input smaller than the window)."""
+    span = size + 2 * p - d * (k - 1) - 1
+    if span < 0:
+        return 0
+    out = (span + (s - 1 if ceil_mode else 0)) // s + 1
+    if ceil_mode and (out - 1) * s >= size + p:  # the last window would start in the right padding
+        out -= 1
+    return out
+
+
+def output_shape(spatial: Sequence[int], params: PoolParams) -> Triple:
+    """(Do, Ho, Wo); ValueError naming kernel_size when an output size would be below 1."""
+    out = tuple(pool_output_size(n, k, s, p, d, params.ceil_mode) for n, k, s, p, d in
+                zip(spatial, params.kernel, params.stride, params.padding, params.dilation))
+    if min(out) < 1:
+        raise ValueError(f"output size would be {out} (< 1): input spatial size {tuple(spatial)} is smaller than "
+                         f"the dilated kernel_size {params.kernel} (dilation {params.dilation}, padding "
+                         f"{params.padding})")
+    return out
+
+
+def padding_free(spatial: Sequence[int], out: Sequence[int], params: PoolParams) -> bool:
+    """No padding and every window lies inside the input: the kernels need no bounds checks."""
+    return all(p == 0 and (o - 1) * s + d * (k - 1) <= n - 1 for n, o, k, s, p, d in
+               zip(spatial, out, params.kernel, params.stride, params.padding, params.dilation))
+
+
+def windows_disjoint(params: PoolParams) -> bool:
+    """No input element lies in two windows: stride >= dilation * (kernel - 1) + 1 in every dim."""
+    return all(s >= d * (k - 1) + 1 for k, s, d in zip(params.kernel, params.stride, params.dilation))
+
+
+def windows_tile(spatial: Sequence[int], out: Sequence[int], params: PoolParams) -> bool:
+    """The windows cover every input element exactly once (kernel == stride, dilation 1, no padding)."""
+    return all((k == 1 or d == 1) and k == s and p == 0 and n == o * k for n, o, k, s, p, d in
+               zip(spatial, out, params.kernel, params.stride, params.padding, params.dilation))
+
+
+# ---- dispatch ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """What one launch needs: the variant, its compile-time constants and its launch geometry."""
+
+    variant: str
+    k: Triple = (0, 0, 0)  # compile-time window sizes; 0 = runtime loop
+    nopad: bool = False  # no bounds checks (padding-free)
+    vec: int = 1  # elements per vector load (k2s2 variants)
+    opt: int = 1  # work items per thread
+    block: int = 0  # threads per block (0 on the CPU)
+    grid: int = 0  # blocks (0 on the CPU)
+    index_type: str = "int"
+
+    @property
+    def name(self) -> str:
+        """The variant with its specialization, e.g. ``fwd_flat/k3x3x3/nopad``."""
+        parts = [self.variant]
+        if any(self.k):
+            parts.append("k" + "x".join(str(k) if k else "n" for k in self.k))
+        if self.vec > 1:
+            parts.append(f"vec{self.vec}")
+        if self.nopad:
+            parts.append("nopad")
+        return "/".join(parts)
+
+
+def _on_cuda() -> bool:
+    return bool(jt.flags.use_cuda) and has_cuda()
+
+
+def _spec_k(kernel: Triple) -> Triple:
+    return tuple(k if k in SPECIALIZED_K else 0 for k in kernel)
+
+
+def _k2s2_vec(params: PoolParams, width: int, itemsize: int) -> int:
+    """The k2s2 vector width (elements) for rows of ``width`` elements; 0 when the k2s2 path does not apply."""
+    if params.kernel != (2, 2, 2) or params.stride != (2, 2, 2) or params.dilation != (1, 1, 1):
+        return 0
+    for vec in (8, 4, 2):
+        if vec * itemsize <= MAX_VEC_BYTES and width % vec == 0:
+            return vec
+    return 0
+
+
+def _use_warp(params: PoolParams, outputs: int, out: Triple) -> bool:
+    return params.volume >= WARP_MIN_WINDOW and (outputs <= WARP_MAX_OUTPUTS or out[1] * out[2] == 1)
+
+
+def _flat_opt(volume: int) -> int:
+    for limit, opt in FLAT_OPT:
+        if volume <= limit:
+            return opt
+    return 1
+
+
+def backward_algorithm(spatial: Sequence[int], params: PoolParams) -> str:
+    """'tile', 'scatter' or 'gather' (the backward's algorithm; same on CPU and CUDA)."""
+    out = output_shape(spatial, params)
+    if windows_tile(spatial, out, params):
+        return "tile"
+    return "scatter" if windows_disjoint(params) else "gather"
+
+
+def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: str = "fwd",
+                  on_cuda: Optional[bool] = None) -> KernelConfig:
+    """The kernel for pooling a tensor of ``x_shape`` (any leading dims, then D, H, W) of ``dtype``.
+
+    ``direction`` is "fwd" or "bwd"; ``on_cuda`` defaults to where jittor runs now.
+    """
+    if direction not in ("fwd", "bwd"):
+        raise ValueError(f"direction must be 'fwd' or 'bwd', got {direction!r}")
+    cuda = _on_cuda() if on_cuda is None else on_cuda
+    spatial = tuple(int(n) for n in x_shape[-3:])
+    planes = math.prod(int(n) for n in x_shape[:-3])
+    out = output_shape(spatial, params)
+    outputs = planes * math.prod(out)
+    inputs = planes * math.prod(spatial)
+    itype = _codegen.index_type(max(inputs, outputs))
+    nopad = padding_free(spatial, out, params)
+    itemsize = _codegen.ITEMSIZE[_codegen.dtype_name(dtype)]
+    if direction == "bwd":
+        algo = backward_algorithm(spatial, params)
+        if not cuda:
+            return KernelConfig(f"bwd_{algo}_cpu", nopad=nopad, index_type=itype)
+        if algo == "gather":
+            return KernelConfig("bwd_gather", opt=GATHER_OPT, block=BLOCK,
+                                grid=_ceil_div(inputs, BLOCK * GATHER_OPT), index_type=itype)
+        vec = _k2s2_vec(params, spatial[2], itemsize) if algo == "tile" else 0
+        if vec:
+            opt = K2_OPT_WIDE if vec * itemsize == MAX_VEC_BYTES else K2_OPT_NARROW
+            return KernelConfig("bwd_tile_k2s2_vec", k=(2, 2, 2), nopad=True, vec=vec, opt=opt, block=BLOCK,
+                                grid=_ceil_div(outputs // (vec // 2), BLOCK * opt), index_type=itype)
+        if _use_warp(params, outputs, out):
+            return KernelConfig(f"bwd_{algo}_warp", k=_spec_k(params.kernel), nopad=nopad, block=BLOCK,
+                                grid=_ceil_div(outputs, BLOCK // 32), index_type=itype)
+        opt = _flat_opt(params.volume)
+        return KernelConfig(f"bwd_{algo}_flat", k=_spec_k(params.kernel), nopad=nopad, opt=opt, block=BLOCK,
+                            grid=_ceil_div(outputs, BLOCK * opt), index_type=itype)
+    if not cuda:
+        return KernelConfig("fwd_cpu", nopad=nopad, index_type=itype)
+    vec = _k2s2_vec(params, spatial[2], itemsize) if nopad else 0
+    if vec:
+        opt = K2_OPT_WIDE if vec * itemsize == MAX_VEC_BYTES else K2_OPT_NARROW
+        return KernelConfig("fwd_k2s2_vec", k=(2, 2, 2), nopad=True, vec=vec, opt=opt, block=BLOCK,
+                            grid=_ceil_div(outputs // (vec // 2), BLOCK * opt), index_type=itype)
+    if _use_warp(params, outputs, out):
+        return KernelConfig("fwd_warp", k=_spec_k(params.kernel), nopad=nopad, block=BLOCK,
+                            grid=_ceil_div(outputs, BLOCK // 32), index_type=itype)
+    opt = _flat_opt(params.volume)
+    return KernelConfig("fwd_flat", k=_spec_k(params.kernel), nopad=nopad, opt=opt, block=BLOCK,
+                        grid=_ceil_div(outputs, BLOCK * opt), index_type=itype)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# ---- CUDA source ------------------------------------------------------------------------------------------
+
+# Geometry from the (planes, D, H, W) input and (planes, Do, Ho, Wo) output shapes plus data's parameters.
+_GEOM_FWD = "pool3d_geom(in0_shape1, in0_shape2, in0_shape3, out0_shape1, out0_shape2, out0_shape3, data)"
+_GEOM_WINDOW = "pool3d_geom(in0_shape1, in0_shape2, in0_shape3, in1_shape1, in1_shape2, in1_shape3, data)"
+_GEOM_GATHER = "pool3d_geom(out0_shape1, out0_shape2, out0_shape3, in1_shape1, in1_shape2, in1_shape3, data)"
+_FWD_PTRS = {MODE_VALUES: "in0_p, out0_p, (int*)0", MODE_BOTH: "in0_p, out0_p, out1_p"}
+
+_CUDA_TEMPLATES = {
+    "fwd_flat": "pool3d_fwd_flat_launch<in0_type, ${I}, ${KD}, ${KH}, ${KW}, ${NOPAD}, ${MODE}, ${OPT}, ${BLOCK}>"
+                "(${PTRS}, ${GEOM}, in0_shape0, (long long)data[\"grid\"]);",
+    "fwd_warp": "pool3d_fwd_warp_launch<in0_type, ${I}, ${KD}, ${KH}, ${KW}, ${NOPAD}, ${MODE}, ${BLOCK}>"
+                "(${PTRS}, ${GEOM}, in0_shape0, (long long)data[\"grid\"]);",
+    "fwd_k2s2_vec": "pool3d_fwd_k2s2_launch<in0_type, ${I}, ${VEC}, ${MODE}, ${OPT}, ${BLOCK}>"
+                    "(${PTRS}, ${GEOM}, in0_shape0, (long long)data[\"grid\"]);",
+    "bwd_flat": "pool3d_bwd_flat_launch<in0_type, ${I}, ${KD}, ${KH}, ${KW}, ${NOPAD}, ${TILE}, ${OPT}, ${BLOCK}>"
+                "(in0_p, in1_p, out0_p, ${GEOM}, in0_shape0, (long long)data[\"grid\"]);",
+    "bwd_warp": "pool3d_bwd_warp_launch<in0_type, ${I}, ${KD}, ${KH}, ${KW}, ${NOPAD}, ${TILE}, ${BLOCK}>"
+                "(in0_p, in1_p, out0_p, ${GEOM}, in0_shape0, (long long)data[\"grid\"]);",
+    "bwd_tile_k2s2_vec": "pool3d_bwd_k2s2_launch<in0_type, ${I}, ${VEC}, ${OPT}, ${BLOCK}>"
+                         "(in0_p, in1_p, out0_p, ${GEOM}, in0_shape0, (long long)data[\"grid\"]);",
+    "bwd_gather": "pool3d_bwd_gather_launch<in1_type, ${I}, ${OPT}, ${BLOCK}>"
+                  "(in0_p, in1_p, out0_p, ${GEOM}, out0_shape0, (long long)data[\"grid\"]);",
+}
+
+
+def render_cuda(cfg: KernelConfig, mode: int = MODE_VALUES) -> str:
+    """The ``cuda_src`` of one launch: a comment naming the configuration, then the launcher call.
+
+    Only compile-time fields go into the text (the grid travels in ``data``).
+    """
+    variant = cfg.variant
+    if variant.startswith("bwd_") and variant not in _CUDA_TEMPLATES:
+        key = "bwd_" + variant.rsplit("_", 1)[1]  # bwd_{tile,scatter}_{flat,warp}
+    else:
+        key = variant
+    tile = variant.startswith("bwd_tile")
+    geom = _GEOM_FWD if variant.startswith("fwd") else _GEOM_GATHER if variant == "bwd_gather" else _GEOM_WINDOW
+    body = _codegen.render(
+        _CUDA_TEMPLATES[key], I=cfg.index_type, KD=cfg.k[0], KH=cfg.k[1], KW=cfg.k[2],
+        NOPAD=str(cfg.nopad).lower(), TILE=str(tile).lower(), MODE=mode, OPT=cfg.opt, BLOCK=cfg.block,
+        VEC=cfg.vec, PTRS=_FWD_PTRS.get(mode, ""), GEOM=geom)
+    return f"// max_pool3d {cfg.name} mode={mode} block={cfg.block} opt={cfg.opt} index={cfg.index_type}\n{body}\n"
+
+
+# ---- CPU source -------------------------------------------------------------------------------------------
+
+# The CPU path: the CUDA kernels' index math as loop nests (flat work-item index split into plane, z, y, x;
+# the same window scan and NaN rule; the same tile / scatter / gather algorithms). Compare values are float
+# (double for float64); NaN tests read the bits because jittor compiles CPU code with -Ofast.
+CPU_HEADER = r"""
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+namespace pool3d_cpu {
+template <typename T> struct Acc { typedef float type; };
+template <> struct Acc<double> { typedef double type; };
+inline bool isnan_bits(float v) { uint32_t b; std::memcpy(&b, &v, 4); return (b << 1) > 0xff000000u; }
+inline bool isnan_bits(double v) { uint64_t b; std::memcpy(&b, &v, 8); return (b << 1) > 0xffe0000000000000ull; }
+inline float neg_inf() { const uint32_t b = 0xff800000u; float f; std::memcpy(&f, &b, 4); return f; }
+template <typename T> inline T from_acc(typename Acc<T>::type v) { return T(v); }
+// jittor's CPU bfloat16 truncates; round to nearest even like the GPU's __float2bfloat16_rn.
+template <> inline jittor::bfloat16 from_acc<jittor::bfloat16>(float v) {
+  uint32_t b; std::memcpy(&b, &v, 4);
+  jittor::bfloat16 r(0.0f);
+  r.x = isnan_bits(v) ? (uint16_t)((b >> 16) | 0x40u) : (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+  return r;
+}
+
+struct Geom {
+  long long D, H, W, Do, Ho, Wo;
+  int kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw;
+};
+template <typename Map>
+inline Geom geom(long long D, long long H, long long W, long long Do, long long Ho, long long Wo, Map& data) {
+  Geom g;
+  g.D = D; g.H = H; g.W = W; g.Do = Do; g.Ho = Ho; g.Wo = Wo;
+  g.kd = (int)data["kd"]; g.kh = (int)data["kh"]; g.kw = (int)data["kw"];
+  g.sd = (int)data["sd"]; g.sh = (int)data["sh"]; g.sw = (int)data["sw"];
+  g.pd = (int)data["pd"]; g.ph = (int)data["ph"]; g.pw = (int)data["pw"];
+  g.dd = (int)data["dd"]; g.dh = (int)data["dh"]; g.dw = (int)data["dw"];
+  return g;
+}
+inline void split(long long i, long long nx, long long ny, long long nz, long long& plane, long long& z,
+                  long long& y, long long& x) {
+  const long long q0 = i / nx, q1 = q0 / ny;
+  x = i - q0 * nx; y = q0 - q1 * ny; plane = q1 / nz; z = q1 - plane * nz;
+}
+
+// The window's argmax position in the plane, -1 for a window without elements.
+template <typename T>
+inline long long window_argmax(const T* plane, const Geom& g, long long od, long long oh, long long ow) {
+  typedef typename Acc<T>::type A;
+  const long long d0 = od * g.sd - g.pd, h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
+  A best = 0;
+  long long pos = -1;
+  for (int i = 0; i < g.kd; ++i) {
+    const long long d = d0 + (long long)i * g.dd;
+    if (d < 0 || d >= g.D) continue;
+    for (int j = 0; j < g.kh; ++j) {
+      const long long h = h0 + (long long)j * g.dh;
+      if (h < 0 || h >= g.H) continue;
+      const long long row = (d * g.H + h) * g.W;
+      for (int k = 0; k < g.kw; ++k) {
+        const long long w = w0 + (long long)k * g.dw;
+        if (w < 0 || w >= g.W) continue;
+        const A c = (A)plane[row + w];
+        if (pos < 0 || isnan_bits(c) || (!isnan_bits(best) && c > best)) { best = c; pos = row + w; }
+      }
+    }
+  }
+  return pos;
+}
+
+template <typename T, int MODE>
+void forward(const T* x, T* y, int* yi, long long planes, const Geom& g) {
+  const long long plane_in = g.D * g.H * g.W, total = planes * g.Do * g.Ho * g.Wo;
+  for (long long o = 0; o < total; ++o) {
+    long long plane, od, oh, ow;
+    split(o, g.Wo, g.Ho, g.Do, plane, od, oh, ow);
+    const T* xp = x + plane * plane_in;
+    const long long pos = window_argmax(xp, g, od, oh, ow);
+    if (MODE & 1) y[o] = pos >= 0 ? xp[pos] : T(neg_inf());
+    if (MODE & 2) yi[o] = (int)pos;
+  }
+}
+
+// TILE: the windows cover dx exactly once; write each whole window. Otherwise windows are disjoint: zero dx,
+// then write dy at each argmax.
+template <typename T, bool TILE>
+void backward_window(const T* x, const T* dy, T* dx, long long planes, const Geom& g) {
+  const long long plane_in = g.D * g.H * g.W, total = planes * g.Do * g.Ho * g.Wo;
+  if (!TILE) std::memset((void*)dx, 0, sizeof(T) * planes * plane_in);
+  for (long long o = 0; o < total; ++o) {
+    long long plane, od, oh, ow;
+    split(o, g.Wo, g.Ho, g.Do, plane, od, oh, ow);
+    const long long pos = window_argmax(x + plane * plane_in, g, od, oh, ow);
+    T* dp = dx + plane * plane_in;
+    if (TILE) {
+      for (int i = 0; i < g.kd; ++i)
+        for (int j = 0; j < g.kh; ++j)
+          for (int k = 0; k < g.kw; ++k) {
+            const long long p = ((od * g.kd + i) * g.H + oh * g.kh + j) * g.W + ow * g.kw + k;
+            dp[p] = p == pos ? dy[o] : T(0.0f);
+          }
+    } else if (pos >= 0) {
+      dp[pos] = dy[o];
+    }
+  }
+}
+
+// Each input element sums, in (od, oh, ow) order, dy of the windows that hold it and chose it.
+template <typename T>
+void backward_gather(const int* idx, const T* dy, T* dx, long long planes, const Geom& g) {
+  typedef typename Acc<T>::type A;
+  const long long plane_out = g.Do * g.Ho * g.Wo, total = planes * g.D * g.H * g.W;
+  for (long long e = 0; e < total; ++e) {
+    long long plane, id, ih, iw;
+    split(e, g.W, g.H, g.D, plane, id, ih, iw);
+    const long long pos = (id * g.H + ih) * g.W + iw;
+    const long long td = id + g.pd, th = ih + g.ph, tw = iw + g.pw;
+    const long long dlo = td - (long long)(g.kd - 1) * g.dd, hlo = th - (long long)(g.kh - 1) * g.dh,
+                    wlo = tw - (long long)(g.kw - 1) * g.dw;
+    const long long d_lo = dlo <= 0 ? 0 : (dlo + g.sd - 1) / g.sd, d_hi = std::min(g.Do - 1, td / g.sd);
+    const long long h_lo = hlo <= 0 ? 0 : (hlo + g.sh - 1) / g.sh, h_hi = std::min(g.Ho - 1, th / g.sh);
+    const long long w_lo = wlo <= 0 ? 0 : (wlo + g.sw - 1) / g.sw, w_hi = std::min(g.Wo - 1, tw / g.sw);
+    const int* ip = idx + plane * plane_out;
+    const T* gp = dy + plane * plane_out;
+    A acc = 0;
+    for (long long od = d_lo; od <= d_hi; ++od) {
+      if (g.dd != 1 && (td - od * g.sd) % g.dd != 0) continue;
+      for (long long oh = h_lo; oh <= h_hi; ++oh) {
+        if (g.dh != 1 && (th - oh * g.sh) % g.dh != 0) continue;
+        const long long orow = (od * g.Ho + oh) * g.Wo;
+        for (long long ow = w_lo; ow <= w_hi; ++ow) {
+          if (g.dw != 1 && (tw - ow * g.sw) % g.dw != 0) continue;
+          if (ip[orow + ow] == pos) acc = acc + (A)gp[orow + ow];
+        }
+      }
+    }
+    dx[e] = from_acc<T>(acc);
+  }
+}
+}  // namespace pool3d_cpu
+"""
+
+_CPU_GEOM_FWD = "pool3d_cpu::geom(in0_shape1, in0_shape2, in0_shape3, out0_shape1, out0_shape2, out0_shape3, data)"
+_CPU_SRC = {
+    "fwd_cpu": "pool3d_cpu::forward<in0_type, ${MODE}>(${PTRS}, in0_shape0, " + _CPU_GEOM_FWD + ");",
+    "bwd_window": "pool3d_cpu::backward_window<in0_type, ${TILE}>(in0_p, in1_p, out0_p, in0_shape0, "
+                  "pool3d_cpu::geom(in0_shape1, in0_shape2, in0_shape3, in1_shape1, in1_shape2, in1_shape3, "
+                  "data));",
+    "bwd_gather_cpu": "pool3d_cpu::backward_gather<in1_type>(in0_p, in1_p, out0_p, out0_shape0, "
+                      "pool3d_cpu::geom(out0_shape1, out0_shape2, out0_shape3, in1_shape1, in1_shape2, "
+                      "in1_shape3, data));",
+}
+
+
+def render_cpu(cfg: KernelConfig, mode: int = MODE_VALUES) -> str:
+    """The ``cpu_src`` of one launch (CPU_HEADER holds the code)."""
+    key = cfg.variant if cfg.variant in _CPU_SRC else "bwd_window"
+    return _codegen.render(_CPU_SRC[key], MODE=mode, PTRS=_FWD_PTRS.get(mode, ""),
+                           TILE=str(cfg.variant == "bwd_tile_cpu").lower()) + "\n"
+
+
+# ---- launches ---------------------------------------------------------------------------------------------
+
+_CUDA_HEADER = None
+
+
+def _cuda_header() -> str:
+    global _CUDA_HEADER
+    if _CUDA_HEADER is None:
+        _CUDA_HEADER = _codegen.header(["common", "pool3d"])
+    return _CUDA_HEADER
+
+
+def _code(shapes, dtypes, inputs, cfg: KernelConfig, params: PoolParams, mode: int = MODE_VALUES):
+    data = params.data()
+    data["grid"] = cfg.grid
+    if cfg.variant.endswith("_cpu"):
+        return jt.code(shapes, dtypes, inputs, cpu_header=CPU_HEADER, cpu_src=render_cpu(cfg, mode), data=data)
+    return jt.code(shapes, dtypes, inputs, cuda_header=_cuda_header(), cuda_src=render_cuda(cfg, mode), data=data)
+
+
+def launch_forward(x, params: PoolParams, cfg: KernelConfig, mode: int = MODE_VALUES):
+    """Pool the contiguous (planes, D, H, W) Var ``x``: the values, or [values, int32 indices] for mode 3."""
+    out = (x.shape[0],) + output_shape(x.shape[1:], params)
+    if mode == MODE_BOTH:
+        return _code([out, out], [x.dtype, "int32"], [x], cfg, params, mode)
+    return _code([out], [x.dtype], [x], cfg, params, mode)[0]
+
+
+def launch_backward(x, dy, idx, params: PoolParams, cfg: KernelConfig):
+    """dx of the (planes, D, H, W) input ``x`` given ``dy``; ``idx`` (the saved indices) for bwd_gather."""
+    if cfg.variant.startswith("bwd_gather"):
+        return _code([x.shape], [x.dtype], [idx, dy], cfg, params)[0]
+    return _code([x.shape], [x.dtype], [x, dy], cfg, params)[0]
+
+
+# ---- autograd ---------------------------------------------------------------------------------------------
+
+
+class MaxPool3dFunction(jt.Function):
+    """y[o] = max of x over window o; dx[e] = sum of dy[o] over the windows o whose argmax is e.
+
+    Arguments: ``x`` (planes, D, H, W); ``params`` (:class:`PoolParams`); ``return_indices``; ``need_grad``
+    (whether a backward may follow). The indices are saved (the forward writes them) only when they are
+    returned or the backward will gather (overlapping windows); the tile and scatter backwards recompute each
+    window's argmax from x instead, so a forward of disjoint windows writes only the values.
+    """
+
+    def execute(self, x, params, return_indices, need_grad):
+        self.x, self.params = x, params
+        gather = need_grad and backward_algorithm(x.shape[1:], params) == "gather"
+        cfg = select_config(x.shape, x.dtype, params, "fwd")
+        if return_indices or gather:
+            y, idx = launch_forward(x, params, cfg, MODE_BOTH)
+            self.idx = idx
+            return (y, idx) if return_indices else y
+        self.idx = None
+        return launch_forward(x, params, cfg, MODE_VALUES)
+
+    def grad(self, dy, *unused):
+        if dy is None:
+            return None, None, None, None
+        x = self.x
+        if dy.dtype != x.dtype:
+            dy = dy.cast(x.dtype)
+        cfg = select_config(x.shape, x.dtype, self.params, "bwd")
+        return launch_backward(x, dy, self.idx, self.params, cfg), None, None, None
+
+
+# ---- functional API and Module ----------------------------------------------------------------------------
+
+
+def _check_input(x) -> None:
+    if not isinstance(x, jt.Var):
+        raise TypeError(f"x must be a jittor Var, got {type(x).__name__}")
+    if x.ndim not in (4, 5):
+        raise ValueError(f"x must be 4-D (C, D, H, W) or 5-D (N, C, D, H, W), got shape {tuple(x.shape)}")
+    dtype = _codegen.dtype_name(x)
+    if dtype not in FLOAT_DTYPES:
+        raise TypeError(f"x must be a float tensor ({', '.join(FLOAT_DTYPES)}), got {dtype}")
+    if min(x.shape[-3:]) < 1:
+        raise ValueError(f"x must have non-empty spatial dims (D, H, W), got shape {tuple(x.shape)}")
+    if math.prod(x.shape[-3:]) > _codegen.INT32_LIMIT:
+        raise ValueError(f"x: a (D, H, W) plane of {math.prod(x.shape[-3:])} elements exceeds 2^31 - 1 "
+                         f"(indices are int32)")
+
+
+def max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """3-D max pooling over the last three dims of ``x`` ((N, C, D, H, W) or (C, D, H, W)).
+
+    Returns the pooled Var, or ``(values, indices)`` with ``return_indices``: int32 flat positions
+    ``(d * H + h) * W + w`` of each maximum in its (n, c) plane. Raises TypeError/ValueError naming the bad
+    argument. Backward is deterministic (no atomics).
+    """
+    _check_input(x)
+    params = normalize_params(kernel_size, stride, padding, dilation, ceil_mode)
+    lead, spatial = tuple(x.shape[:-3]), tuple(x.shape[-3:])
+    out_shape = lead + output_shape(spatial, params)
+    planes = math.prod(lead)
+    if planes == 0:  # an empty batch: nothing to pool
+        values = jt.zeros(out_shape, dtype=x.dtype)
+        return (values, jt.zeros(out_shape, dtype="int32")) if return_indices else values
+    need_grad = not (jt.flags.no_grad or x.is_stop_grad())
+    res = MaxPool3dFunction.apply(x.reshape((planes,) + spatial), params, bool(return_indices), need_grad)
+    if return_indices:
+        return res[0].reshape(out_shape), res[1].reshape(out_shape)
+    return res.reshape(out_shape)
+
+
+class MaxPool3d(jt.Module):
+    """Module form of :func:`max_pool3d` (same arguments)."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+        super().__init__()
+        normalize_params(kernel_size, stride, padding, dilation, ceil_mode)  # fail at construction
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.dilation, self.ceil_mode, self.return_indices = dilation, ceil_mode, return_indices
+
+    def execute(self, x):
+        return max_pool3d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
+                          self.return_indices)

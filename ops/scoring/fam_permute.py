@@ -1,0 +1,175 @@
+"""Cases for permute / transpose (``op="permute"``, param ``perm``) and the fused transpose + add
+(``op="transpose_add"``, params ``dim0``, ``dim1``; inputs x and y with the transposed shape)."""
+from __future__ import annotations
+
+import math
+import sys
+from typing import Tuple
+
+import numpy as np
+
+from .._codegen import ITEMSIZE
+from .spec import DEFAULT_TOLERANCE, Family, case
+
+
+def _impl():
+    """ops/permute.py. Resolve ``ops.permute`` (the function, a lazy export) before the submodule is imported:
+    importing ``ops.permute`` first would leave the package attribute bound to the module."""
+    import ops
+    ops.permute  # noqa: B018
+    return sys.modules["ops.permute"]
+
+
+def _perm(c) -> Tuple[int, ...]:
+    p = c.p
+    if p.get("op", "permute") == "permute":
+        return tuple(p["perm"])
+    n = len(c.shapes[0])
+    perm = list(range(n))
+    perm[p["dim0"]], perm[p["dim1"]] = perm[p["dim1"]], perm[p["dim0"]]
+    return tuple(perm)
+
+
+def _inverse(perm):
+    inv = [0] * len(perm)
+    for k, p in enumerate(perm):
+        inv[p] = k
+    return tuple(inv)
+
+
+class PermuteFamily(Family):
+    def _is_add(self, c) -> bool:
+        return c.p.get("op", "permute") == "transpose_add"
+
+    # --- references ------------------------------------------------------------------------------------------
+    def reference_forward(self, c, arrays):
+        perm = _perm(c)
+        x = np.transpose(arrays[0], perm)
+        if not self._is_add(c):
+            return [x.astype(np.float64) if x.dtype.kind == "f" else x]
+        if x.dtype.kind == "f":
+            return [x.astype(np.float64) + arrays[1].astype(np.float64)]
+        return [x + arrays[1]]  # ints wrap in their dtype, bool adds as logical or: what the kernels do
+
+    def reference_backward(self, c, arrays, grads_out):
+        g = grads_out[0].astype(np.float64)
+        grads = {0: np.transpose(g, _inverse(_perm(c)))}
+        if self._is_add(c):
+            grads[1] = g
+        return [grads[i] for i in c.grad_of]
+
+    def tolerance(self, c):
+        if c.dtype not in DEFAULT_TOLERANCE:
+            return (0.0, 0.0)
+        if not self._is_add(c):
+            return (0.0, 0.0)  # a permute moves values: exact
+        return DEFAULT_TOLERANCE[c.dtype]
+
+    # --- implementations -----------------------------------------------------------------------------------
+    def forward(self, c, api, xs):
+        if self._is_add(c):
+            return [api.transpose_add(xs[0], xs[1], c.p["dim0"], c.p["dim1"])]
+        return [api.permute(xs[0], *_perm(c))]
+
+    def naive_forward(self, c, xs):
+        perm = _perm(c)
+        inv = _inverse(perm)
+        shape = [xs[0].shape[p] for p in perm]
+        moved = xs[0].reindex(shape, [f"i{inv[d]}" for d in range(len(perm))])
+        return [moved + xs[1]] if self._is_add(c) else [moved]
+
+    def jittor_forward(self, c, xs):
+        if self._is_add(c):
+            return [xs[0].transpose(c.p["dim0"], c.p["dim1"]) + xs[1]]
+        return [xs[0].permute(*_perm(c))]
+
+    def torch_forward(self, c, ts):
+        if self._is_add(c):
+            return [ts[0].transpose(c.p["dim0"], c.p["dim1"]) + ts[1]]
+        return [ts[0].permute(*_perm(c)).contiguous()]
+
+    # --- cost model --------------------------------------------------------------------------------------------
+    def bytes_moved(self, c):
+        n = math.prod(c.shapes[0]) * ITEMSIZE[c.dtype]
+        return (3 if self._is_add(c) else 2) * n
+
+    def variant(self, c, api):
+        import ops
+        if api is not ops:
+            return "-"
+        op = "transpose_add" if self._is_add(c) else "permute"
+        cfg = _impl().select_config(c.shapes[0], _perm(c), c.dtype, op)
+        extra = f" P{cfg.pack}" if cfg.pack > 1 else ""
+        return f"{cfg.variant}{extra} r{cfg.rank} {cfg.chunk}B"
+
+
+def _p(name, direction, shape, dtype, perm, devices=("cuda",)):
+    return case("permute", name, direction, [shape], dtype, devices=devices, op="permute", perm=tuple(perm))
+
+
+def _ta(name, direction, shape, dtype, dim0=0, dim1=1, devices=("cuda",), grad_of=(0,)):
+    y = list(shape)
+    y[dim0], y[dim1] = y[dim1], y[dim0]
+    return case("permute", name, direction, [shape, tuple(y)], dtype, devices=devices, grad_of=grad_of,
+                op="transpose_add", dim0=dim0, dim1=dim1)
+
+
+CPU = ("cpu",)
+
+CASES = [
+    # OneFlow's (0,1,2) -> (1,0,2), 16 to 128 MB
+    _p("102_f32_16MB", "fwd", (1024, 512, 8), "float32", (1, 0, 2)),
+    _p("102_f32_128MB", "fwd", (2048, 1024, 16), "float32", (1, 0, 2)),
+    _p("102_f16_64MB", "fwd", (2048, 1024, 16), "float16", (1, 0, 2)),
+    # OneFlow's batch transpose (0,2,1)
+    _p("021_f32_16MB", "fwd", (16, 512, 512), "float32", (0, 2, 1)),
+    _p("021_f32_128MB", "fwd", (32, 1024, 1024), "float32", (0, 2, 1)),
+    _p("021_f16_16MB", "fwd", (32, 512, 512), "float16", (0, 2, 1)),
+    _p("021_f16_64MB", "fwd", (32, 1024, 1024), "float16", (0, 2, 1)),
+    _p("021_bf16_64MB", "fwd", (32, 1024, 1024), "bfloat16", (0, 2, 1)),
+    # attention (B,S,H,D) -> (B,H,S,D)
+    _p("attn_bshd_f16", "fwd", (32, 512, 16, 64), "float16", (0, 2, 1, 3)),
+    _p("attn_bshd_f32", "fwd", (16, 1024, 16, 64), "float32", (0, 2, 1, 3)),
+    # 4-D (2,3,0,1), odd 2-D, 5-D general
+    _p("2301_f32", "fwd", (64, 64, 128, 128), "float32", (2, 3, 0, 1)),
+    _p("odd_4097x3071_f32", "fwd", (4097, 3071), "float32", (1, 0)),
+    _p("odd_4097x3071_f16", "fwd", (4097, 3071), "float16", (1, 0)),
+    _p("5d_04213_f32", "fwd", (16, 32, 16, 32, 32), "float32", (0, 4, 2, 1, 3)),
+    _p("5d_31420_f16", "fwd", (8, 24, 40, 16, 64), "float16", (3, 1, 4, 2, 0)),
+    # other dtypes
+    _p("021_int8", "fwd", (64, 1024, 1024), "int8", (0, 2, 1)),
+    _p("021_bool", "fwd", (32, 1024, 1024), "bool", (0, 2, 1)),
+    _p("10_int64", "fwd", (4096, 4096), "int64", (1, 0)),
+    _p("102_int64", "fwd", (1024, 1024, 8), "int64", (1, 0, 2)),
+    # backward (the inverse permutation through the same kernels)
+    _p("021_f32_128MB", "bwd", (32, 1024, 1024), "float32", (0, 2, 1)),
+    _p("attn_bshd_f16", "bwd", (32, 512, 16, 64), "float16", (0, 2, 1, 3)),
+    _p("5d_04213_f32", "bwd", (16, 32, 16, 32, 32), "float32", (0, 4, 2, 1, 3)),
+    # transpose + add
+    _ta("ta_24300x11520_bf16", "fwd", (24300, 11520), "bfloat16"),
+    _ta("ta_8192x8192_f32", "fwd", (8192, 8192), "float32"),
+    _ta("ta_odd_4097x3071_f16", "fwd", (4097, 3071), "float16"),
+    _ta("ta_batched_f32", "fwd", (16, 1024, 1024), "float32", 1, 2),
+    _ta("ta_batched_f16", "fwd", (32, 1024, 1024), "float16", 1, 2),
+    _ta("ta_8192x8192_f32", "bwd", (8192, 8192), "float32", grad_of=(0, 1)),
+    _ta("ta_24300x11520_bf16", "bwd", (24300, 11520), "bfloat16", grad_of=(0, 1)),
+    # CPU-sized
+    _p("cpu_021_f32", "fwd", (8, 96, 80), "float32", (0, 2, 1), CPU),
+    _p("cpu_2301_f32", "fwd", (5, 6, 7, 8), "float32", (2, 3, 0, 1), CPU),
+    _p("cpu_102_f32", "fwd", (64, 48, 16), "float32", (1, 0, 2), CPU),
+    _p("cpu_odd_f16", "fwd", (257, 191), "float16", (1, 0), CPU),
+    _p("cpu_attn_f16", "fwd", (4, 64, 8, 32), "float16", (0, 2, 1, 3), CPU),
+    _p("cpu_021_bf16", "fwd", (4, 64, 96), "bfloat16", (0, 2, 1), CPU),
+    _p("cpu_5d_f32", "fwd", (4, 8, 6, 16, 16), "float32", (0, 4, 2, 1, 3), CPU),
+    _p("cpu_10_int8", "fwd", (256, 192), "int8", (1, 0), CPU),
+    _p("cpu_021_bool", "fwd", (3, 40, 50), "bool", (0, 2, 1), CPU),
+    _p("cpu_10_int64", "fwd", (96, 80), "int64", (1, 0), CPU),
+    _p("cpu_021_f32", "bwd", (8, 96, 80), "float32", (0, 2, 1), CPU),
+    _ta("cpu_ta_bf16", "fwd", (243, 116), "bfloat16", devices=CPU),
+    _ta("cpu_ta_f32", "fwd", (256, 192), "float32", devices=CPU),
+    _ta("cpu_ta_odd_f16", "fwd", (97, 71), "float16", devices=CPU),
+    _ta("cpu_ta_batched_f32", "fwd", (4, 64, 96), "float32", 1, 2, devices=CPU),
+    _ta("cpu_ta_f32", "bwd", (256, 192), "float32", devices=CPU, grad_of=(0, 1)),
+]
+
+FAMILY = PermuteFamily(name="permute", cases=CASES)

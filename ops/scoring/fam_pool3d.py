@@ -1,0 +1,243 @@
+"""max_pool3d cases for get_score.py and the tests, with float64 NumPy references.
+
+Bytes moved (the fewest an implementation must move):
+  forward:  x read once + values written once (indices, if an implementation keeps them, are its own cost);
+  backward: dx written + dy read + x read (the argmax must come from somewhere: x is the least an
+            implementation can read to know it; saved indices are an alternative of similar size).
+"""
+from __future__ import annotations
+
+import sys
+from typing import Tuple
+
+import numpy as np
+
+from .spec import Case, Family, case
+
+NAME = "max_pool3d"
+_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+
+
+def _triple(v) -> Tuple[int, int, int]:
+    return (v,) * 3 if isinstance(v, int) else tuple(v)
+
+
+def case_params(c: Case) -> dict:
+    """The case's keyword arguments for max_pool3d (kernel_size, stride, padding, dilation, ceil_mode)."""
+    p = c.p
+    return {"kernel_size": p["kernel_size"], "stride": p.get("stride"), "padding": p.get("padding", 0),
+            "dilation": p.get("dilation", 1), "ceil_mode": p.get("ceil_mode", False)}
+
+
+def _out_size(n, k, s, p, d, ceil_mode):
+    span = n + 2 * p - d * (k - 1) - 1
+    if span < 0:
+        return 0
+    out = (span + (s - 1 if ceil_mode else 0)) // s + 1
+    if ceil_mode and (out - 1) * s >= n + p:
+        out -= 1
+    return out
+
+
+def reference_pool(x: np.ndarray, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    """float64 values and int64 indices of PyTorch's max_pool3d on ``x`` (..., D, H, W).
+
+    The definition, vectorized over outputs: window elements are taken in (d, h, w) order; an element
+    replaces the running maximum when the window had none yet, when it is NaN, or when it is larger and the
+    maximum is not NaN. A window without elements gives -inf and index -1.
+    """
+    k, p, dl = _triple(kernel_size), _triple(padding), _triple(dilation)
+    s = k if stride is None else _triple(stride)
+    x = np.asarray(x, dtype=np.float64)
+    lead, spatial = x.shape[:-3], x.shape[-3:]
+    out = tuple(_out_size(n, *a, ceil_mode) for n, a in zip(spatial, zip(k, s, p, dl)))
+    # Pad: left by p, right far enough for the last (possibly partial) window; pads are marked invalid.
+    right = [max(0, (o - 1) * si + di * (ki - 1) + 1 - pi - n) for n, o, ki, si, pi, di in
+             zip(spatial, out, k, s, p, dl)]
+    pad = [(0, 0)] * len(lead) + [(pi, r) for pi, r in zip(p, right)]
+    xp = np.pad(x, pad)
+    valid = np.pad(np.ones(spatial, dtype=bool), pad[len(lead):])
+    pos = np.pad(np.arange(int(np.prod(spatial))).reshape(spatial), pad[len(lead):], constant_values=-1)
+    best = np.full(lead + out, -np.inf)
+    arg = np.full(lead + out, -1, dtype=np.int64)
+    for i in range(k[0]):
+        for j in range(k[1]):
+            for m in range(k[2]):
+                sl = tuple(slice(a * di, a * di + (o - 1) * si + 1, si) for a, di, o, si in
+                           zip((i, j, m), dl, out, s))
+                v, ok, ps = xp[(Ellipsis,) + sl], valid[sl], pos[sl]
+                take = ok & ((arg < 0) | np.isnan(v) | (~np.isnan(best) & (v > best)))
+                best = np.where(take, v, best)
+                arg = np.where(take, ps, arg)
+    return best, arg
+
+
+def reference_grad(x_shape, arg: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """float64 dx: each dy goes to its window's argmax (summed where windows share one)."""
+    lead, plane = tuple(x_shape[:-3]), int(np.prod(x_shape[-3:]))
+    planes = int(np.prod(lead)) if lead else 1
+    a = arg.reshape(planes, -1)
+    g = np.asarray(dy, dtype=np.float64).reshape(planes, -1)
+    dx = np.zeros((planes, plane))
+    rows = np.broadcast_to(np.arange(planes)[:, None], a.shape)
+    keep = a >= 0
+    np.add.at(dx, (rows[keep], a[keep]), g[keep])
+    return dx.reshape(x_shape)
+
+
+class MaxPool3dFamily(Family):
+    def make_inputs(self, c, rng):
+        arrays = super().make_inputs(c, rng)
+        # float64 values that float32 holds exactly: jt.array(float64 array) rounds to float32 before the
+        # harness casts back, which would otherwise differ from the reference by ~1e-8.
+        return [a.astype(np.float32).astype(np.float64) if a.dtype == np.float64 else a for a in arrays]
+
+    def reference_forward(self, c, arrays):
+        return [reference_pool(arrays[0], **case_params(c))[0]]
+
+    def reference_backward(self, c, arrays, grads_out):
+        _, arg = reference_pool(arrays[0], **case_params(c))
+        return [reference_grad(arrays[0].shape, arg, grads_out[0])]
+
+    def forward(self, c, api, xs):
+        return [api.max_pool3d(xs[0], **case_params(c))]
+
+    def naive_forward(self, c, xs):
+        """reindex to (..., Do, Ho, Wo, kd, kh, kw) with -inf outside, then max over the window dims."""
+        x = xs[0]
+        kp = case_params(c)
+        k, p, dl = _triple(kp["kernel_size"]), _triple(kp["padding"]), _triple(kp["dilation"])
+        s = k if kp["stride"] is None else _triple(kp["stride"])
+        lead = len(x.shape) - 3
+        out = tuple(_out_size(n, *a, kp["ceil_mode"]) for n, a in zip(x.shape[lead:], zip(k, s, p, dl)))
+        shape = list(x.shape[:lead]) + list(out) + list(k)
+        idx = [f"i{a}" for a in range(lead)]
+        idx += [f"i{lead + a}*{s[a]}-{p[a]}+i{lead + 3 + a}*{dl[a]}" for a in range(3)]
+        windows = x.reindex(shape, idx, overflow_value=float("-inf"))
+        return [windows.max(dims=[lead + 3, lead + 4, lead + 5])]
+
+    def jittor_forward(self, c, xs):
+        from .._jittor import jt
+
+        kp = case_params(c)
+        if kp["dilation"] not in (1, (1, 1, 1)):
+            raise RuntimeError("jittor's max_pool3d has no dilation")
+        return [jt.nn.max_pool3d(xs[0], kp["kernel_size"], kp["stride"], kp["padding"],
+                                 ceil_mode=kp["ceil_mode"])]
+
+    def torch_forward(self, c, ts):
+        import torch
+
+        return [torch.nn.functional.max_pool3d(ts[0], **case_params(c))]
+
+    def bytes_moved(self, c):
+        shape = c.shapes[0]
+        kp = case_params(c)
+        k, p, dl = _triple(kp["kernel_size"]), _triple(kp["padding"]), _triple(kp["dilation"])
+        s = k if kp["stride"] is None else _triple(kp["stride"])
+        out = tuple(_out_size(n, *a, kp["ceil_mode"]) for n, a in zip(shape[-3:], zip(k, s, p, dl)))
+        n_in = int(np.prod(shape))
+        n_out = int(np.prod(shape[:-3])) * int(np.prod(out))
+        size = _ITEMSIZE[c.dtype]
+        if c.direction == "fwd":
+            return (n_in + n_out) * size
+        return (2 * n_in + n_out) * size
+
+    def variant(self, c, api):
+        if api is not sys.modules[__package__.split(".")[0]]:
+            return "-"
+        from ..pool3d import normalize_params, select_config
+        params = normalize_params(**case_params(c))
+        fwd = select_config(c.shapes[0], c.dtype, params, "fwd")
+        if c.direction == "fwd":
+            return fwd.name
+        return select_config(c.shapes[0], c.dtype, params, "bwd").name
+
+
+def _c(name, direction, shape, dtype="float32", devices=("cuda",), **params):
+    return case(NAME, name, direction, [shape], dtype, devices=devices, **params)
+
+
+_CUDA_FWD = [
+    # the assignment's classics
+    _c("k2s2_8x32x32x64x64", "fwd", (8, 32, 32, 64, 64), kernel_size=2, stride=2),
+    _c("k3s1_4x32x32x32x32", "fwd", (4, 32, 32, 32, 32), kernel_size=3, stride=1),
+    _c("k3s2p1_8x64x16x56x56", "fwd", (8, 64, 16, 56, 56), kernel_size=3, stride=2, padding=1),
+    _c("k8s1_2x16x32x32x32", "fwd", (2, 16, 32, 32, 32), kernel_size=8, stride=1),
+    _c("k8s8_64x64x8x8x8_out1", "fwd", (64, 64, 8, 8, 8), kernel_size=8, stride=8),
+    _c("k2s2_f16_16x64x16x56x56", "fwd", (16, 64, 16, 56, 56), "float16", kernel_size=2, stride=2),
+    _c("k2s2_tiny_1x1x4x4x4", "fwd", (1, 1, 4, 4, 4), kernel_size=2, stride=2),
+    # C = 64, D = H = W = 32
+    _c("k2s2_4x64x32x32x32", "fwd", (4, 64, 32, 32, 32), kernel_size=2, stride=2),
+    _c("k8s1_1x64x32x32x32", "fwd", (1, 64, 32, 32, 32), kernel_size=8, stride=1),
+    _c("k8s8_8x64x32x32x32", "fwd", (8, 64, 32, 32, 32), kernel_size=8, stride=8),
+    # outputs with h = w = 1
+    _c("hw1_k2x8x8_16x32x32x8x8", "fwd", (16, 32, 32, 8, 8), kernel_size=(2, 8, 8), stride=(2, 8, 8)),
+    _c("hw1_k3x4x4s1_8x32x64x4x4", "fwd", (8, 32, 64, 4, 4), kernel_size=(3, 4, 4), stride=(1, 4, 4)),
+    # non-cubic kernels and strides
+    _c("k1x3x3s1x2x2p0x1x1_8x32x16x64x64", "fwd", (8, 32, 16, 64, 64), kernel_size=(1, 3, 3),
+       stride=(1, 2, 2), padding=(0, 1, 1)),
+    _c("k2x3x3s2x1x1_4x32x32x48x48", "fwd", (4, 32, 32, 48, 48), kernel_size=(2, 3, 3), stride=(2, 1, 1)),
+    # dilation
+    _c("k3s1d2_4x32x32x32x32", "fwd", (4, 32, 32, 32, 32), kernel_size=3, stride=1, dilation=2),
+    _c("k3s2p1d2_4x16x32x32x32", "fwd", (4, 16, 32, 32, 32), kernel_size=3, stride=2, padding=1, dilation=2),
+    # ceil_mode
+    _c("k2s2ceil_8x32x31x63x63", "fwd", (8, 32, 31, 63, 63), kernel_size=2, stride=2, ceil_mode=True),
+    _c("k3s2ceil_4x32x33x33x33", "fwd", (4, 32, 33, 33, 33), kernel_size=3, stride=2, ceil_mode=True),
+    # half types
+    _c("k3s1_f16_4x32x32x32x32", "fwd", (4, 32, 32, 32, 32), "float16", kernel_size=3, stride=1),
+    _c("k3s2p1_bf16_8x64x16x56x56", "fwd", (8, 64, 16, 56, 56), "bfloat16", kernel_size=3, stride=2, padding=1),
+    _c("k8s8_f16_64x64x8x8x8", "fwd", (64, 64, 8, 8, 8), "float16", kernel_size=8, stride=8),
+    _c("k2s2_bf16_16x64x16x56x56", "fwd", (16, 64, 16, 56, 56), "bfloat16", kernel_size=2, stride=2),
+    # vector widths and generic kernel sizes
+    _c("k2s2_oddW_8x32x32x63x63", "fwd", (8, 32, 32, 63, 63), kernel_size=2, stride=2),
+    _c("k2s2_vec2_8x32x32x62x62", "fwd", (8, 32, 32, 62, 62), kernel_size=2, stride=2),
+    _c("k5s2_4x32x32x32x32", "fwd", (4, 32, 32, 32, 32), kernel_size=5, stride=2),
+    _c("k4s4_4x32x32x64x64", "fwd", (4, 32, 32, 64, 64), kernel_size=4, stride=4),
+    _c("k3s3_4x32x33x33x33", "fwd", (4, 32, 33, 33, 33), kernel_size=3, stride=3),
+    _c("k2s2_f64_4x32x32x64x64", "fwd", (4, 32, 32, 64, 64), "float64", kernel_size=2, stride=2),
+    # 256 MB and more
+    _c("k2s2_256MB_4x32x32x128x128", "fwd", (4, 32, 32, 128, 128), kernel_size=2, stride=2),
+    _c("k2s2_bf16_256MB_8x32x32x128x128", "fwd", (8, 32, 32, 128, 128), "bfloat16", kernel_size=2, stride=2),
+    _c("k3s2p1_256MB_4x32x32x128x128", "fwd", (4, 32, 32, 128, 128), kernel_size=3, stride=2, padding=1),
+]
+
+_CUDA_BWD = [
+    _c("k2s2_8x32x32x64x64", "bwd", (8, 32, 32, 64, 64), kernel_size=2, stride=2),
+    _c("k3s1_4x32x32x32x32", "bwd", (4, 32, 32, 32, 32), kernel_size=3, stride=1),
+    _c("k3s2p1_8x64x16x56x56", "bwd", (8, 64, 16, 56, 56), kernel_size=3, stride=2, padding=1),
+    _c("k8s1_2x16x32x32x32", "bwd", (2, 16, 32, 32, 32), kernel_size=8, stride=1),
+    _c("k8s8_64x64x8x8x8_out1", "bwd", (64, 64, 8, 8, 8), kernel_size=8, stride=8),
+    _c("k2s2_f16_16x64x16x56x56", "bwd", (16, 64, 16, 56, 56), "float16", kernel_size=2, stride=2),
+    _c("k2s2_tiny_1x1x4x4x4", "bwd", (1, 1, 4, 4, 4), kernel_size=2, stride=2),
+    _c("k2s2ceil_8x32x31x63x63", "bwd", (8, 32, 31, 63, 63), kernel_size=2, stride=2, ceil_mode=True),
+    _c("hw1_k2x8x8_16x32x32x8x8", "bwd", (16, 32, 32, 8, 8), kernel_size=(2, 8, 8), stride=(2, 8, 8)),
+    _c("hw1ceil_k2x8x8_16x32x33x8x8", "bwd", (16, 32, 33, 8, 8), kernel_size=(2, 8, 8), stride=(2, 8, 8),
+       ceil_mode=True),
+    _c("k3s1d2_4x32x32x32x32", "bwd", (4, 32, 32, 32, 32), kernel_size=3, stride=1, dilation=2),
+    _c("k1x3x3s1x2x2p0x1x1_bf16_8x32x16x64x64", "bwd", (8, 32, 16, 64, 64), "bfloat16", kernel_size=(1, 3, 3),
+       stride=(1, 2, 2), padding=(0, 1, 1)),
+    _c("k4s4_4x32x32x64x64", "bwd", (4, 32, 32, 64, 64), kernel_size=4, stride=4),
+    _c("k2s2_256MB_4x32x32x128x128", "bwd", (4, 32, 32, 128, 128), kernel_size=2, stride=2),
+]
+
+_CPU = ("cpu",)
+_CPU_CASES = [
+    _c("cpu_k2s2", "fwd", (2, 3, 8, 10, 12), devices=_CPU, kernel_size=2, stride=2),
+    _c("cpu_k3s1", "fwd", (2, 3, 9, 9, 9), devices=_CPU, kernel_size=3, stride=1),
+    _c("cpu_k3s2p1", "fwd", (2, 4, 9, 12, 11), devices=_CPU, kernel_size=3, stride=2, padding=1),
+    _c("cpu_k8s1", "fwd", (1, 2, 12, 12, 12), devices=_CPU, kernel_size=8, stride=1),
+    _c("cpu_k8s8_out1", "fwd", (4, 8, 8, 8, 8), devices=_CPU, kernel_size=8, stride=8),
+    _c("cpu_tiny", "fwd", (1, 1, 4, 4, 4), devices=_CPU, kernel_size=2, stride=2),
+    _c("cpu_nonsquare_dil", "fwd", (2, 3, 10, 11, 12), devices=_CPU, kernel_size=(1, 3, 2), stride=(1, 2, 3),
+       padding=(0, 1, 1), dilation=(1, 2, 1)),
+    _c("cpu_ceil", "fwd", (2, 3, 7, 9, 11), devices=_CPU, kernel_size=3, stride=2, ceil_mode=True),
+    _c("cpu_k2s2_f16", "fwd", (2, 3, 8, 10, 12), "float16", devices=_CPU, kernel_size=2, stride=2),
+    _c("cpu_k3s2p1_bf16", "fwd", (2, 4, 9, 12, 11), "bfloat16", devices=_CPU, kernel_size=3, stride=2, padding=1),
+    _c("cpu_k2s2", "bwd", (2, 3, 8, 10, 12), devices=_CPU, kernel_size=2, stride=2),
+    _c("cpu_k3s1", "bwd", (2, 3, 9, 9, 9), devices=_CPU, kernel_size=3, stride=1),
+    _c("cpu_k3s2p1_bf16", "bwd", (2, 4, 9, 12, 11), "bfloat16", devices=_CPU, kernel_size=3, stride=2, padding=1),
+    _c("cpu_ceil_scatter", "bwd", (2, 3, 7, 9, 11), devices=_CPU, kernel_size=2, stride=2, ceil_mode=True),
+]
+
+FAMILY = MaxPool3dFamily(NAME, _CUDA_FWD + _CUDA_BWD + _CPU_CASES)

@@ -1,0 +1,694 @@
+"""permute / transpose / transpose_add: shape algebra, dispatch, an emulation of the CUDA kernels' index math,
+values for every dtype (CPU; GPU under -m cuda), gradients, errors, the case table and an nvcc compile."""
+import dataclasses
+import math
+import sys
+
+import numpy as np
+import pytest
+
+import ops
+from ops._jittor import jt
+from ops.scoring.spec import random_array, round_to_bfloat16
+
+ops.permute  # noqa: B018  (bind the lazy export to the function before the submodule is imported)
+P = sys.modules["ops.permute"]
+from ops import _codegen  # noqa: E402
+from ops.scoring import fam_permute  # noqa: E402
+
+DTYPES = ["bool", "int8", "uint8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+
+
+def to_var(a: np.ndarray, dtype: str):
+    if dtype in ("float64", "int64"):  # jt.array alone narrows 64-bit arrays to 32 bits
+        return jt.array(a, dtype=dtype)
+    v = jt.array(a)
+    return v if str(v.dtype) == dtype else v.astype(dtype)
+
+
+def to_np(v) -> np.ndarray:
+    return (v.float32() if str(v.dtype) == "bfloat16" else v).numpy()
+
+
+def swapped(shape, d0, d1):
+    s = list(shape)
+    s[d0], s[d1] = s[d1], s[d0]
+    return tuple(s)
+
+
+def add_reference(x, y, d0, d1, dtype):
+    """float64 sum rounded once to ``dtype`` (ints wrap in their dtype, bool is or)."""
+    xt = np.swapaxes(x, d0, d1)
+    if dtype == "bool" or not dtype.startswith(("float", "bfloat")):
+        return xt + y
+    s = xt.astype(np.float64) + y.astype(np.float64)
+    if dtype == "bfloat16":
+        return round_to_bfloat16(s.astype(np.float32))
+    return s.astype(dtype)
+
+
+def assert_close_add(got, want, dtype):
+    if dtype in ("float16", "bfloat16"):
+        # the kernels add in float32 and round once; the float64 sum rounded once may differ by one ulp
+        ulp = 2.0 ** (-10 if dtype == "float16" else -7)
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=ulp, atol=ulp * 2**-14)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+# ---- shape algebra ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ndim, dims, want", [
+    (3, (2, 0, 1), (2, 0, 1)), (3, (-1, 0, -2), (2, 0, 1)), (1, (0,), (0,)), (2, [1, 0], (1, 0)),
+    (2, (np.int64(1), 0), (1, 0)),
+])
+def test_normalize_dims(ndim, dims, want):
+    assert P.normalize_dims(ndim, dims) == want
+
+
+@pytest.mark.parametrize("shape, perm, dims, new_perm", [
+    ((5, 6, 7, 8), (2, 3, 0, 1), (30, 56), (1, 0)),          # OneFlow's example
+    ((3, 4, 5), (0, 2, 1), (3, 4, 5), (0, 2, 1)),
+    ((2, 3, 4, 5), (0, 1, 3, 2), (6, 4, 5), (0, 2, 1)),
+    ((2, 3, 4, 5), (1, 0, 2, 3), (2, 3, 20), (1, 0, 2)),
+    ((2, 3, 4, 5), (0, 1, 2, 3), (120,), (0,)),               # identity
+    ((33, 1, 65), (2, 1, 0), (33, 65), (1, 0)),               # size-1 dims dropped
+    ((1, 7, 1), (2, 0, 1), (7,), (0,)),
+    ((1, 1), (1, 0), (1,), (0,)),
+    ((6, 1, 4, 1, 5), (4, 3, 2, 1, 0), (6, 4, 5), (2, 1, 0)),
+    ((2, 3, 4, 5, 6), (3, 4, 0, 1, 2), (24, 30), (1, 0)),
+    ((16, 32, 16, 32, 32), (0, 4, 2, 1, 3), (16, 32, 16, 32, 32), (0, 4, 2, 1, 3)),
+])
+def test_simplify_permutation(shape, perm, dims, new_perm):
+    assert P.simplify_permutation(shape, perm) == (dims, new_perm)
+
+
+@pytest.mark.parametrize("nbytes, want", [(64, 16), (24, 8), (12, 4), (6, 2), (3, 1), (4096, 16), (1, 1)])
+def test_movement_size(nbytes, want):
+    assert P.movement_size(nbytes) == want
+
+
+@pytest.mark.parametrize("shape, perm, itemsize, dims, new_perm, chunk", [
+    ((2048, 1024, 16), (1, 0, 2), 4, (2048, 1024, 4), (1, 0, 2), 16),  # 64-byte rows in 16-byte chunks
+    ((1024, 1024, 4), (1, 0, 2), 4, (1024, 1024), (1, 0), 16),        # a 16-byte last dim disappears
+    ((10, 20, 3), (1, 0, 2), 4, (10, 20, 3), (1, 0, 2), 4),            # 12 bytes: 4-byte chunks
+    ((10, 20, 2), (1, 0, 2), 1, (10, 20), (1, 0), 2),                  # bool pairs move as 2 bytes
+    ((32, 512, 16, 64), (0, 2, 1, 3), 2, (32, 512, 16, 8), (0, 2, 1, 3), 16),
+    ((4097, 3071), (1, 0), 4, (4097, 3071), (1, 0), 4),                # last dim moves: element size
+    ((7, 5), (0, 1), 2, (35,), (0,), 2),                               # identity of 70 bytes
+    ((8, 8), (0, 1), 4, (16,), (0,), 16),
+])
+def test_plan_permute(shape, perm, itemsize, dims, new_perm, chunk):
+    plan = P.plan_permute(shape, perm, itemsize)
+    assert (plan.in_dims, plan.perm, plan.chunk) == (dims, new_perm, chunk)
+    assert plan.count * plan.chunk == math.prod(shape) * itemsize
+
+
+# ---- dispatch table ---------------------------------------------------------------------------------------
+
+# (shape, perm, dtype, op) -> (variant, pack, chunk bytes)
+SELECT_TABLE = [
+    ((3, 4), (0, 1), "float32", "permute", ("copy", 1, 16)),
+    ((1, 9), (1, 0), "float16", "permute", ("copy", 1, 2)),
+    ((2048, 1024, 16), (1, 0, 2), "float32", "permute", ("general", 1, 16)),
+    ((32, 512, 16, 64), (0, 2, 1, 3), "float16", "permute", ("general", 1, 16)),
+    ((10, 20, 3), (1, 0, 2), "float32", "permute", ("general", 1, 4)),
+    ((64, 8, 100), (0, 2, 1), "float32", "permute", ("general", 1, 4)),          # a tile dim below 16
+    ((8, 24, 40, 16, 64), (3, 1, 4, 2, 0), "float16", "permute", ("general", 1, 2)),
+    ((32, 1024, 1024), (0, 2, 1), "float32", "permute", ("tiled", 1, 4)),
+    ((4097, 3071), (1, 0), "float32", "permute", ("tiled", 1, 4)),
+    ((4097, 3071), (1, 0), "float16", "permute", ("tiled", 1, 2)),               # odd: no pairs
+    ((64, 64, 128, 128), (2, 3, 0, 1), "float32", "permute", ("tiled", 1, 4)),
+    ((16, 32, 16, 32, 32), (0, 4, 2, 1, 3), "float32", "permute", ("tiled", 1, 4)),
+    ((4096, 4096), (1, 0), "int64", "permute", ("tiled", 1, 8)),
+    ((1024, 1024, 4), (1, 0, 2), "float32", "permute", ("tiled", 1, 16)),
+    ((32, 1024, 1024), (0, 2, 1), "float16", "permute", ("tiled_packed", 2, 2)),
+    ((32, 1024, 1024), (0, 2, 1), "bfloat16", "permute", ("tiled_packed", 2, 2)),
+    ((64, 1024, 1024), (0, 2, 1), "int8", "permute", ("tiled_packed", 4, 1)),
+    ((32, 1024, 1024), (0, 2, 1), "bool", "permute", ("tiled_packed", 4, 1)),
+    ((30, 30), (1, 0), "float16", "permute", ("tiled", 1, 2)),                   # too small to fill pairs
+    ((100, 60), (1, 0), "int8", "permute", ("tiled", 1, 1)),                     # 60 % 4 == 0, but < 64
+    ((2,) * 9, tuple(range(8, -1, -1)), "float32", "permute", ("fallback", 1, 4)),
+    ((4, 5), (0, 1), "float32", "transpose_add", ("add", 1, 16)),
+    ((1, 7), (1, 0), "float32", "transpose_add", ("add", 1, 4)),
+    ((6, 5, 4), (1, 0, 2), "float32", "transpose_add", ("general", 1, 16)),
+    ((6, 5, 3), (1, 0, 2), "float16", "transpose_add", ("general", 1, 2)),
+    ((100, 8), (1, 0), "float32", "transpose_add", ("general", 1, 4)),
+    ((8192, 8192), (1, 0), "float32", "transpose_add", ("tiled", 1, 4)),
+    ((4097, 3071), (1, 0), "float16", "transpose_add", ("tiled", 1, 2)),
+    ((16, 1024, 1024), (0, 2, 1), "float32", "transpose_add", ("tiled", 1, 4)),
+    ((24300, 11520), (1, 0), "bfloat16", "transpose_add", ("tiled_packed", 2, 2)),
+    ((512, 256), (1, 0), "int8", "transpose_add", ("tiled_packed", 4, 1)),
+]
+
+
+@pytest.mark.parametrize("shape, perm, dtype, op, want", SELECT_TABLE)
+def test_select_config_table(shape, perm, dtype, op, want):
+    cfg = P.select_config(shape, perm, dtype, op)
+    assert (cfg.variant, cfg.pack, cfg.chunk) == want
+    assert cfg.index_type == "int"
+    assert cfg.dtype == dtype
+
+
+def test_every_variant_is_selected():
+    seen = {(op, P.select_config(s, p, d, op).variant) for s, p, d, op, _ in SELECT_TABLE}
+    want = {(op, v) for op, vs in P.VARIANTS.items() for v in vs}
+    assert seen == want
+    packs = {P.select_config(s, p, d, op).pack for s, p, d, op, _ in SELECT_TABLE}
+    assert packs == {1, 2, 4}
+
+
+def test_index_type_by_count():
+    # 2^31 int8 elements: long long; (no allocation: select_config is pure Python)
+    big = P.select_config((2**16, 2**15 + 4), (1, 0), "int8")
+    assert big.index_type == "long long" and big.variant == "tiled_packed"
+    edge = P.select_config((2**16, 2**15 - 1), (1, 0), "int8")
+    assert edge.index_type == "int"
+    # counted in moved chunks: 2^32 bytes moved as 16-byte chunks is 2^28 chunks: int
+    chunked = P.select_config((2**16, 2**12, 16), (1, 0, 2), "int8")
+    assert chunked.index_type == "int" and chunked.chunk == 16
+
+
+def test_tiled_geometry():
+    cfg = P.select_config((3, 70, 37), (0, 2, 1), "float32")
+    d = cfg.data
+    assert (cfg.batch_rank, cfg.block, d["A"], d["B"], d["tiles_a"], d["tiles_b"]) == (1, (32, P.TILE_ROWS), 37, 70,
+                                                                                     2, 3)
+    assert cfg.grid == 3 * 2 * 3 and d["isb"] == 37 and d["osa"] == 70 and (d["bd0"], d["bi0"], d["bo0"]) == (
+        3, 70 * 37, 70 * 37)
+    packed = P.select_config((2, 64, 128), (0, 2, 1), "float16")
+    assert packed.pack == 2 and packed.grid == 2 * 2 * 1  # 64-element tiles
+
+
+def test_render_depends_only_on_code_constants():
+    a = P.select_config((32, 1024, 1024), (0, 2, 1), "float32")
+    b = P.select_config((3, 70, 37), (0, 2, 1), "float32")
+    assert a.params != b.params and P.render(a) == P.render(b)
+    assert P.render(a) == "ops_permute_tiled<4, 1, 1, int, 8>(in0_p, out0_p, data);"
+    g = P.select_config((2048, 1024, 16), (1, 0, 2), "float16")
+    assert P.render(g) == "ops_permute_nd<3, 16, int, 256, 4>(in0_p, out0_p, data);"
+    t = P.select_config((24300, 11520), (1, 0), "bfloat16", "transpose_add")
+    assert P.render(t) == "ops_transpose_add_tiled<in0_type, 2, 2, 0, int, 8>(in0_p, in1_p, out0_p, data);"
+    s = P.select_config((4, 5), (0, 1), "float32", "transpose_add")
+    assert P.render(s) == "ops_transpose_add_nd<in0_type, 1, 16, int, 256, 4>(in0_p, in1_p, out0_p, data);"
+    assert P.render(P.select_config((3, 4), (0, 1), "int8")) == "ops_permute_copy(in0_p, out0_p, data);"
+    with pytest.raises(ValueError, match="fallback"):
+        P.render(P.select_config((2,) * 9, tuple(range(8, -1, -1)), "float32"))
+
+
+def test_select_config_rejects_unknown_op():
+    with pytest.raises(ValueError, match="op"):
+        P.select_config((2, 3), (1, 0), "float32", "transpose_mul")
+
+
+# ---- emulation of the CUDA kernels (pure NumPy, the data the kernels receive) ------------------------------
+
+def _divisor(d):
+    """common.cuh's ops_make_divisor + OpsDivisor::div, in Python."""
+    shift = 0
+    while (1 << shift) < d:
+        shift += 1
+    magic = (((1 << 32) * ((1 << shift) - d)) // d + 1) & 0xFFFFFFFF
+    return lambda n: (((n * magic) >> 32) + n) >> shift
+
+
+def emulate_nd(cfg, src):
+    """ops_permute_nd_kernel on moved elements ``src`` (1-D array): every block, thread and unroll step."""
+    d = cfg.data
+    rank = 1 if cfg.variant == "add" else cfg.rank
+    dims = [d[f"d{k}"] for k in range(rank)]
+    divs = [_divisor(x) for x in dims]
+    strides = [d[f"s{k}"] for k in range(rank)]
+    count, per_block = d["count"], P.ND_THREADS * P.ND_UNROLL
+    dst = np.empty(count, dtype=src.dtype)
+    written = np.zeros(count, dtype=int)
+    assert d["grid"] == -(-count // per_block)
+    for blk in range(d["grid"]):
+        base = blk * per_block
+        rem = count - base
+        for u in range(P.ND_UNROLL):
+            for t in range(P.ND_THREADS):
+                j = t + u * P.ND_THREADS
+                if j >= rem:
+                    continue
+                i, off = base + j, 0
+                for k in range(rank - 1, 0, -1):
+                    q = divs[k](i)
+                    assert q == i // dims[k]
+                    off += (i - q * dims[k]) * strides[k]
+                    i = q
+                off += i * strides[0]
+                dst[base + j] = src[off]
+                written[base + j] += 1
+    assert (written == 1).all()
+    return dst
+
+
+def emulate_tiled(cfg, src):
+    """ops_tile_transpose_kernel on elements ``src`` (1-D array of moved elements): every block and thread,
+    packed words as groups of P elements; also checks that each packed gather is bank-conflict-free."""
+    d, pk, rows = cfg.data, cfg.pack, P.TILE_ROWS
+    tile_edge, k_steps = 32 * pk, 32 * pk // rows
+    br = cfg.batch_rank
+    A, B, isb, osa = d["A"], d["B"], d["isb"], d["osa"]
+    count = d["count"]
+    dst = np.empty(count, dtype=src.dtype)
+    written = np.zeros(count, dtype=int)
+    for blk in range(cfg.grid):
+        t = blk
+        ta, t = t % d["tiles_a"], t // d["tiles_a"]
+        tb, t = t % d["tiles_b"], t // d["tiles_b"]
+        sb = db = 0
+        for k in range(br - 1, -1, -1):
+            c, t = t % d[f"bd{k}"], t // d[f"bd{k}"]
+            sb += c * d[f"bi{k}"]
+            db += c * d[f"bo{k}"]
+        assert t == 0
+        a0, b0 = ta * tile_edge, tb * tile_edge
+        tile = np.full((tile_edge, 33, pk), -1, dtype=np.int64)  # element indices into src
+        for ty in range(rows):
+            for tx in range(32):
+                a, b_left = a0 + tx * pk, B - b0 - ty
+                if a < A:
+                    for k in range(k_steps):
+                        if rows * k < b_left:
+                            e = sb + (b0 + ty + rows * k) * isb + a
+                            assert e % pk == 0
+                            tile[ty + rows * k, tx] = np.arange(e, e + pk)
+        for ty in range(rows):
+            for k in range(k_steps):
+                al = ty + rows * k
+                banks = [set() for _ in range(pk)]
+                for tx in range(32):
+                    b, a_left = b0 + tx * pk, A - a0 - ty
+                    if not (b < B and rows * k < a_left):
+                        continue
+                    if pk == 1:
+                        elems = [tile[tx, al, 0]]
+                    else:
+                        rot, col, lane = tx // (32 // pk), al // pk, al % pk
+                        elems = [None] * pk
+                        for i in range(pk):
+                            j = (i + rot) % pk
+                            banks[i].add((tx * pk + j) * 33 + col)
+                            elems[j] = tile[tx * pk + j, col, lane]
+                    o = db + (a0 + al) * osa + b
+                    assert o % pk == 0 and all(e >= 0 for e in elems)
+                    dst[o:o + pk] = src[np.array(elems)]
+                    written[o:o + pk] += 1
+                if pk > 1:
+                    full = [s for s in banks if len(s) == 32]
+                    assert all(len({w % 32 for w in s}) == 32 for s in full)
+    assert (written == 1).all()
+    return dst
+
+
+EMULATED = [
+    ((5, 6, 7, 8), (2, 3, 0, 1), "float32"),
+    ((33, 1, 65), (2, 1, 0), "float32"),
+    ((3, 70, 37), (0, 2, 1), "float32"),
+    ((2, 37, 3, 41), (3, 1, 2, 0), "float32"),
+    ((2, 17, 3, 19, 2), (0, 3, 2, 1, 4), "float64"),       # 16-byte elements after chunking, batch rank 2
+    ((2, 17, 3, 2, 19), (0, 4, 3, 2, 1), "int16"),         # batch rank 3
+    ((2, 64, 96), (0, 2, 1), "float16"),                   # packed pairs, full tiles
+    ((3, 66, 34), (0, 2, 1), "bfloat16"),                  # packed pairs, partial tiles
+    ((136, 68), (1, 0), "int8"),                           # packed quads
+    ((70, 39), (1, 0), "int8"),                            # 1-byte elements, not packable
+    ((6, 5, 4), (1, 0, 2), "float32"),
+    ((4, 7, 3, 5), (3, 1, 0, 2), "int16"),
+    ((17, 40, 3), (0, 2, 1), "float32"),
+    ((5, 7), (0, 1), "float32"),
+]
+
+
+@pytest.mark.parametrize("shape, perm, dtype", EMULATED)
+def test_emulated_cuda_kernels(shape, perm, dtype, rng):
+    for op in ("permute", "transpose_add"):
+        if op == "transpose_add" and sum(a != b for a, b in zip(perm, range(len(perm)))) not in (0, 2):
+            continue
+        cfg = P.select_config(shape, perm, dtype, op)
+        if cfg.variant == "copy":
+            continue
+        n_elems = math.prod(shape)
+        x = np.arange(n_elems, dtype=np.int64)
+        # moved elements of cfg.chunk bytes: group the element ids
+        per = cfg.chunk // np.dtype(np.float16 if dtype == "bfloat16" else dtype).itemsize
+        moved = x.reshape(-1, per)
+        ids = np.arange(moved.shape[0])
+        emulate = emulate_tiled if cfg.variant.startswith("tiled") else emulate_nd
+        got_ids = emulate(cfg, ids)
+        got = moved[got_ids].reshape(-1)
+        want = np.transpose(x.reshape(shape), perm).reshape(-1)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_random_plans_and_emulation(rng):
+    """Random shapes and permutations: the plan is the same permutation, and the emulated kernel of whatever
+    variant is picked (with random dims near the tile thresholds) moves every element to its place."""
+    for _ in range(40):
+        ndim = int(rng.integers(1, 6))
+        shape = tuple(int(rng.choice([1, 2, 3, 5, 16, 17, 33, 34])) for _ in range(ndim))
+        perm = tuple(int(p) for p in rng.permutation(ndim))
+        dtype = str(rng.choice(["int8", "float16", "float32", "float64"]))
+        itemsize = _codegen.ITEMSIZE[dtype]
+        x = np.arange(math.prod(shape))
+        plan = P.plan_permute(shape, perm, itemsize)
+        per = plan.chunk // itemsize
+        moved = x.reshape(-1, per)
+        want = np.transpose(x.reshape(shape), perm).reshape(-1)
+        via_plan = np.transpose(np.arange(plan.count).reshape(plan.in_dims), plan.perm).reshape(-1)
+        np.testing.assert_array_equal(moved[via_plan].reshape(-1), want, err_msg=f"{shape} {perm} {dtype}")
+        cfg = P.select_config(shape, perm, dtype)
+        if cfg.variant in ("copy", "fallback") or x.size > 6000:
+            continue
+        emulate = emulate_tiled if cfg.variant.startswith("tiled") else emulate_nd
+        got = moved[emulate(cfg, np.arange(plan.count))].reshape(-1)
+        np.testing.assert_array_equal(got, want, err_msg=f"{shape} {perm} {dtype} {cfg.variant}")
+
+
+# ---- values -----------------------------------------------------------------------------------------------
+
+PERMUTE_SHAPES = [
+    ((37, 70), (1, 0)),                   # tiled, partial tiles
+    ((64, 128), (1, 0)),                  # packed where 1-2 byte
+    ((3, 66, 34), (0, 2, 1)),             # batch, partial packed tiles
+    ((5, 6, 7, 8), (2, 3, 0, 1)),         # merges to (30,56) (1,0)
+    ((6, 5, 4), (1, 0, 2)),               # general, chunked last dim
+    ((4, 7, 3, 5), (3, 1, 0, 2)),         # general, last dim moves (small)
+    ((2, 17, 3, 19, 2), (0, 3, 2, 1, 4)), # tiled after chunking (16 bytes for float64)
+    ((2, 17, 3, 2, 19), (0, 4, 3, 2, 1)), # tiled, batch rank 3
+    ((33, 1, 65), (2, 1, 0)),             # size-1 dim
+    ((1, 1), (1, 0)),                     # one element
+    ((9,), (0,)),                         # copy
+    ((1, 5), (1, 0)),                     # copy (size-1 swap)
+    ((136, 68), (1, 0)),                  # packed quads for 1-byte dtypes
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_permute_values(dtype, device, rng):
+    for shape, perm in PERMUTE_SHAPES:
+        x = random_array(shape, dtype, rng)
+        got = to_np(ops.permute(to_var(x, dtype), perm))
+        want = np.transpose(x, perm)
+        assert got.shape == want.shape, (shape, perm)
+        np.testing.assert_array_equal(got, want, err_msg=f"{shape} {perm} {dtype}")
+
+
+ADD_SHAPES = [
+    ((37, 70), 0, 1), ((64, 128), 0, 1), ((3, 66, 34), 1, 2), ((6, 5, 4), 0, 1), ((6, 5, 3), 1, 0),
+    ((4, 5), 1, 1), ((4, 3, 5), -1, 0), ((1, 7), 0, 1), ((136, 68), 0, 1), ((2, 17, 3, 19), 1, 3),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_transpose_add_values(dtype, device, rng):
+    for shape, d0, d1 in ADD_SHAPES:
+        x = random_array(shape, dtype, rng)
+        y = random_array(swapped(shape, d0 % len(shape), d1 % len(shape)), dtype, rng)
+        got = to_np(ops.transpose_add(to_var(x, dtype), to_var(y, dtype), d0, d1))
+        want = add_reference(x, y, d0 % len(shape), d1 % len(shape), dtype)
+        assert got.shape == want.shape
+        assert_close_add(got, want, dtype)
+
+
+def test_transpose_and_module(device, rng):
+    x = random_array((4, 5, 6), "float32", rng)
+    xv = jt.array(x)
+    np.testing.assert_array_equal(ops.transpose(xv, 0, -1).numpy(), np.swapaxes(x, 0, 2))
+    np.testing.assert_array_equal(ops.permute(xv, 2, 0, 1).numpy(), np.transpose(x, (2, 0, 1)))
+    np.testing.assert_array_equal(ops.permute(xv, [-1, 0, 1]).numpy(), np.transpose(x, (2, 0, 1)))
+    np.testing.assert_array_equal(ops.Permute(1, 2, 0)(xv).numpy(), np.transpose(x, (1, 2, 0)))
+    np.testing.assert_array_equal(ops.Permute((1, 2, 0))(xv).numpy(), np.transpose(x, (1, 2, 0)))
+    y = random_array((4, 6, 5), "float32", rng)
+    got = ops.TransposeAdd(1, 2)(xv, jt.array(y)).numpy()
+    np.testing.assert_array_equal(got, np.swapaxes(x, 1, 2) + y)
+    assert isinstance(ops.Permute(0, 1), jt.Module) and isinstance(ops.TransposeAdd(), jt.Module)
+
+
+def test_fallback_rank_9(device, rng):
+    shape = (2, 3, 2, 3, 2, 3, 2, 3, 2)
+    perm = (8, 6, 4, 2, 0, 7, 5, 3, 1)
+    assert P.select_config(shape, perm, "float32").variant == "fallback"
+    x = random_array(shape, "float32", rng)
+    np.testing.assert_array_equal(ops.permute(jt.array(x), perm).numpy(), np.transpose(x, perm))
+
+
+def test_zero_size(device, rng):
+    x = jt.array(np.zeros((0, 3, 4), np.float32))
+    y = ops.permute(x, 2, 0, 1)
+    assert tuple(y.shape) == (4, 0, 3) and y.numpy().shape == (4, 0, 3)
+    s = ops.transpose_add(x, jt.array(np.zeros((3, 0, 4), np.float32)), 0, 1)
+    assert s.numpy().shape == (3, 0, 4)
+    g = jt.grad((ops.permute(x, 1, 0, 2) * 2).sum(), x)
+    assert g.numpy().shape == (0, 3, 4)
+
+
+# ---- gradients --------------------------------------------------------------------------------------------
+
+def _grad_permute(x, perm, w):
+    y = ops.permute(x, perm)
+    return jt.grad((y * w).sum(), x)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_permute_grad(dtype, device, rng):
+    for shape, perm in [((3, 66, 34), (0, 2, 1)), ((4, 7, 3, 5), (3, 1, 0, 2)), ((6, 5, 4), (1, 0, 2))]:
+        x = random_array(shape, dtype, rng)
+        w = random_array(tuple(shape[p] for p in perm), dtype, rng)
+        xv, wv = jt.array(x), jt.array(w)
+        g1 = _grad_permute(xv, perm, wv).numpy()
+        inv = np.argsort(perm)
+        np.testing.assert_array_equal(g1, np.transpose(w, inv))
+        g2 = _grad_permute(xv, perm, wv).numpy()
+        assert g1.tobytes() == g2.tobytes()  # deterministic, bit for bit
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_transpose_add_grad(dtype, device, rng):
+    shape, d0, d1 = (3, 40, 50), 1, 2
+    x = random_array(shape, dtype, rng)
+    y = random_array(swapped(shape, d0, d1), dtype, rng)
+    w = random_array(swapped(shape, d0, d1), dtype, rng)
+    xv, yv, wv = to_var(x, dtype), to_var(y, dtype), to_var(w, dtype)
+
+    def grads():
+        s = ops.transpose_add(xv, yv, d0, d1)
+        return [to_np(g) for g in jt.grad((s * wv).sum(), [xv, yv])]
+    gx, gy = grads()
+    np.testing.assert_array_equal(gx, np.swapaxes(w, d0, d1))
+    np.testing.assert_array_equal(gy, w)
+    gx2, gy2 = grads()
+    assert gx.tobytes() == gx2.tobytes() and gy.tobytes() == gy2.tobytes()
+
+
+# ---- errors -----------------------------------------------------------------------------------------------
+
+def test_errors():
+    x = jt.array(np.zeros((2, 3, 4), np.float32))
+    with pytest.raises(TypeError, match="x"):
+        ops.permute(np.zeros((2, 3)), 1, 0)
+    with pytest.raises(ValueError, match="dims"):
+        ops.permute(x, 0, 1)
+    with pytest.raises(ValueError, match="dims"):
+        ops.permute(x)
+    with pytest.raises(ValueError, match="dims"):
+        ops.permute(x, 0, 1, 1)
+    with pytest.raises(ValueError, match="dims"):
+        ops.permute(x, 0, 1, 3)
+    with pytest.raises(ValueError, match="dims"):
+        ops.permute(x, 0, -4, 1)
+    with pytest.raises(TypeError, match="dims"):
+        ops.permute(x, 0, 1.0, 2)
+    with pytest.raises(TypeError, match="dims"):
+        ops.permute(x, 0, True, 2)
+    with pytest.raises(TypeError, match="dims"):
+        ops.Permute(0, "1")
+    with pytest.raises(ValueError, match="dim0"):
+        ops.transpose(x, 3, 0)
+    with pytest.raises(ValueError, match="dim1"):
+        ops.transpose(x, 0, -4)
+    with pytest.raises(TypeError, match="dim0"):
+        ops.transpose(x, None, 0)
+    y = jt.array(np.zeros((3, 2, 4), np.float32))
+    with pytest.raises(TypeError, match="x"):
+        ops.transpose_add([1], y)
+    with pytest.raises(TypeError, match="y"):
+        ops.transpose_add(x, np.zeros((3, 2, 4)))
+    with pytest.raises(TypeError, match="y"):
+        ops.transpose_add(x, y.float16())
+    with pytest.raises(ValueError, match="y"):
+        ops.transpose_add(x, y, 0, 2)
+    with pytest.raises(ValueError, match="y"):
+        ops.transpose_add(x, jt.array(np.zeros((3, 2), np.float32)))
+    with pytest.raises(ValueError, match="dim1"):
+        ops.transpose_add(x, y, 0, 5)
+    with pytest.raises(TypeError, match="dim0"):
+        ops.TransposeAdd(dim0="a")
+    with pytest.raises(ValueError, match="dims"):
+        ops.Permute(0, 0)(x)
+
+
+# ---- the case table ---------------------------------------------------------------------------------------
+
+def test_family_table():
+    fam = fam_permute.FAMILY
+    assert fam.name == "permute"
+    ids = [c.id for c in fam.cases]
+    assert len(ids) == len(set(ids))
+    for c in fam.cases:
+        op = c.p.get("op")
+        assert op in ("permute", "transpose_add")
+        if op == "transpose_add":
+            assert c.shapes[1] == swapped(c.shapes[0], c.p["dim0"], c.p["dim1"])
+        assert fam.variant(c, ops) != "-"
+        assert fam.bytes_moved(c) > 0
+        if "cuda" in c.devices:
+            assert fam.bytes_moved(c) <= 3 * 2**30
+    assert any("cpu" in c.devices for c in fam.cases) and any("cuda" in c.devices for c in fam.cases)
+
+
+@pytest.mark.parametrize("c", [c for c in fam_permute.FAMILY.cases if "cpu" in c.devices], ids=lambda c: c.id)
+def test_family_cpu_cases(c, rng):
+    fam = fam_permute.FAMILY
+    arrays = fam.make_inputs(c, rng)
+    xs = [to_var(a, c.dtype if a.dtype.kind == "f" else str(a.dtype)) for a in arrays]
+    rtol, atol = fam.tolerance(c)
+    if c.direction == "fwd":
+        got = [to_np(v) for v in fam.forward(c, ops, xs)]
+        want = fam.reference_forward(c, arrays)
+    else:
+        outs = fam.forward(c, ops, xs)
+        dys = [random_array(tuple(o.shape), c.dtype, rng) for o in outs]
+        loss = sum((o * to_var(d, c.dtype)).sum() for o, d in zip(outs, dys))
+        got = [to_np(g) for g in jt.grad(loss, [xs[i] for i in c.grad_of])]
+        want = fam.reference_backward(c, arrays, dys)
+    for g, w in zip(got, want):
+        if np.asarray(w).dtype.kind in "fc":
+            np.testing.assert_allclose(g.astype(np.float64), w, rtol=rtol, atol=atol)
+        else:
+            np.testing.assert_array_equal(g, w)
+
+
+# ---- GPU-sized dispatch paths (run with -m cuda) -----------------------------------------------------------
+
+CUDA_PERMUTE = [
+    ((16, 1024, 1024), (0, 2, 1), "float32"),
+    ((32, 1024, 1024), (0, 2, 1), "float16"),
+    ((32, 1024, 1024), (0, 2, 1), "int8"),
+    ((4097, 3071), (1, 0), "float32"),
+    ((4097, 3071), (1, 0), "float16"),
+    ((1024, 1024, 16), (1, 0, 2), "float32"),
+    ((32, 512, 16, 64), (0, 2, 1, 3), "float16"),
+    ((32, 64, 128, 64), (2, 3, 0, 1), "float32"),
+    ((16, 32, 16, 32, 32), (0, 4, 2, 1, 3), "float32"),
+    ((2048, 2048), (1, 0), "int64"),
+]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape, perm, dtype", CUDA_PERMUTE)
+def test_cuda_large_permute(shape, perm, dtype, rng):
+    jt.flags.use_cuda = 1
+    try:
+        x = random_array(shape, dtype, rng)
+        got = to_np(ops.permute(to_var(x, dtype), perm))
+        np.testing.assert_array_equal(got, np.transpose(x, perm))
+    finally:
+        jt.flags.use_cuda = 0
+
+
+CUDA_ADD = [((8192, 4096), 0, 1, "bfloat16"), ((4096, 4096), 0, 1, "float32"), ((4097, 3071), 0, 1, "float16"),
+            ((16, 1024, 1024), 1, 2, "float32"), ((2048, 4096), 0, 1, "int8")]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape, d0, d1, dtype", CUDA_ADD)
+def test_cuda_large_transpose_add(shape, d0, d1, dtype, rng):
+    jt.flags.use_cuda = 1
+    try:
+        x = random_array(shape, dtype, rng)
+        y = random_array(swapped(shape, d0, d1), dtype, rng)
+        got = to_np(ops.transpose_add(to_var(x, dtype), to_var(y, dtype), d0, d1))
+        assert_close_add(got, add_reference(x, y, d0, d1, dtype), dtype)
+    finally:
+        jt.flags.use_cuda = 0
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape, perm, dtype, op", [
+    ((3, 70, 37), (0, 2, 1), "float32", "permute"),
+    ((2, 64, 96), (0, 2, 1), "float16", "permute"),
+    ((136, 68), (1, 0), "int8", "permute"),
+    ((6, 5, 4), (1, 0, 2), "float32", "permute"),
+    ((3, 66, 34), (0, 2, 1), "bfloat16", "transpose_add"),
+    ((6, 5, 3), (1, 0, 2), "float16", "transpose_add"),
+    ((4, 5), (0, 1), "float32", "transpose_add"),
+])
+def test_cuda_int64_index_kernels(shape, perm, dtype, op, rng):
+    """The long long instantiations on small data (above 2^31 elements is too big for a test)."""
+    jt.flags.use_cuda = 1
+    try:
+        cfg = dataclasses.replace(P.select_config(shape, perm, dtype, op), index_type="long long")
+        x = random_array(shape, dtype, rng)
+        inputs = [to_var(x, dtype)]
+        want = np.transpose(x, perm)
+        if op == "transpose_add":
+            y = random_array(want.shape, dtype, rng)
+            inputs.append(to_var(y, dtype))
+            d0, d1 = [k for k, p in enumerate(perm) if k != p] or [0, 0]
+            want = add_reference(x, y, d0, d1, dtype)
+        got = to_np(P._launch(cfg, inputs).reshape(want.shape))
+        if op == "transpose_add":
+            assert_close_add(got, want, dtype)
+        else:
+            np.testing.assert_array_equal(got, want)
+    finally:
+        jt.flags.use_cuda = 0
+
+
+# ---- nvcc: every kernel instantiation the dispatcher can produce compiles for sm_90 ------------------------
+
+def _instantiations():
+    """Launcher calls covering every template axis: each rank, chunk, (element size, pack), batch rank, index
+    type and element type appears at least once (not the full product: one nvcc run has to stay short)."""
+    nd, rows = f"{P.ND_THREADS}, {P.ND_UNROLL}", P.TILE_ROWS
+    idx = ["int", "long long"]
+    calls = ["ops_permute_copy(src, dst, data);"]
+    for r in range(1, P.MAX_RANK + 1):
+        for i, it in enumerate(idx):
+            calls.append(f"ops_permute_nd<{r}, {P.CHUNKS[(r + i) % 5]}, {it}, {nd}>(src, dst, data);")
+    for n, (e, pk) in enumerate([(1, 1), (2, 1), (4, 1), (8, 1), (16, 1), (1, 4), (2, 2)]):
+        calls.append(f"ops_permute_tiled<{e}, {pk}, {n}, {idx[n % 2]}, {rows}>(src, dst, data);")
+    for br in range(P.MAX_RANK - 1):
+        calls.append(f"ops_permute_tiled<4, 1, {br}, {idx[(br + 1) % 2]}, {rows}>(src, dst, data);")
+    for n, (dt, ct) in enumerate(_codegen.CTYPES.items()):
+        e, it = _codegen.ITEMSIZE[dt], idx[n % 2]
+        calls.append(f"ops_transpose_add_nd<{ct}, 1, 16, {it}, {nd}>(src, src, dst, data);")
+        calls.append(f"ops_transpose_add_nd<{ct}, {3 + n % 3}, {e}, {it}, {nd}>(src, src, dst, data);")
+        calls.append(f"ops_transpose_add_tiled<{ct}, {e}, 1, {n % 4}, {it}, {rows}>(src, src, dst, data);")
+        calls.append(f"ops_transpose_add_tiled<{ct}, 16, 1, 1, {it}, {rows}>(src, src, dst, data);")
+        if e < 4:
+            calls.append(f"ops_transpose_add_tiled<{ct}, {e}, {4 // e}, {n % 2}, {it}, {rows}>(src, src, dst, data);")
+    return calls
+
+
+def test_render_is_covered_by_nvcc_instantiations():
+    """Every template the dispatcher renders has its shape of arguments among the compiled instantiations."""
+    calls = _instantiations()
+    for s, p, d, op, _ in SELECT_TABLE:
+        cfg = P.select_config(s, p, d, op)
+        if cfg.variant == "fallback":
+            continue
+        launcher = P.render(cfg).split("<")[0].split("(")[0]
+        assert any(c.startswith(launcher) for c in calls)
+
+
+@pytest.mark.nvcc
+def test_nvcc_compiles_every_instantiation():
+    from nvcc_util import compile_check
+    body = ("std::unordered_map<std::string, double> data;\nconst void* src = nullptr;\nvoid* dst = nullptr;\n"
+            + "\n".join(_instantiations()))
+    header = "#include <string>\n#include <unordered_map>\n" + _codegen.header(["common", "permute"])
+    ok, log = compile_check(header, body)
+    assert ok, log[-4000:]

@@ -1,0 +1,576 @@
+"""max_pool3d: shape algebra, dispatch table, values and indices for every dtype (CPU; GPU under -m cuda),
+NaN and empty windows, deterministic gradients of the three backward algorithms, errors, the case table, and an
+nvcc compile of every kernel the dispatcher renders."""
+import math
+
+import numpy as np
+import pytest
+
+import ops
+from ops import pool3d as P
+from ops._jittor import jt
+from ops.scoring import fam_pool3d as F
+from ops.scoring.harness import _InjectGrad, to_numpy64
+from ops.scoring.harness import to_jittor as _to_jittor
+from ops.scoring.spec import DEFAULT_TOLERANCE, random_array
+
+DTYPES = ["float32", "float16", "bfloat16", "float64"]
+
+
+def to_jittor(a, dtype):
+    """The harness's conversion, except float64 (jt.array of a float64 array rounds it to float32)."""
+    return jt.array(a, dtype="float64") if dtype == "float64" else _to_jittor(a, dtype)
+
+
+def pool(x_np, dtype, **kw):
+    """Our values (float64) and indices (int64) for a NumPy input."""
+    y, idx = ops.max_pool3d(to_jittor(x_np, dtype), return_indices=True, **kw)
+    return to_numpy64(y), idx.numpy().astype(np.int64)
+
+
+def grad(x_np, dy_np, dtype, **kw):
+    """dx of max_pool3d with the output gradient dy (only our backward kernels run)."""
+    x = to_jittor(x_np, dtype)
+    y = ops.max_pool3d(x, **kw)
+    loss = _InjectGrad.apply(y, to_jittor(dy_np, dtype)).sum()
+    return jt.grad(loss, x)
+
+
+def assert_grad_close(got, want, dtype, msg=""):
+    rtol, atol = DEFAULT_TOLERANCE[dtype]
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=str(msg))
+
+
+# ---- shape algebra ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n, k, s, p, d, ceil, want", [
+    (8, 2, 2, 0, 1, False, 4), (7, 2, 2, 0, 1, False, 3), (7, 2, 2, 0, 1, True, 4),
+    (5, 2, 2, 1, 1, True, 3),  # PyTorch drops the last window that would start in the right padding
+    (5, 2, 2, 1, 1, False, 3), (6, 3, 2, 1, 1, True, 4), (6, 3, 2, 1, 1, False, 3),
+    (32, 3, 1, 0, 2, False, 28), (8, 8, 8, 0, 1, False, 1), (8, 8, 1, 0, 1, False, 1), (2, 3, 1, 0, 1, False, 0),
+    (2, 2, 1, 1, 3, False, 1), (1, 1, 1, 0, 1, True, 1), (10, 4, 3, 2, 1, True, 4),
+])
+def test_pool_output_size(n, k, s, p, d, ceil, want):
+    assert P.pool_output_size(n, k, s, p, d, ceil) == want
+
+
+def test_normalize_params():
+    p = P.normalize_params(3)
+    assert (p.kernel, p.stride, p.padding, p.dilation, p.ceil_mode) == ((3,) * 3, (3,) * 3, (0,) * 3, (1,) * 3, False)
+    p = P.normalize_params((1, 2, 3), [1, 1, 2], (0, 1, 1), 2, True)
+    assert (p.kernel, p.stride, p.padding, p.dilation, p.ceil_mode) == ((1, 2, 3), (1, 1, 2), (0, 1, 1), (2,) * 3, True)
+    assert P.normalize_params(2, stride=()).stride == (2, 2, 2)
+    assert P.normalize_params(np.int64(2)).kernel == (2, 2, 2)
+
+
+def test_window_predicates():
+    p = P.normalize_params(2)
+    assert P.padding_free((8, 8, 8), (4, 4, 4), p) and P.windows_disjoint(p) and P.windows_tile((8, 8, 8), (4, 4, 4), p)
+    assert not P.windows_tile((8, 8, 9), (4, 4, 4), p) and P.padding_free((8, 8, 9), (4, 4, 4), p)
+    pc = P.normalize_params(2, ceil_mode=True)
+    assert not P.padding_free((8, 8, 9), (4, 4, 5), pc)
+    assert not P.windows_disjoint(P.normalize_params(3, 2)) and P.windows_disjoint(P.normalize_params(3, 3))
+    assert not P.windows_disjoint(P.normalize_params(2, 2, dilation=2))
+    assert P.windows_disjoint(P.normalize_params(2, 3, dilation=2))
+    assert P.backward_algorithm((8, 8, 8), P.normalize_params((1, 2, 2))) == "tile"
+    assert P.backward_algorithm((8, 8, 9), p) == "scatter"
+    assert P.backward_algorithm((8, 8, 8), P.normalize_params(3, 1)) == "gather"
+
+
+def _brute_force(x, k, s, p, d, ceil):
+    """PyTorch's loop, written out: the reference the vectorized F.reference_pool must equal."""
+    spatial = x.shape[-3:]
+    out = [P.pool_output_size(n, *a, ceil) for n, a in zip(spatial, zip(k, s, p, d))]
+    y = np.full(x.shape[:-3] + tuple(out), -np.inf)
+    arg = np.full(y.shape, -1)
+    for lead in np.ndindex(*x.shape[:-3]):
+        for o in np.ndindex(*out):
+            best, pos = None, -1
+            for w in np.ndindex(*k):
+                c = [o[a] * s[a] - p[a] + w[a] * d[a] for a in range(3)]
+                if not all(0 <= c[a] < spatial[a] for a in range(3)):
+                    continue
+                v = x[lead + tuple(c)]
+                if pos < 0 or np.isnan(v) or (not np.isnan(best) and v > best):
+                    best, pos = v, (c[0] * spatial[1] + c[1]) * spatial[2] + c[2]
+            if pos >= 0:
+                y[lead + o], arg[lead + o] = best, pos
+    return y, arg
+
+
+@pytest.mark.parametrize("k, s, p, d, ceil", [
+    ((2, 2, 2), (2, 2, 2), (0, 0, 0), (1, 1, 1), True),
+    ((3, 2, 3), (2, 1, 2), (1, 1, 1), (1, 2, 1), True),
+    ((3, 3, 3), (1, 1, 1), (1, 0, 1), (1, 1, 2), False),
+])
+def test_reference_is_pytorchs_loop(k, s, p, d, ceil, rng):
+    x = rng.integers(0, 4, size=(2, 5, 6, 7)).astype(np.float64)
+    x.reshape(-1)[rng.choice(x.size, 5, replace=False)] = np.nan
+    want, want_arg = _brute_force(x, k, s, p, d, ceil)
+    got, got_arg = F.reference_pool(x, k, s, p, d, ceil)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got_arg, want_arg)
+
+
+def _beats(bv, bp, av, ap):
+    """pool3d_beats of pool3d.cuh, line for line."""
+    if bp < 0:
+        return False
+    if ap < 0:
+        return True
+    an, bn = math.isnan(av), math.isnan(bv)
+    if an or bn:
+        return bn and (not an or bp > ap)
+    if bv != av:
+        return bv > av
+    return bp < ap
+
+
+def _scan(vals, positions):
+    """Pool3dBest::offer<true> over ``positions`` in order (None = padding)."""
+    v, p = 0.0, -1
+    for e in positions:
+        c = vals[e]
+        if c is None:
+            continue
+        if p < 0 or math.isnan(c) or (not math.isnan(v) and c > v):
+            v, p = c, e
+    return v, p
+
+
+def test_warp_merge_reproduces_the_in_order_scan(rng):
+    """Emulates pool3d_window_max_warp: lane l scans elements l, l + 32, ..., then a 5-step xor butterfly."""
+    for trial in range(300):
+        n = int(rng.integers(32, 200))
+        vals = [float(v) for v in rng.integers(0, 3, size=n)]
+        for e in rng.choice(n, int(rng.integers(0, 4)), replace=False):
+            vals[e] = math.nan
+        for e in rng.choice(n, int(rng.integers(0, n // 2)), replace=False):
+            vals[e] = None
+        lanes = [_scan(vals, range(lane, n, 32)) for lane in range(32)]
+        m = 16
+        while m:
+            lanes = [lanes[l ^ m] if _beats(*lanes[l ^ m], *lanes[l]) else lanes[l] for l in range(32)]
+            m //= 2
+        want = _scan(vals, range(n))
+        assert all(lane[1] == want[1] for lane in lanes), (trial, lanes[0], want)
+
+
+# ---- dispatch table ---------------------------------------------------------------------------------------
+
+def _kw(k, s=None, p=0, d=1, ceil=False):
+    return dict(kernel_size=k, stride=s, padding=p, dilation=d, ceil_mode=ceil)
+
+
+# (x shape, dtype, params, direction, on_cuda, expected variant, expected fields)
+SELECT_TABLE = [
+    ((8, 32, 32, 64, 64), "float32", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(vec=4, opt=2, nopad=True)),
+    ((16, 64, 16, 56, 56), "float16", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(vec=8, opt=2)),
+    ((4, 32, 32, 64, 64), "float64", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(vec=2, opt=2)),
+    ((8, 32, 32, 62, 62), "float32", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(vec=2, opt=4)),
+    ((1, 1, 4, 4, 4), "float32", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(vec=4, grid=1)),
+    ((8, 32, 32, 63, 63), "float32", _kw(2), "fwd", True, "fwd_flat", dict(k=(2, 2, 2), nopad=True, opt=4)),
+    ((8, 32, 31, 63, 63), "float32", _kw(2, ceil=True), "fwd", True, "fwd_flat", dict(k=(2, 2, 2), nopad=False)),
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "fwd", True, "fwd_flat", dict(k=(3, 3, 3), nopad=True, opt=2)),
+    ((8, 64, 16, 56, 56), "float32", _kw(3, 2, 1), "fwd", True, "fwd_flat", dict(k=(3, 3, 3), nopad=False)),
+    ((2, 16, 32, 32, 32), "float32", _kw(8, 1), "fwd", True, "fwd_flat", dict(k=(8, 8, 8), opt=1)),
+    ((4, 32, 32, 32, 32), "float32", _kw(5, 2), "fwd", True, "fwd_flat", dict(k=(0, 0, 0), nopad=True)),
+    ((8, 32, 16, 64, 64), "float32", _kw((1, 3, 3), (1, 2, 2), (0, 1, 1)), "fwd", True, "fwd_flat",
+     dict(k=(1, 3, 3), nopad=False)),
+    ((64, 64, 8, 8, 8), "float32", _kw(8), "fwd", True, "fwd_warp", dict(k=(8, 8, 8), nopad=True, grid=512)),
+    ((16, 32, 32, 8, 8), "float32", _kw((2, 8, 8)), "fwd", True, "fwd_warp", dict(k=(2, 8, 8))),
+    ((64, 32, 64, 4, 4), "float32", _kw((3, 4, 4), (1, 4, 4)), "fwd", True, "fwd_warp", dict(k=(3, 0, 0))),
+    ((1, 2, 12, 12, 12), "float32", _kw(5, 1, 2), "fwd", True, "fwd_warp", dict(k=(0, 0, 0), nopad=False)),
+    ((2, 3, 8, 8, 8), "float32", _kw(2), "fwd", False, "fwd_cpu", dict(nopad=True, grid=0)),
+    ((64, 64, 64, 128, 128), "float32", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(index_type="long long")),
+    ((8, 32, 32, 64, 64), "float32", _kw(2), "bwd", True, "bwd_tile_k2s2_vec", dict(vec=4, opt=2)),
+    ((16, 64, 16, 56, 56), "bfloat16", _kw(2), "bwd", True, "bwd_tile_k2s2_vec", dict(vec=8)),
+    ((64, 64, 8, 8, 8), "float32", _kw(8), "bwd", True, "bwd_tile_warp", dict(k=(8, 8, 8))),
+    ((16, 32, 32, 8, 8), "float16", _kw((2, 8, 8)), "bwd", True, "bwd_tile_warp", dict(k=(2, 8, 8))),
+    ((4, 32, 32, 64, 64), "float32", _kw(4), "bwd", True, "bwd_tile_flat", dict(k=(0, 0, 0), nopad=True)),
+    ((4, 32, 33, 33, 33), "float32", _kw(3), "bwd", True, "bwd_tile_flat", dict(k=(3, 3, 3))),
+    ((8, 32, 31, 63, 63), "float32", _kw(2, ceil=True), "bwd", True, "bwd_scatter_flat",
+     dict(k=(2, 2, 2), nopad=False)),
+    ((8, 32, 32, 63, 63), "float32", _kw(2), "bwd", True, "bwd_scatter_flat", dict(nopad=True)),
+    ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8), ceil=True), "bwd", True, "bwd_scatter_warp", dict(nopad=False)),
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "bwd", True, "bwd_gather", dict(opt=1, grid=4 * 32 * 32 ** 3 // 256)),
+    ((2, 16, 32, 32, 32), "float16", _kw(8, 1), "bwd", True, "bwd_gather", dict()),
+    ((64, 64, 64, 128, 128), "float32", _kw(3, 1), "bwd", True, "bwd_gather", dict(index_type="long long")),
+    ((2, 3, 8, 8, 8), "float32", _kw(2), "bwd", False, "bwd_tile_cpu", dict()),
+    ((2, 3, 8, 8, 9), "float32", _kw(2), "bwd", False, "bwd_scatter_cpu", dict()),
+    ((2, 3, 8, 8, 8), "float32", _kw(3, 1), "bwd", False, "bwd_gather_cpu", dict()),
+]
+
+
+@pytest.mark.parametrize("shape, dtype, kw, direction, cuda, variant, fields", SELECT_TABLE)
+def test_select_config(shape, dtype, kw, direction, cuda, variant, fields):
+    cfg = P.select_config(shape, dtype, P.normalize_params(**kw), direction, on_cuda=cuda)
+    assert cfg.variant == variant
+    for name, value in fields.items():
+        assert getattr(cfg, name) == value, name
+    if cuda:
+        assert cfg.block == P.BLOCK and cfg.grid >= 1
+    if "index_type" not in fields:
+        assert cfg.index_type == "int"
+
+
+def test_every_variant_and_flag_is_selected():
+    cfgs = [P.select_config(s, d, P.normalize_params(**kw), direction, on_cuda=c)
+            for s, d, kw, direction, c, _, _ in SELECT_TABLE]
+    assert {c.variant for c in cfgs} == set(P.VARIANTS["fwd"]) | set(P.VARIANTS["bwd"])
+    cuda = [c for c in cfgs if c.block]
+    assert {c.nopad for c in cuda} == {True, False}
+    assert {c.index_type for c in cuda} == {"int", "long long"}
+    assert any(all(c.k) for c in cuda) and any(not any(c.k) for c in cuda)  # unrolled and generic windows
+    assert {c.vec for c in cuda if c.vec > 1} == {2, 4, 8}
+
+
+def test_grid_covers_every_work_item():
+    for s, d, kw, direction, c, _, _ in SELECT_TABLE:
+        cfg = P.select_config(s, d, P.normalize_params(**kw), direction, on_cuda=c)
+        if not cfg.block:
+            continue
+        planes, spatial = math.prod(s[:-3]), s[-3:]
+        out = P.output_shape(spatial, P.normalize_params(**kw))
+        items = planes * math.prod(spatial if cfg.variant == "bwd_gather" else out) // max(1, cfg.vec // 2)
+        per_block = cfg.block // 32 if cfg.variant.endswith("warp") else cfg.block * cfg.opt
+        assert (cfg.grid - 1) * per_block < items <= cfg.grid * per_block
+
+
+def test_render_cuda_names_the_launcher_and_only_compile_time_values():
+    cfg = P.select_config((2, 16, 32, 32, 32), "float32", P.normalize_params(8, 1), "fwd", on_cuda=True)
+    src = P.render_cuda(cfg, P.MODE_BOTH)
+    assert "pool3d_fwd_flat_launch<in0_type, int, 8, 8, 8, true, 3, 1, 256>" in src and "out1_p" in src
+    other = P.select_config((4, 16, 40, 40, 40), "float32", P.normalize_params(8, 1), "fwd", on_cuda=True)
+    assert P.render_cuda(other, P.MODE_BOTH) == src  # shapes and grid are not in the text: one compile
+
+
+# ---- values and indices -----------------------------------------------------------------------------------
+
+VALUE_CASES = [
+    ((2, 3, 8, 10, 12), _kw(2)),
+    ((2, 3, 7, 9, 11), _kw(2)),
+    ((3, 9, 8, 7), _kw(3, 1)),  # 4-D input (C, D, H, W)
+    ((2, 2, 9, 12, 11), _kw(3, 2, 1)),
+    ((1, 2, 12, 12, 12), _kw(8, 1)),
+    ((3, 2, 8, 8, 8), _kw(8)),  # D == H == W == kernel: output 1x1x1
+    ((2, 2, 6, 8, 8), _kw((2, 8, 8))),  # h = w = 1
+    ((2, 3, 10, 11, 12), _kw((1, 3, 2), (1, 2, 3), (0, 1, 1), (1, 2, 1))),
+    ((2, 3, 7, 9, 11), _kw(3, 2, ceil=True)),
+    ((2, 2, 6, 7, 9), _kw(3, 2, 1, ceil=True)),
+    ((1, 1, 4, 4, 4), _kw(2)),
+    ((1, 1, 1, 1, 1), _kw(1)),
+    ((2, 1, 5, 1, 6), _kw((5, 1, 2), (1, 1, 2))),
+    ((1, 2, 13, 9, 10), _kw(5, 2, 2, 2)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_values_and_indices(device, dtype, rng):
+    xs = [random_array(shape, dtype, rng) for shape, _ in VALUE_CASES]
+    outs = [ops.max_pool3d(to_jittor(x, dtype), return_indices=True, **kw) for x, (_, kw) in zip(xs, VALUE_CASES)]
+    jt.sync([v for pair in outs for v in pair])  # new kernels compile in parallel
+    for x, (shape, kw), (y, idx) in zip(xs, VALUE_CASES, outs):
+        want, want_idx = F.reference_pool(x, **kw)
+        got = to_numpy64(y)
+        assert got.shape == want.shape, (shape, kw)
+        np.testing.assert_array_equal(got, want, err_msg=str((shape, kw)))  # a maximum is an input element
+        np.testing.assert_array_equal(idx.numpy(), want_idx, err_msg=str((shape, kw)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_values_without_indices(device, dtype, rng):
+    cases = VALUE_CASES[:3] + VALUE_CASES[5:7]
+    xs = [random_array(shape, dtype, rng) for shape, _ in cases]
+    with jt.no_grad():  # no backward can follow: the overlapping (3, 1) case skips its indices too
+        outs = [ops.max_pool3d(to_jittor(x, dtype), **kw) for x, (_, kw) in zip(xs, cases)]
+    jt.sync(outs)
+    for x, (shape, kw), y in zip(xs, cases, outs):
+        np.testing.assert_array_equal(to_numpy64(y), F.reference_pool(x, **kw)[0], err_msg=str((shape, kw)))
+
+
+def test_ties_keep_the_first_maximum(device, rng):
+    x = rng.integers(0, 3, size=(2, 3, 8, 9, 10)).astype(np.float32)  # many equal values
+    for kw in (_kw(2), _kw(3, 1), _kw(3, 2, 1), _kw(8, 1)):
+        got, idx = pool(x, "float32", **kw)
+        want, want_idx = F.reference_pool(x, **kw)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(idx, want_idx)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_nan_propagates(device, dtype, rng):
+    x = random_array((2, 2, 8, 8, 8), dtype, rng)
+    x.reshape(-1)[rng.choice(x.size, 12, replace=False)] = np.nan
+    x[0, 0, 0, 0, 0] = x[0, 0, 1, 1, 1] = np.nan  # two NaNs in one k2s2 window: the index is the last
+    for kw in (_kw(2), _kw(3, 1), _kw(3, 2, 1), _kw(8)):
+        got, idx = pool(x, dtype, **kw)
+        want, want_idx = F.reference_pool(x, **kw)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_array_equal(np.nan_to_num(got), np.nan_to_num(want))
+        np.testing.assert_array_equal(idx, want_idx)
+    assert pool(x, dtype, **_kw(2))[1][0, 0, 0, 0, 0] == 64 + 8 + 1
+
+
+def test_infinities_and_windows_without_elements(device):
+    x = np.array([-np.inf, 1.0, -np.inf, np.inf], np.float32).reshape(1, 1, 1, 1, 4)
+    got, idx = pool(x, "float32", **_kw((1, 1, 2)))
+    assert got.tolist() == [[[[[1.0, np.inf]]]]] and idx.tolist() == [[[[[1, 3]]]]]
+    x = np.full((1, 1, 1, 1, 2), -np.inf, np.float32)
+    got, idx = pool(x, "float32", **_kw((1, 1, 2)))
+    assert got.tolist() == [[[[[-np.inf]]]]] and idx.tolist() == [[[[[0]]]]]  # the first -inf
+    # W = 2, kernel 2, dilation 3, padding 1: the window reads w = -1 and w = 2, both padding
+    x = np.ones((1, 1, 1, 1, 2), np.float32)
+    got, idx = pool(x, "float32", **_kw((1, 1, 2), 1, (0, 0, 1), (1, 1, 3)))
+    want, want_idx = F.reference_pool(x, **_kw((1, 1, 2), 1, (0, 0, 1), (1, 1, 3)))
+    assert got.tolist() == want.tolist() == [[[[[-np.inf]]]]] and idx.tolist() == want_idx.tolist() == [[[[[-1]]]]]
+
+
+def test_empty_batch_and_module(device, rng):
+    y, idx = ops.max_pool3d(jt.zeros((0, 3, 4, 4, 4)), 2, return_indices=True)
+    assert list(y.shape) == [0, 3, 2, 2, 2] and list(idx.shape) == [0, 3, 2, 2, 2]
+    x = random_array((2, 3, 6, 6, 6), "float32", rng)
+    m = ops.MaxPool3d(3, stride=2, padding=1)
+    np.testing.assert_array_equal(m(jt.array(x)).numpy(), F.reference_pool(x, 3, 2, 1)[0])
+    y, idx = ops.MaxPool3d(2, return_indices=True)(jt.array(x))
+    np.testing.assert_array_equal(idx.numpy(), F.reference_pool(x, 2)[1])
+    with jt.no_grad():
+        np.testing.assert_array_equal(ops.max_pool3d(jt.array(x), 3, 1).numpy(), F.reference_pool(x, 3, 1)[0])
+
+
+# ---- gradients --------------------------------------------------------------------------------------------
+
+GRAD_CASES = [
+    ((2, 3, 8, 10, 12), _kw(2)),  # tile (k2s2)
+    ((2, 3, 9, 9, 6), _kw(3)),  # tile (k3)
+    ((2, 2, 8, 8, 8), _kw(8)),  # tile, one window per plane
+    ((2, 3, 7, 9, 11), _kw(2, ceil=True)),  # scatter with partial windows
+    ((2, 3, 7, 9, 11), _kw(2)),  # scatter: uncovered trailing elements
+    ((2, 3, 10, 11, 12), _kw((1, 2, 2), (1, 3, 3), (0, 1, 1))),  # scatter with padding
+    ((2, 3, 9, 9, 9), _kw(3, 1)),  # gather
+    ((2, 2, 9, 12, 11), _kw(3, 2, 1)),  # gather with padding
+    ((1, 2, 12, 12, 12), _kw(8, 1)),  # gather, big windows
+    ((2, 3, 10, 11, 12), _kw((1, 3, 2), (1, 2, 1), (0, 1, 1), (1, 2, 1))),  # gather with dilation
+    ((3, 9, 8, 7), _kw(3, 2, ceil=True)),  # 4-D input, gather with ceil_mode
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gradients(device, dtype, rng):
+    cases = GRAD_CASES if dtype in ("float32", "bfloat16") else GRAD_CASES[::3]
+    xs = [random_array(shape, dtype, rng) for shape, _ in cases]
+    refs = [F.reference_pool(x, **kw) for x, (_, kw) in zip(xs, cases)]
+    dys = [random_array(want.shape, dtype, rng) for want, _ in refs]
+    grads = [grad(x, dy, dtype, **kw) for x, dy, (_, kw) in zip(xs, dys, cases)]
+    jt.sync(grads)
+    for (shape, kw), (_, arg), dy, g in zip(cases, refs, dys, grads):
+        assert_grad_close(to_numpy64(g), F.reference_grad(shape, arg, dy), dtype, (shape, kw))
+
+
+def test_gradients_are_deterministic(device, rng):
+    # many windows share a maximum (few distinct values): the sums over them must not depend on timing
+    x = rng.integers(0, 4, size=(4, 8, 12, 12, 12)).astype(np.float32)
+    for kw in (_kw(3, 1), _kw(8, 1), _kw(2), _kw(2, ceil=True)):
+        want, arg = F.reference_pool(x, **kw)
+        dy = random_array(want.shape, "float32", rng)
+        first = grad(x, dy, "float32", **kw).numpy()
+        second = grad(x, dy, "float32", **kw).numpy()
+        assert first.tobytes() == second.tobytes()
+        assert_grad_close(first, F.reference_grad(x.shape, arg, dy), "float32", kw)
+
+
+def test_gradient_with_returned_indices(device, rng):
+    x_np = random_array((2, 3, 9, 9, 9), "float32", rng)
+    for kw in (_kw(3, 1), _kw(3)):
+        x = jt.array(x_np)
+        y, idx = ops.max_pool3d(x, return_indices=True, **kw)
+        dy = random_array(tuple(y.shape), "float32", rng)
+        got = jt.grad(_InjectGrad.apply(y, jt.array(dy)).sum(), x).numpy()
+        assert_grad_close(got, F.reference_grad(x_np.shape, F.reference_pool(x_np, **kw)[1], dy), "float32")
+
+
+# ---- errors -----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(kernel_size=0), ValueError, "kernel_size"),
+    (dict(kernel_size=(2, 2)), ValueError, "kernel_size"),
+    (dict(kernel_size=2.0), TypeError, "kernel_size"),
+    (dict(kernel_size=(2, 2, "2")), TypeError, "kernel_size"),
+    (dict(kernel_size=True), TypeError, "kernel_size"),
+    (dict(kernel_size=2, stride=0), ValueError, "stride"),
+    (dict(kernel_size=2, stride=(1, -1, 1)), ValueError, "stride"),
+    (dict(kernel_size=2, dilation=0), ValueError, "dilation"),
+    (dict(kernel_size=2, padding=-1), ValueError, "padding"),
+    (dict(kernel_size=2, padding=2), ValueError, "padding"),
+    (dict(kernel_size=(3, 3, 1), padding=(1, 1, 1)), ValueError, "padding"),
+    (dict(kernel_size=2, ceil_mode="yes"), TypeError, "ceil_mode"),
+    (dict(kernel_size=9), ValueError, "kernel_size"),  # output size < 1 on an 8^3 input
+    (dict(kernel_size=3, dilation=4), ValueError, "output size"),
+])
+def test_bad_parameters(kwargs, error, match):
+    x = jt.zeros((1, 2, 8, 8, 8))
+    with pytest.raises(error, match=match):
+        ops.max_pool3d(x, **kwargs)
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="x must be 4-D"):
+        ops.max_pool3d(jt.zeros((8, 8, 8)), 2)
+    with pytest.raises(ValueError, match="x must be 4-D"):
+        ops.max_pool3d(jt.zeros((1, 1, 1, 8, 8, 8)), 2)
+    with pytest.raises(TypeError, match="x must be a float"):
+        ops.max_pool3d(jt.zeros((1, 2, 8, 8, 8), dtype="int32"), 2)
+    with pytest.raises(TypeError, match="x must be a jittor Var"):
+        ops.max_pool3d(np.zeros((1, 2, 8, 8, 8), np.float32), 2)
+    with pytest.raises(ValueError, match="kernel_size"):
+        ops.MaxPool3d(0)
+    with pytest.raises(ValueError, match="direction"):
+        P.select_config((1, 1, 4, 4, 4), "float32", P.normalize_params(2), "sideways")
+
+
+# ---- the case table ---------------------------------------------------------------------------------------
+
+def test_case_table_shape():
+    fwd = [c for c in F.FAMILY.cases if c.direction == "fwd" and "cuda" in c.devices]
+    bwd = [c for c in F.FAMILY.cases if c.direction == "bwd" and "cuda" in c.devices]
+    assert len(fwd) >= 25 and len(bwd) >= 8
+    assert len({c.id for c in F.FAMILY.cases}) == len(F.FAMILY.cases)
+    assert {c.dtype for c in fwd} >= {"float16", "bfloat16", "float32"}
+    assert any(F.FAMILY.bytes_moved(c) >= 256 * 2**20 for c in fwd)
+    assert any(F.FAMILY.bytes_moved(c) >= 256 * 2**20 for c in bwd)
+    for c in F.FAMILY.cases:  # every case is valid and names a variant of ours
+        assert F.FAMILY.variant(c, ops) != "-" and F.FAMILY.variant(c, object()) == "-"
+        assert F.FAMILY.bytes_moved(c) > 0
+
+
+def test_cuda_cases_reach_every_cuda_variant():
+    names = set()
+    for c in F.FAMILY.cases:
+        if "cuda" in c.devices:
+            params = P.normalize_params(**F.case_params(c))
+            names.add(P.select_config(c.shapes[0], c.dtype, params, c.direction, on_cuda=True).variant)
+    assert names == {v for v in P.VARIANTS["fwd"] + P.VARIANTS["bwd"] if not v.endswith("cpu")}
+
+
+def test_cpu_cases_match_the_reference():
+    previous = jt.flags.use_cuda
+    jt.flags.use_cuda = 0
+    try:
+        _check_cpu_cases(np.random.default_rng(0))
+    finally:
+        jt.flags.use_cuda = previous
+
+
+def _check_cpu_cases(rng):
+    for c in F.FAMILY.cases:
+        if "cpu" not in c.devices:
+            continue
+        arrays = F.FAMILY.make_inputs(c, rng)
+        xs = [to_jittor(a, c.dtype) for a in arrays]
+        rtol, atol = F.FAMILY.tolerance(c)
+        if c.direction == "fwd":
+            got = to_numpy64(F.FAMILY.forward(c, ops, xs)[0])
+            np.testing.assert_allclose(got, F.FAMILY.reference_forward(c, arrays)[0], rtol=rtol, atol=atol)
+        else:
+            y = F.FAMILY.forward(c, ops, xs)[0]
+            dy = random_array(tuple(y.shape), c.dtype, rng)
+            got = to_numpy64(jt.grad(_InjectGrad.apply(y, to_jittor(dy, c.dtype)).sum(), xs[0]))
+            want = F.FAMILY.reference_backward(c, arrays, [dy])[0]
+            np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=c.id)
+
+
+def test_naive_composite_matches_the_reference():
+    c = next(c for c in F.FAMILY.cases if c.name == "cpu_k3s2p1" and c.direction == "fwd")
+    x = random_array(c.shapes[0], "float32", np.random.default_rng(1))
+    got = F.FAMILY.naive_forward(c, [jt.array(x)])[0].numpy()
+    np.testing.assert_array_equal(got, F.FAMILY.reference_forward(c, [x])[0])
+
+
+# ---- GPU-sized dispatch paths (cuda only) -----------------------------------------------------------------
+
+GPU_CASES = [
+    ((8, 32, 32, 64, 64), "float32", _kw(2)),  # fwd_k2s2_vec vec4, bwd_tile_k2s2_vec (128 MB)
+    ((16, 64, 16, 56, 56), "float16", _kw(2)),  # vec8
+    ((2, 32, 32, 64, 64), "float64", _kw(2)),  # vec2 (16 bytes)
+    ((8, 32, 32, 62, 62), "bfloat16", _kw(2)),  # vec2 (4 bytes)
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 1)),  # fwd_flat k3 nopad, bwd_gather
+    ((8, 64, 16, 56, 56), "float16", _kw(3, 2, 1)),  # fwd_flat k3 padded
+    ((2, 16, 32, 32, 32), "float32", _kw(8, 1)),  # fwd_flat k8, gather with 512 candidates
+    ((64, 64, 8, 8, 8), "bfloat16", _kw(8)),  # fwd_warp, bwd_tile_warp
+    ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8), ceil=True)),  # fwd_warp padded, bwd_scatter_warp
+    ((8, 32, 31, 63, 63), "float32", _kw(2, ceil=True)),  # fwd_flat padded, bwd_scatter_flat
+    ((4, 32, 32, 64, 64), "float32", _kw(4)),  # generic window, bwd_tile_flat
+    ((4, 16, 32, 32, 32), "float32", _kw(3, 2, 1, 2)),  # dilation
+]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape, dtype, kw", GPU_CASES)
+def test_gpu_sized_paths(shape, dtype, kw):
+    rng = np.random.default_rng(7)
+    previous = jt.flags.use_cuda
+    jt.flags.use_cuda = 1
+    try:
+        x = random_array(shape, dtype, rng)
+        want, arg = F.reference_pool(x, **kw)
+        got, idx = pool(x, dtype, **kw)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(idx, arg)
+        dy = random_array(want.shape, dtype, rng)
+        first = grad(x, dy, dtype, **kw)
+        second = grad(x, dy, dtype, **kw)
+        assert first.numpy().tobytes() == second.numpy().tobytes()
+        assert_grad_close(to_numpy64(first), F.reference_grad(shape, arg, dy), dtype)
+    finally:
+        jt.flags.use_cuda = previous
+
+
+# ---- nvcc: every kernel the dispatcher renders compiles for sm_90 ------------------------------------------
+
+def _rendered_sources():
+    """{(cuda_src, dtype): (variant, dtype, mode)} for every CUDA config of the select table, the case table and
+    the GPU tests, in the forward modes it can run with (the text names in0_type: each dtype is its own
+    instantiation)."""
+    items = [(s, d, P.normalize_params(**kw), direction) for s, d, kw, direction, c, _, _ in SELECT_TABLE if c]
+    items += [(c.shapes[0], c.dtype, P.normalize_params(**F.case_params(c)), c.direction)
+              for c in F.FAMILY.cases if "cuda" in c.devices]
+    items += [(s, d, P.normalize_params(**kw), direction) for s, d, kw in GPU_CASES for direction in ("fwd", "bwd")]
+    out = {}
+    for shape, dtype, params, direction in items:
+        cfg = P.select_config(shape, dtype, params, direction, on_cuda=True)
+        modes = (P.MODE_VALUES, P.MODE_BOTH) if direction == "fwd" else (P.MODE_VALUES,)
+        for mode in modes:
+            out.setdefault((P.render_cuda(cfg, mode), dtype), (cfg.variant, dtype, mode))
+    return out
+
+
+def _block(src, variant, dtype, mode):
+    """One rendered cuda_src with jittor's names (types, pointers, shapes, data) declared around it."""
+    t = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "float64": "float64"}[dtype]
+    if variant == "bwd_gather":
+        types = ("int", t, t, "int")
+    elif variant.startswith("bwd"):
+        types = (t, t, t, "int")
+    else:
+        types = (t, "int", t, "int")
+    lines = ["{"]
+    for name, ty in zip(("in0", "in1", "out0", "out1"), types):
+        lines.append(f"  typedef {ty} {name}_type; {name}_type* {name}_p = 0;")
+        lines.append("  " + " ".join(f"int {name}_shape{i} = {n};" for i, n in enumerate((2, 8, 8, 8))))
+    lines.append("  std::map<std::string, double> data;")
+    lines.append("  " + src.replace("\n", "\n  "))
+    lines.append("}")
+    return "\n".join(lines)
+
+
+@pytest.mark.nvcc
+def test_nvcc_compiles_every_rendered_kernel():
+    from nvcc_util import compile_check
+
+    sources = _rendered_sources()
+    variants = {v for v, _, _ in sources.values()}
+    assert variants == {v for v in P.VARIANTS["fwd"] + P.VARIANTS["bwd"] if not v.endswith("cpu")}
+    header = "#include <map>\n#include <string>\n" + ops._codegen.header(["common", "pool3d"])
+    body = "\n".join(_block(src, *info) for (src, _), info in sources.items())
+    ok, log = compile_check(header, body)
+    assert ok, log[-6000:]
