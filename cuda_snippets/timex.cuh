@@ -1,0 +1,450 @@
+// timex.cuh: RWKV time-mix (causal depthwise convolution), forward, grad_k and grad_w.
+//
+//   out[b,c,t]  = eps + sum_{u<=t} w[c, T-1-(t-u)] * k[b,c,u]           (fwd)
+//   gk[b,c,u]   =       sum_{t>=u} w[c, T-1-(t-u)] * g[b,c,t]           (= fwd on time-reversed g, reversed)
+//   gw[c,T-1-s] = sum_b sum_{t>=s} g[b,c,t] * k[b,c,t-s]                (lag s; reduced over b in the op)
+//
+// Contract (ops/timex.py select_config builds the parameters; it is the only caller):
+//   * any B, C, T >= 1; T is tiled, so there is no limit on T beyond int32 positions;
+//   * fwd: tile = 8 * threads / lanes_b and a multiple of 32; lanes_b in {1, 2, 4}; TM in {1, 2, 4};
+//   * grad_w: tile = 16 * threads / lanes_b and a multiple of 32; lanes_b in {1, 2, 4, 8};
+//   * threads a multiple of 32, at most TIMEX_FWD_MAX_THREADS / TIMEX_GW_MAX_THREADS (the launch bounds);
+//     smem_bytes as select_config computes it.
+// Accumulation is float32 for every input type; nothing is atomic; every output element is written once by
+// one thread in a fixed order, so results are bit-identical run to run.
+//
+// The same per-block phase functions (stage -> compute -> store) run on the GPU, one thread each with
+// __syncthreads() between phases, and on the CPU, where timex_*_host emulates a block by running each phase
+// for every thread in turn (what a barrier guarantees). The CPU path is therefore the GPU index math.
+#pragma once
+
+// Launch bounds (ops/timex.py keeps every launch within them): the largest forward block is a 1024-long
+// tile with 4 batch lanes (512 threads), the largest grad_w block a 512-long tile with 8 lanes (256 threads).
+// Tighter than 1024 so that ptxas may use up to 128 / 255 registers instead of 64.
+#define TIMEX_FWD_MAX_THREADS 512
+#define TIMEX_GW_MAX_THREADS 256
+
+#ifdef __CUDACC__
+#define TIMEX_FN __device__ __forceinline__
+#define TIMEX_UNROLL _Pragma("unroll")
+typedef float4 timex_f4;
+template <typename T> TIMEX_FN float timex_load(const T* p) { return ops_to_float(*p); }
+template <typename T> TIMEX_FN void timex_store(T* p, float v) { *p = ops_from_float<T>(v); }
+#else
+#include <vector>
+#define TIMEX_FN static inline
+#define TIMEX_UNROLL
+struct alignas(16) timex_f4 { float x, y, z, w; };
+template <typename T> inline float timex_load(const T* p) { return (float)(*p); }
+template <typename T> inline void timex_store(T* p, float v) { *p = (T)v; }
+#endif
+
+// 16-byte shared-memory load; every caller's offset is a multiple of 4 floats from a 16-byte aligned base.
+TIMEX_FN timex_f4 timex_ld4(const float* p) { return *reinterpret_cast<const timex_f4*>(p); }
+
+// ---------------------------------------------------------------------------------------------------------
+// Forward (and grad_k with reverse = 1).
+//
+// Block (c, batch group, t-tile ti) computes out[b0 .. b0+BR) x [ti*tile, ti*tile + tile), BR = lanes_b * TM.
+// It walks the u-chunks ui = 0..ti of the same length; chunk ui < ti is a full square, chunk ti the triangle.
+// Shared memory per chunk: ks[BR][tile + 4] = k rows (zero past T and past B; row stride = 4 mod 32 words so
+// the lanes_b rows read together sit in distinct banks) and ws[2 * tile] = w by lag, ws[j] = w[c, T-1-lag]
+// with lag = (ti - ui - 1) * tile + j, zero outside [0, T) (so u > t contributes nothing).
+// Thread tid: batch lane bl = tid % lanes_b (rows bl + lanes_b * m, m < TM), t-lane tl = tid / lanes_b, which
+// owns the 4-output groups tl and G-1-tl (G = tile / 4): in the triangle they take tl + 1 and G - tl steps,
+// G + 1 together, so all threads of a block finish together. One step = 4 u values: TM 16-byte k loads (the
+// lanes of a warp share them), one 16-byte w load (a 7-value sliding window in registers), 16 * TM FMAs.
+// ---------------------------------------------------------------------------------------------------------
+struct TimexFwdParams {
+  int B, C, T;
+  int tile;      // t-tile = u-chunk length
+  int lanes_b;   // batch lanes per warp-row of threads
+  int groups_b;  // batch groups: ceil(B / (lanes_b * TM))
+  int ntiles;    // ceil(T / tile)
+  int threads;   // = lanes_b * tile / 8
+  int smem_bytes;
+  int reverse;   // 1: read k and write out time-reversed (grad_k)
+  float eps;
+};
+
+template <class Map> inline TimexFwdParams timex_fwd_params(int B, int C, int T, Map& d) {
+  TimexFwdParams p;
+  p.B = B; p.C = C; p.T = T;
+  p.tile = (int)d["tile"]; p.lanes_b = (int)d["lanes_b"]; p.groups_b = (int)d["groups_b"];
+  p.ntiles = (int)d["ntiles"]; p.threads = (int)d["threads"]; p.smem_bytes = (int)d["smem_bytes"];
+  p.reverse = (int)d["reverse"]; p.eps = (float)d["eps"];
+  return p;
+}
+
+template <int TM> struct TimexFwdAcc { float a[2][TM][4]; };
+
+// Block index -> (channel, first batch row, t-tile). The last t-tile (the most chunks) has the lowest
+// blockIdx.y, so the heaviest blocks start first and the light ones fill the tail.
+template <int TM>
+TIMEX_FN void timex_fwd_block(const TimexFwdParams& p, int bx, int by, int& c, int& b0, int& ti) {
+  c = bx / p.groups_b;
+  b0 = (bx - c * p.groups_b) * p.lanes_b * TM;
+  ti = p.ntiles - 1 - by;
+}
+
+template <int TM> TIMEX_FN void timex_fwd_zero(TimexFwdAcc<TM>& acc) {
+  TIMEX_UNROLL for (int h = 0; h < 2; ++h)
+    TIMEX_UNROLL for (int m = 0; m < TM; ++m)
+      TIMEX_UNROLL for (int i = 0; i < 4; ++i) acc.a[h][m][i] = 0.f;
+}
+
+template <typename T, int TM, typename IT>
+TIMEX_FN void timex_fwd_stage(float* sm, const T* w, const T* k, const TimexFwdParams& p, int c, int b0,
+                              int ti, int ui, int tid, int nt) {
+  const int TB = p.tile, BR = p.lanes_b * TM, KS = TB + 4;
+  float* ks = sm;
+  float* ws = sm + BR * KS;
+  const int U0 = ui * TB;
+  for (int r = 0; r < BR; ++r) {
+    const int b = b0 + r;
+    const bool valid = b < p.B;
+    const T* krow = k + ((IT)(valid ? b : 0) * p.C + c) * p.T;
+    for (int x = tid; x < TB; x += nt) {
+      const int u = U0 + x;
+      float v = 0.f;
+      if (valid && u < p.T) v = timex_load(krow + (p.reverse ? p.T - 1 - u : u));
+      ks[r * KS + x] = v;
+    }
+  }
+  const int L0 = (ti - ui - 1) * TB;
+  const T* wrow = w + (IT)c * p.T;
+  for (int j = tid; j < 2 * TB; j += nt) {
+    const int lag = L0 + j;
+    ws[j] = (lag >= 0 && lag < p.T) ? timex_load(wrow + (p.T - 1 - lag)) : 0.f;
+  }
+}
+
+template <int TM>
+TIMEX_FN void timex_fwd_compute(TimexFwdAcc<TM>& acc, const float* sm, const TimexFwdParams& p, int ti,
+                                int ui, int tid) {
+  const int TB = p.tile, LB = p.lanes_b, KS = TB + 4, G = TB / 4;
+  const float* ks = sm;
+  const float* ws = sm + LB * TM * KS;
+  const int bl = tid % LB, tl = tid / LB;
+  const float* kp = ks + bl * KS;
+  TIMEX_UNROLL for (int h = 0; h < 2; ++h) {
+    const int g = h == 0 ? tl : G - 1 - tl;
+    if (ti * TB + 4 * g >= p.T) continue;  // the whole group lies past T
+    const int qend = ti == ui ? g + 1 : G;  // triangle: u-steps up to the group's own
+    // Output t = tg + i, input u = 4q + j (chunk-relative): lag offset (i - j) from ws[TB + 4(g - q)].
+    const float* wp = ws + TB + 4 * g;
+    timex_f4 hi = timex_ld4(wp);
+    for (int q = 0; q < qend; ++q) {
+      wp -= 4;
+      const timex_f4 lo = timex_ld4(wp);
+      const float wv[7] = {lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};  // wv[3 + i - j]
+      TIMEX_UNROLL for (int m = 0; m < TM; ++m) {
+        const timex_f4 kv4 = timex_ld4(kp + m * LB * KS + 4 * q);
+        const float kv[4] = {kv4.x, kv4.y, kv4.z, kv4.w};
+        TIMEX_UNROLL for (int i = 0; i < 4; ++i)
+          TIMEX_UNROLL for (int j = 0; j < 4; ++j) acc.a[h][m][i] += wv[3 + i - j] * kv[j];
+      }
+      hi = lo;
+    }
+  }
+}
+
+template <typename T, int TM, typename IT>
+TIMEX_FN void timex_fwd_store(const TimexFwdAcc<TM>& acc, T* out, const TimexFwdParams& p, int c, int b0,
+                              int ti, int tid) {
+  const int LB = p.lanes_b, G = p.tile / 4;
+  const int bl = tid % LB, tl = tid / LB;
+  TIMEX_UNROLL for (int h = 0; h < 2; ++h) {
+    const int tg = ti * p.tile + 4 * (h == 0 ? tl : G - 1 - tl);
+    TIMEX_UNROLL for (int m = 0; m < TM; ++m) {
+      const int b = b0 + bl + LB * m;
+      if (b >= p.B) continue;
+      T* orow = out + ((IT)b * p.C + c) * p.T;
+      TIMEX_UNROLL for (int i = 0; i < 4; ++i) {
+        const int t = tg + i;
+        if (t < p.T) timex_store(orow + (p.reverse ? p.T - 1 - t : t), acc.a[h][m][i] + p.eps);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// grad_w, in two kernels: partial[split][c][s] = sum over the split's batch rows, then
+// gw[c][T-1-s] = sum over splits in order (grid-stride). No atomics.
+//
+// Block (c, split, s-tile si) walks its batch groups (lanes_b rows each) and, per group, the v-chunks
+// vi = si..ntiles-1 (v = t of the formula); chunk si is the triangle (v >= s), later chunks are squares.
+// Shared memory per (group, chunk): gs[lanes_b][tile + 4] = g rows (zero past T/B) and
+// kw[lanes_b][2 * tile + 4] = k rows by position x = (vi - si - 1) * tile + j, zero outside [0, T).
+// Thread tid: batch lane bl = tid % lanes_b (one row of the group), s-lane tl = tid / lanes_b owning the
+// 8-lag groups tl and G-1-tl (G = tile / 8): triangle steps 2G - 2tl and 2tl + 2, 2G + 2 together.
+// One step = 4 v values: one 16-byte g load, one 16-byte k load (an 11-value window in registers), 32 FMAs.
+// At the end the lanes_b partial sums of each lag are added in lane order through shared memory.
+// ---------------------------------------------------------------------------------------------------------
+struct TimexGwParams {
+  int B, C, T;
+  int tile;              // s-tile = v-chunk length
+  int lanes_b;           // batch rows per group (= batch lanes)
+  int ntiles;            // ceil(T / tile)
+  int splits;            // batch splits (blocks per channel and s-tile)
+  int groups_per_split;  // batch groups per split
+  int threads;           // = lanes_b * tile / 16
+  int smem_bytes;
+};
+
+template <class Map> inline TimexGwParams timex_gw_params(int B, int C, int T, Map& d) {
+  TimexGwParams p;
+  p.B = B; p.C = C; p.T = T;
+  p.tile = (int)d["tile"]; p.lanes_b = (int)d["lanes_b"]; p.ntiles = (int)d["ntiles"];
+  p.splits = (int)d["splits"]; p.groups_per_split = (int)d["groups_per_split"];
+  p.threads = (int)d["threads"]; p.smem_bytes = (int)d["smem_bytes"];
+  return p;
+}
+
+struct TimexGwAcc { float a[2][8]; };
+
+TIMEX_FN void timex_gw_zero(TimexGwAcc& acc) {
+  TIMEX_UNROLL for (int h = 0; h < 2; ++h)
+    TIMEX_UNROLL for (int i = 0; i < 8; ++i) acc.a[h][i] = 0.f;
+}
+
+// Block index -> (channel, split, s-tile). s-tile 0 has the most chunks and the lowest blockIdx.y.
+TIMEX_FN void timex_gw_block(const TimexGwParams& p, int bx, int by, int& c, int& sp, int& si) {
+  c = bx / p.splits;
+  sp = bx - c * p.splits;
+  si = by;
+}
+
+template <typename T, typename IT>
+TIMEX_FN void timex_gw_stage(float* sm, const T* k, const T* g, const TimexGwParams& p, int c, int b0, int si,
+                             int vi, int tid, int nt) {
+  const int SB = p.tile, LB = p.lanes_b, GS = SB + 4, KWS = 2 * SB + 4;
+  float* gs = sm;
+  float* kw = sm + LB * GS;
+  const int V0 = vi * SB, L0 = (vi - si - 1) * SB;
+  for (int r = 0; r < LB; ++r) {
+    const int b = b0 + r;
+    const bool valid = b < p.B;
+    const IT row = ((IT)(valid ? b : 0) * p.C + c) * p.T;
+    for (int x = tid; x < SB; x += nt) {
+      const int v = V0 + x;
+      gs[r * GS + x] = (valid && v < p.T) ? timex_load(g + row + v) : 0.f;
+    }
+    for (int j = tid; j < 2 * SB; j += nt) {
+      const int x = L0 + j;
+      kw[r * KWS + j] = (valid && x >= 0 && x < p.T) ? timex_load(k + row + x) : 0.f;
+    }
+  }
+}
+
+TIMEX_FN void timex_gw_compute(TimexGwAcc& acc, const float* sm, const TimexGwParams& p, int si, int vi,
+                               int tid) {
+  const int SB = p.tile, LB = p.lanes_b, GS = SB + 4, KWS = 2 * SB + 4, G = SB / 8;
+  const float* gs = sm;
+  const float* kw = sm + LB * GS;
+  const int bl = tid % LB, tl = tid / LB;
+  const int V0 = vi * SB;
+  const int rest = (p.T - V0 + 3) / 4;
+  const int qn = rest < SB / 4 ? rest : SB / 4;  // steps whose v lies before T
+  TIMEX_UNROLL for (int h = 0; h < 2; ++h) {
+    const int g = h == 0 ? tl : G - 1 - tl;
+    if (si * SB + 8 * g >= p.T) continue;  // the whole group lies past T
+    const int q0 = vi == si ? 2 * g : 0;     // triangle: v-steps from the group's own
+    // Lag s = sg + i, v = 4q + j (chunk-relative): k position offset (j - i) from kw[SB + 4q - 8g].
+    const float* kp = kw + bl * KWS + SB + 4 * q0 - 8 * g;
+    const float* gp = gs + bl * GS + 4 * q0;
+    timex_f4 f2 = timex_ld4(kp - 8), f1 = timex_ld4(kp - 4);
+    for (int q = q0; q < qn; ++q) {
+      const timex_f4 f0 = timex_ld4(kp);
+      const timex_f4 gv4 = timex_ld4(gp);
+      const float kv[12] = {f2.x, f2.y, f2.z, f2.w, f1.x, f1.y, f1.z, f1.w, f0.x, f0.y, f0.z, f0.w};
+      const float gv[4] = {gv4.x, gv4.y, gv4.z, gv4.w};
+      TIMEX_UNROLL for (int i = 0; i < 8; ++i)
+        TIMEX_UNROLL for (int j = 0; j < 4; ++j) acc.a[h][i] += gv[j] * kv[8 + j - i];
+      f2 = f1;
+      f1 = f0;
+      kp += 4;
+      gp += 4;
+    }
+  }
+}
+
+// Phase 1 of the lane reduction: every thread parks its sums (red[16][threads], after a barrier).
+TIMEX_FN void timex_gw_park(const TimexGwAcc& acc, float* red, int tid, int nt) {
+  TIMEX_UNROLL for (int h = 0; h < 2; ++h)
+    TIMEX_UNROLL for (int i = 0; i < 8; ++i) red[(h * 8 + i) * nt + tid] = acc.a[h][i];
+}
+
+// Phase 2: the lane-0 thread of each s-lane adds the lanes_b sums in lane order and writes the partial.
+template <typename IT>
+TIMEX_FN void timex_gw_flush(const float* red, float* partial, const TimexGwParams& p, int c, int sp, int si,
+                             int tid, int nt) {
+  const int LB = p.lanes_b, G = p.tile / 8;
+  if (tid % LB != 0) return;
+  const int tl = tid / LB;
+  float* prow = partial + ((IT)sp * p.C + c) * p.T;
+  TIMEX_UNROLL for (int h = 0; h < 2; ++h) {
+    const int sg = si * p.tile + 8 * (h == 0 ? tl : G - 1 - tl);
+    TIMEX_UNROLL for (int i = 0; i < 8; ++i) {
+      if (sg + i >= p.T) continue;
+      float s = 0.f;
+      for (int l = 0; l < LB; ++l) s += red[(h * 8 + i) * nt + tid + l];
+      prow[sg + i] = s;
+    }
+  }
+}
+
+template <typename T, typename IT>
+TIMEX_FN void timex_gw_reduce_one(const float* partial, T* gw, const TimexGwParams& p, IT n) {
+  const IT plane = (IT)p.C * p.T;
+  const IT c = n / p.T;
+  const int s = (int)(n - c * p.T);
+  float sum = 0.f;
+  for (int sp = 0; sp < p.splits; ++sp) sum += partial[sp * plane + n];
+  timex_store(gw + c * p.T + (p.T - 1 - s), sum);
+}
+
+#ifdef __CUDACC__
+// ---------------------------------------------------------------------------------------------------------
+// CUDA kernels and launchers.
+// ---------------------------------------------------------------------------------------------------------
+// Above 48 KB of dynamic shared memory a kernel needs the opt-in (the single forward tiles of T > ~600 with
+// 16 batch rows, grad_w's 512-long tiles with 8 rows). Raised once per kernel to the largest size seen, so
+// the host call is not paid on every launch; ``raised`` is the calling launcher's own static (one per kernel).
+template <typename Kernel> void timex_smem_opt_in(Kernel* kernel, int bytes, int& raised) {
+  if (bytes > raised) {
+    CHECK(cudaSuccess == cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    raised = bytes;
+  }
+}
+
+template <typename T, int TM, typename IT>
+__global__ void __launch_bounds__(TIMEX_FWD_MAX_THREADS)
+timex_fwd_kernel(const T* __restrict__ w, const T* __restrict__ k, T* __restrict__ out, const TimexFwdParams p) {
+  extern __shared__ float4 timex_smem[];
+  float* sm = reinterpret_cast<float*>(timex_smem);
+  int c, b0, ti;
+  timex_fwd_block<TM>(p, blockIdx.x, blockIdx.y, c, b0, ti);
+  TimexFwdAcc<TM> acc;
+  timex_fwd_zero<TM>(acc);
+  for (int ui = 0; ui <= ti; ++ui) {
+    timex_fwd_stage<T, TM, IT>(sm, w, k, p, c, b0, ti, ui, threadIdx.x, blockDim.x);
+    __syncthreads();
+    timex_fwd_compute<TM>(acc, sm, p, ti, ui, threadIdx.x);
+    __syncthreads();
+  }
+  timex_fwd_store<T, TM, IT>(acc, out, p, c, b0, ti, threadIdx.x);
+}
+
+template <typename T, int TM, typename IT>
+void timex_fwd_launch(const T* w, const T* k, T* out, const TimexFwdParams& p) {
+  static int raised = 48 * 1024;
+  timex_smem_opt_in(timex_fwd_kernel<T, TM, IT>, p.smem_bytes, raised);
+  const dim3 grid(p.C * p.groups_b, p.ntiles);
+  timex_fwd_kernel<T, TM, IT><<<grid, p.threads, p.smem_bytes>>>(w, k, out, p);
+  OPS_CHECK_LAUNCH();
+}
+
+template <typename T, typename IT>
+__global__ void __launch_bounds__(TIMEX_GW_MAX_THREADS)
+timex_gw_kernel(const T* __restrict__ k, const T* __restrict__ g, float* __restrict__ partial, const TimexGwParams p) {
+  extern __shared__ float4 timex_smem[];
+  float* sm = reinterpret_cast<float*>(timex_smem);
+  int c, sp, si;
+  timex_gw_block(p, blockIdx.x, blockIdx.y, c, sp, si);
+  TimexGwAcc acc;
+  timex_gw_zero(acc);
+  const int ngroups = (p.B + p.lanes_b - 1) / p.lanes_b;
+  const int gend = min(ngroups, (sp + 1) * p.groups_per_split);
+  for (int bg = sp * p.groups_per_split; bg < gend; ++bg) {
+    for (int vi = si; vi < p.ntiles; ++vi) {
+      timex_gw_stage<T, IT>(sm, k, g, p, c, bg * p.lanes_b, si, vi, threadIdx.x, blockDim.x);
+      __syncthreads();
+      timex_gw_compute(acc, sm, p, si, vi, threadIdx.x);
+      __syncthreads();
+    }
+  }
+  timex_gw_park(acc, sm, threadIdx.x, blockDim.x);
+  __syncthreads();
+  timex_gw_flush<IT>(sm, partial, p, c, sp, si, threadIdx.x, blockDim.x);
+}
+
+template <typename T, typename IT>
+__global__ void timex_gw_reduce_kernel(const float* __restrict__ partial, T* __restrict__ gw,
+                                       const TimexGwParams p) {
+  const IT n = (IT)p.C * p.T;
+  for (IT i = (IT)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (IT)gridDim.x * blockDim.x)
+    timex_gw_reduce_one<T, IT>(partial, gw, p, i);
+}
+
+// The split reduction reads splits * C * T floats once (memory-bound, a few us): 256 threads per block and
+// a grid capped at 2048 blocks (~16 per SM of an H200), the grid-stride loop covering the rest, keep enough
+// loads in flight without launching a block per 256 elements of huge C * T (predicted; to measure).
+#define TIMEX_REDUCE_THREADS 256
+#define TIMEX_REDUCE_MAX_BLOCKS 2048
+
+template <typename T, typename IT>
+void timex_gw_launch(const T* k, const T* g, T* gw, float* partial, const TimexGwParams& p) {
+  static int raised = 48 * 1024;
+  timex_smem_opt_in(timex_gw_kernel<T, IT>, p.smem_bytes, raised);
+  const dim3 grid(p.C * p.splits, p.ntiles);
+  timex_gw_kernel<T, IT><<<grid, p.threads, p.smem_bytes>>>(k, g, partial, p);
+  OPS_CHECK_LAUNCH();
+  const long long n = (long long)p.C * p.T;
+  long long blocks = (n + TIMEX_REDUCE_THREADS - 1) / TIMEX_REDUCE_THREADS;
+  if (blocks > TIMEX_REDUCE_MAX_BLOCKS) blocks = TIMEX_REDUCE_MAX_BLOCKS;
+  timex_gw_reduce_kernel<T, IT><<<(unsigned int)blocks, TIMEX_REDUCE_THREADS>>>(partial, gw, p);
+  OPS_CHECK_LAUNCH();
+}
+
+#else
+// ---------------------------------------------------------------------------------------------------------
+// CPU: the GPU blocks one after another, each phase run for every thread of the block before the next.
+// ---------------------------------------------------------------------------------------------------------
+template <typename T, int TM, typename IT>
+void timex_fwd_host(const T* w, const T* k, T* out, const TimexFwdParams& p) {
+  const int nt = p.threads;
+  std::vector<timex_f4> smem((p.smem_bytes + 15) / 16);
+  float* sm = reinterpret_cast<float*>(smem.data());
+  std::vector<TimexFwdAcc<TM> > acc(nt);
+  for (int by = 0; by < p.ntiles; ++by) {
+    for (int bx = 0; bx < p.C * p.groups_b; ++bx) {
+      int c, b0, ti;
+      timex_fwd_block<TM>(p, bx, by, c, b0, ti);
+      for (int tid = 0; tid < nt; ++tid) timex_fwd_zero<TM>(acc[tid]);
+      for (int ui = 0; ui <= ti; ++ui) {
+        for (int tid = 0; tid < nt; ++tid) timex_fwd_stage<T, TM, IT>(sm, w, k, p, c, b0, ti, ui, tid, nt);
+        for (int tid = 0; tid < nt; ++tid) timex_fwd_compute<TM>(acc[tid], sm, p, ti, ui, tid);
+      }
+      for (int tid = 0; tid < nt; ++tid) timex_fwd_store<T, TM, IT>(acc[tid], out, p, c, b0, ti, tid);
+    }
+  }
+}
+
+template <typename T, typename IT>
+void timex_gw_host(const T* k, const T* g, T* gw, float* partial, const TimexGwParams& p) {
+  const int nt = p.threads;
+  std::vector<timex_f4> smem((p.smem_bytes + 15) / 16);
+  float* sm = reinterpret_cast<float*>(smem.data());
+  std::vector<TimexGwAcc> acc(nt);
+  const int ngroups = (p.B + p.lanes_b - 1) / p.lanes_b;
+  for (int by = 0; by < p.ntiles; ++by) {
+    for (int bx = 0; bx < p.C * p.splits; ++bx) {
+      int c, sp, si;
+      timex_gw_block(p, bx, by, c, sp, si);
+      for (int tid = 0; tid < nt; ++tid) timex_gw_zero(acc[tid]);
+      const int gend = ngroups < (sp + 1) * p.groups_per_split ? ngroups : (sp + 1) * p.groups_per_split;
+      for (int bg = sp * p.groups_per_split; bg < gend; ++bg) {
+        for (int vi = si; vi < p.ntiles; ++vi) {
+          for (int tid = 0; tid < nt; ++tid) timex_gw_stage<T, IT>(sm, k, g, p, c, bg * p.lanes_b, si, vi, tid, nt);
+          for (int tid = 0; tid < nt; ++tid) timex_gw_compute(acc[tid], sm, p, si, vi, tid);
+        }
+      }
+      for (int tid = 0; tid < nt; ++tid) timex_gw_park(acc[tid], sm, tid, nt);
+      for (int tid = 0; tid < nt; ++tid) timex_gw_flush<IT>(sm, partial, p, c, sp, si, tid, nt);
+    }
+  }
+  const IT n = (IT)p.C * p.T;
+  for (IT i = 0; i < n; ++i) timex_gw_reduce_one<T, IT>(partial, gw, p, i);
+}
+#endif

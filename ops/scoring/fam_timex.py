@@ -1,0 +1,175 @@
+"""timex (RWKV time-mix) cases for get_score.py and the tests, with float64 NumPy references.
+
+Inputs: ``w`` (C, T) and ``k`` (B, C, T) in the case dtype; the case parameter ``eps``. Backward cases
+differentiate both (grad_of = (0, 1)).
+
+Cost model:
+  multiply-adds: B * C * T * (T + 1) / 2 per convolution; flops = 2 per multiply-add; the forward is one
+  convolution, the backward two (grad_k and grad_w);
+  bytes (the fewest an implementation must move): forward w + k read, out written; backward w, k and the
+  output gradient read, grad_w and grad_k written.
+The op is compute-bound: the FP32 FMA rate, not bandwidth, bounds it (see ops/timex.py).
+"""
+from __future__ import annotations
+
+import sys
+from typing import Tuple
+
+import numpy as np
+
+from .spec import Family, case
+
+NAME = "timex"
+
+
+def _impl():
+    """ops/timex.py. Resolve ``ops.timex`` (the function, a lazy export) before the submodule is imported:
+    importing ``ops.timex`` first would leave the package attribute bound to the module."""
+    import ops
+    ops.timex  # noqa: B018
+    return sys.modules["ops.timex"]
+_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
+
+
+# ---- float64 references (FFT of length >= 2T: a linear, not circular, convolution) ------------------------
+
+def _fft_len(T: int) -> int:
+    n = 1
+    while n < 2 * T:
+        n *= 2
+    return n
+
+
+def reference_timex(w: np.ndarray, k: np.ndarray, eps: float = 0.0) -> np.ndarray:
+    """out[b, c, t] = eps + sum_{u<=t} w[c, T-1-(t-u)] k[b, c, u], in float64."""
+    T = k.shape[-1]
+    n = _fft_len(T)
+    wr = np.asarray(w, dtype=np.float64)[:, ::-1]  # wr[c, s] = w[c, T-1-s]
+    spec = np.fft.rfft(np.asarray(k, dtype=np.float64), n) * np.fft.rfft(wr, n)[None]
+    return np.fft.irfft(spec, n)[..., :T] + eps
+
+
+def reference_timex_grads(w: np.ndarray, k: np.ndarray, g: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """(grad_w, grad_k) in float64 for the output gradient ``g``.
+
+    grad_k[b, c, u] = sum_s wr[c, s] g[b, c, u+s] and gwr[c, s] = sum_b sum_t g[b, c, t] k[b, c, t-s] are
+    cross-correlations: irfft(G * conj(X)); grad_w[c, T-1-s] = gwr[c, s].
+    """
+    T = k.shape[-1]
+    n = _fft_len(T)
+    wr = np.asarray(w, dtype=np.float64)[:, ::-1]
+    G = np.fft.rfft(np.asarray(g, dtype=np.float64), n)
+    grad_k = np.fft.irfft(G * np.conj(np.fft.rfft(wr, n))[None], n)[..., :T]
+    K = np.fft.rfft(np.asarray(k, dtype=np.float64), n)
+    gwr = np.fft.irfft((G * np.conj(K)).sum(axis=0), n)[..., :T]
+    return gwr[:, ::-1].copy(), grad_k
+
+
+def timex_tolerance(dtype: str, terms: int) -> Tuple[float, float]:
+    """(rtol, atol) for a result that sums ``terms`` products of O(1) values.
+
+    float32 accumulation error grows like sqrt(terms) relative to the result's scale, so both scale with
+    sqrt(terms); float16/bfloat16 add the rounding of the result to its dtype (jittor's CPU bfloat16
+    conversion truncates: up to 2^-7 relative).
+    """
+    acc = 1e-5 * np.sqrt(terms)
+    rounding = {"float32": 0.0, "float16": 2e-3, "bfloat16": 1e-2}[dtype]
+    return rounding + acc, acc
+
+
+class TimexFamily(Family):
+    def reference_forward(self, c, arrays):
+        return [reference_timex(arrays[0], arrays[1], c.p.get("eps", 0.0))]
+
+    def reference_backward(self, c, arrays, grads_out):
+        return list(reference_timex_grads(arrays[0], arrays[1], grads_out[0]))
+
+    def tolerance(self, c):
+        B, _, T = c.shapes[1]
+        return timex_tolerance(c.dtype, T if c.direction == "fwd" else B * T)
+
+    def forward(self, c, api, xs):
+        return [api.timex(xs[0], xs[1], eps=c.p.get("eps", 0.0))]
+
+    def naive_forward(self, c, xs):
+        """reindex k and w to (B, C, t, lag) (k zero where t - lag < 0), multiply, sum over the lag."""
+        w, k = xs
+        B, C, T = k.shape
+        shape = [B, C, T, T]
+        kk = k.float32().reindex(shape, ["i0", "i1", "i2-i3"], overflow_value=0)
+        ww = w.float32().reindex(shape, ["i1", f"{T - 1}-i3"])
+        return [((kk * ww).sum(3) + c.p.get("eps", 0.0)).cast(k.dtype)]
+
+    def jittor_forward(self, c, xs):
+        """jittor's grouped convolution: conv2d on (B, C, 2T-1, 1) with (C, 1, T, 1) weights, groups = C."""
+        from .._jittor import jt
+
+        w, k = xs
+        B, C, T = k.shape
+        x = jt.nn.pad(k, (T - 1, 0)).unsqueeze(-1)
+        y = jt.nn.conv2d(x, w.unsqueeze(1).unsqueeze(-1), groups=C)
+        return [y.squeeze(-1) + c.p.get("eps", 0.0)]
+
+    def torch_forward(self, c, ts):
+        import torch.nn.functional as F
+
+        w, k = ts
+        T = k.shape[-1]
+        return [F.conv1d(F.pad(k, (T - 1, 0)), w.unsqueeze(1), groups=k.shape[1]) + c.p.get("eps", 0.0)]
+
+    def bytes_moved(self, c):
+        (C, T), (B, _, _) = c.shapes[0], c.shapes[1]
+        size = _ITEMSIZE[c.dtype]
+        if c.direction == "fwd":
+            return (C * T + 2 * B * C * T) * size
+        return (2 * C * T + 3 * B * C * T) * size
+
+    def flops(self, c):
+        B, C, T = c.shapes[1]
+        conv = B * C * T * (T + 1)  # 2 flops x B*C*T*(T+1)/2 multiply-adds
+        return conv if c.direction == "fwd" else 2 * conv
+
+    def variant(self, c, api):
+        if api is not sys.modules[__package__.split(".")[0]]:
+            return "-"
+        select_config = _impl().select_config
+        fwd = select_config(c.shapes[1], "forward")
+        name = f"{fwd.variant}/tm{fwd.tm}"
+        if c.direction == "fwd":
+            return name
+        return f"{name}+{select_config(c.shapes[1], 'grad_w').variant}"
+
+
+def _c(name, direction, B, C, T, dtype="float32", devices=("cuda",), eps=0.0):
+    return case(NAME, name, direction, [(C, T), (B, C, T)], dtype, devices=devices, grad_of=(0, 1), eps=eps)
+
+
+_GPU_SHAPES = [
+    # name, B, C, T, dtype, eps
+    ("B32_C768_T768", 32, 768, 768, "float32", 0.01),  # the seed's case
+    ("B8_C512_T1024", 8, 512, 1024, "float32", 0.0),
+    ("B64_C256_T256", 64, 256, 256, "float32", 0.0),
+    ("B1_C1_T1", 1, 1, 1, "float32", 0.5),
+    ("B16_C256_T777", 16, 256, 777, "float32", 0.0),  # odd T, past a tile multiple
+    ("B4_C256_T4096", 4, 256, 4096, "float32", 0.0),  # long T: tiled paths
+    ("B32_C768_T768_bf16", 32, 768, 768, "bfloat16", 0.01),
+    ("B8_C512_T1024_f16", 8, 512, 1024, "float16", 0.0),
+]
+_CPU_SHAPES = [
+    ("cpu_B1_C1_T1", 1, 1, 1, "float32", 0.5),
+    ("cpu_B3_C4_T37", 3, 4, 37, "float32", 0.0),
+    ("cpu_B2_C3_T130", 2, 3, 130, "float32", 0.25),
+    ("cpu_B16_C2_T96", 16, 2, 96, "float32", 0.0),
+    ("cpu_B8_C2_T777", 8, 2, 777, "float32", 0.0),
+    ("cpu_B2_C2_T1100", 2, 2, 1100, "float32", 0.0),
+    ("cpu_B5_C3_T64_f16", 5, 3, 64, "float16", 0.0),
+    ("cpu_B4_C2_T200_bf16", 4, 2, 200, "bfloat16", 0.0),
+]
+_CPU_BWD = ("cpu_B3_C4_T37", "cpu_B16_C2_T96", "cpu_B2_C2_T1100", "cpu_B4_C2_T200_bf16")
+
+FAMILY = TimexFamily(NAME, (
+    [_c(n, "fwd", B, C, T, dt, eps=e) for n, B, C, T, dt, e in _GPU_SHAPES]
+    + [_c(n, "bwd", B, C, T, dt, eps=e) for n, B, C, T, dt, e in _GPU_SHAPES]
+    + [_c(n, "fwd", B, C, T, dt, devices=("cpu",), eps=e) for n, B, C, T, dt, e in _CPU_SHAPES]
+    + [_c(n, "bwd", B, C, T, dt, devices=("cpu",), eps=e) for n, B, C, T, dt, e in _CPU_SHAPES if n in _CPU_BWD]
+))

@@ -1,0 +1,312 @@
+"""timex: RWKV time-mix, a causal depthwise convolution whose kernel spans the whole sequence.
+
+For ``w`` of shape (C, T) and ``k`` of shape (B, C, T)::
+
+    out[b, c, t] = eps + sum_{u=0..t} w[c, T-1-(t-u)] * k[b, c, u]
+
+the same as ``eps + conv1d(pad(k, (T-1, 0)), w.unsqueeze(1), groups=C)``. With the lag ``s = t - u`` and
+``wr[c, s] = w[c, T-1-s]`` the gradients for an output gradient ``g`` are::
+
+    grad_k[b, c, u]     = sum_{s=0..T-1-u} wr[c, s] * g[b, c, u+s]     (the forward on time-reversed g, reversed)
+    grad_w[c, T-1-s]    = sum_b sum_{t=s..T-1} g[b, c, t] * k[b, c, t-s]
+
+float16/bfloat16 inputs are accumulated in float32; outputs have the input dtype. grad_w is summed over the
+batch inside the op, in a fixed order (no atomics): the same inputs give bit-identical gradients.
+
+Layers (top to bottom):
+
+* dispatch, pure Python: :func:`select_config` -> :class:`KernelConfig` (variant, the template constant ``tm``,
+  launch geometry, shared memory, index type);
+* launch: :func:`render_source` (the one line of ``cuda_src``/``cpu_src`` that calls a launcher of
+  ``cuda_snippets/timex.cuh``), :func:`launch_forward` (also grad_k), :func:`launch_grad_w`;
+* :class:`TimeXFunction` (``jt.Function``, used through ``.apply``);
+* the functional API :func:`timex` and the Module :class:`TimeX`.
+
+Variants (``cuda_snippets/timex.cuh`` has the kernels; the CPU path runs the same per-block phase functions
+block by block and thread by thread, so it exercises the GPU index math):
+
+============ ============================================================================================
+fwd_single   T <= FWD_SINGLE_MAX_T: one t-tile covers the sequence; one block per (channel, batch group)
+             reads its k rows and w row once. Used for the forward and for grad_k (time-reversed).
+fwd_tiled    longer T: t-tiles of FWD_TILE; the block of tile i walks u-chunks 0..i (i squares, 1 triangle).
+gw_single    T <= GW_SINGLE_MAX_T: grad_w, one s-tile; one block per (channel, batch split).
+gw_tiled     longer T: s-tiles of GW_TILE; the block of tile i walks v-chunks i..n-1.
+============ ============================================================================================
+
+Inside a block, threads own pairs of output groups (group i and group G-1-i), so the triangular chunk
+costs every thread the same number of steps (the seed's unfinished step 5); lanes of a warp split over
+batch rows (``lanes_b``) so that the lanes' groups stay close together and a warp's triangle divergence is
+small. Forward threads also hold ``tm`` batch rows in registers, reusing each w value ``tm`` times.
+
+The 16-byte accesses are shared-memory reads (each step: one float4 of w or k per row); global memory is
+read once per chunk into shared memory with coalesced scalar loads, which take any T, any dtype, any row
+alignment and the time-reversed reads of grad_k. That traffic is ~T/2 times smaller than the FMA work, so
+wider global loads are predicted not to matter (to measure).
+
+Performance (predicted; to measure), B32 C768 T768 fp32 on an H200 (FP32 FMA peak ~33 T multiply-adds/s,
+7.3 G multiply-adds per convolution, 0.22 ms at peak): forward ~0.25-0.3 ms (80-90% of peak: 64 FMAs per
+5 shared loads per step, ~10% of threads' steps lost to the warp-level triangle and the staging phase);
+grad_k the same; grad_w ~0.3-0.4 ms (32 FMAs per 2 shared loads, shared memory ~60% busy).
+
+Only ``tm`` (1, 2 or 4), the dtype and the index type change the generated code: one compile per
+(dtype, tm, index type) for the forward/grad_k and per (dtype, index type) for grad_w; every size, tile and
+lane count goes through the shapes and ``data``.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Sequence, Tuple
+
+from . import _codegen
+from ._jittor import jt
+
+__all__ = ["timex", "TimeX", "TimeXFunction", "KernelConfig", "select_config", "render_source",
+           "launch_forward", "launch_grad_w", "VARIANTS", "DTYPES"]
+
+DTYPES = ("float32", "float16", "bfloat16")
+VARIANTS = ("fwd_single", "fwd_tiled", "gw_single", "gw_tiled")
+
+# ---- tuning constants (all predicted; to measure on the GPU) ---------------------------------------------
+
+# Forward: one t-tile up to this length. The block then reads each k row once (global traffic = the
+# minimum) and its shared memory stays <= 74 KB at 16 batch rows (3 blocks of 512 threads per SM). Beyond,
+# a single tile would exceed the SM's shared memory for 16 rows at T ~ 3000, and balance degrades.
+FWD_SINGLE_MAX_T = 1024
+# Forward t-tile for longer T: 37 KB of shared memory at 16 rows (~6 blocks per SM); k rows are re-read
+# (ntiles + 1) / 2 times on average, from L2 mostly, ~1/10 of the compute time at T = 4096.
+FWD_TILE = 512
+# grad_w: one s-tile up to this length; its shared memory is lanes_b * (3 * tile + 8) floats (49 KB at
+# 8 rows and tile 512, the largest single tile).
+GW_SINGLE_MAX_T = 512
+# grad_w s-tile for longer T: 25 KB at 8 rows, 128 threads; more, smaller blocks balance better than 512.
+GW_TILE = 256
+# grad_w blocks wanted: splitting the batch over blocks (each writes a float32 partial row, summed in split
+# order by a second kernel) until C * ntiles * splits reaches ~8 blocks per SM of an H200 (132 SMs).
+GW_TARGET_BLOCKS = 1024
+# Forward batch rows per thread (tm) and batch lanes per warp (lanes_b), by B: 16 rows per block (tm 4 x 4
+# lanes) give 64 FMAs per 5 shared loads per step (~90% of issue slots on FMAs) and only 8 distinct t-lanes
+# per warp (triangle divergence <= 7 steps); fewer rows for small B, where extra rows would be zero padding.
+FWD_LANES_BY_B = ((16, 4), (8, 2), (1, 1))  # (min B, lanes_b)
+# grad_w batch lanes: up to 8 rows per step; the k window load is per (row, lag group) either way, and more
+# row lanes mean fewer distinct lag groups per warp (less triangle divergence).
+GW_MAX_LANES = 8
+# CUDA grid y limit (t-tiles / s-tiles).
+MAX_GRID_Y = 65535
+# The kernels' launch bounds (TIMEX_FWD_MAX_THREADS / TIMEX_GW_MAX_THREADS in timex.cuh).
+FWD_MAX_THREADS, GW_MAX_THREADS = 512, 256
+
+
+# ---- dispatch ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """One kernel launch: the variant, its compile-time constant, launch geometry and index type.
+
+    ``groups`` is the number of batch groups per block row for the forward (blocks in x = C * groups) and the
+    number of batch groups per split for grad_w (blocks in x = C * splits).
+    """
+
+    variant: str
+    tm: int  # compile-time: batch rows per forward thread (1 for grad_w)
+    lanes_b: int
+    tile: int
+    ntiles: int
+    groups: int
+    splits: int
+    threads: int
+    smem_bytes: int
+    index_t: str
+
+    @property
+    def kernel(self) -> str:
+        return "forward" if self.variant.startswith("fwd") else "grad_w"
+
+    def data(self, **extra) -> dict:
+        """Launch geometry as jt.code ``data`` (runtime kernel arguments)."""
+        d = {"tile": self.tile, "lanes_b": self.lanes_b, "ntiles": self.ntiles, "threads": self.threads,
+             "smem_bytes": self.smem_bytes}
+        if self.kernel == "forward":
+            d["groups_b"] = self.groups
+        else:
+            d["splits"], d["groups_per_split"] = self.splits, self.groups
+        d.update(extra)
+        return d
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _round_up(a: int, b: int) -> int:
+    return _ceil_div(a, b) * b
+
+
+def _check_shape(shape: Sequence[int]) -> Tuple[int, int, int]:
+    if len(shape) != 3 or any(int(s) < 1 for s in shape):
+        raise ValueError(f"k must have shape (B, C, T) with every size >= 1, got {tuple(shape)}")
+    return tuple(int(s) for s in shape)
+
+
+def select_config(k_shape: Sequence[int], kernel: str = "forward", *, single_max_t: int = None,
+                  tile: int = None) -> KernelConfig:
+    """The launch for k of shape (B, C, T): ``kernel`` "forward" (also grad_k) or "grad_w".
+
+    ``single_max_t``/``tile`` override the tuning constants (tests use them to reach the tiled paths with
+    small, fast shapes); ``tile`` is rounded up to the kernel's thread granularity.
+    """
+    B, C, T = _check_shape(k_shape)
+    if kernel == "forward":
+        tm = 1 if B == 1 else 2 if B == 2 else 4
+        lanes = next(lb for min_b, lb in FWD_LANES_BY_B if B >= min_b)
+        rows = lanes * tm
+        unit = 256 // lanes  # tile = 8 * threads / lanes_b, threads a multiple of 32
+        single = FWD_SINGLE_MAX_T if single_max_t is None else single_max_t
+        size = _round_up(T, unit) if T <= single else _round_up(FWD_TILE if tile is None else tile, unit)
+        threads = lanes * size // 8
+        smem = 4 * (rows * (size + 4) + 2 * size)
+        groups, splits = _ceil_div(B, rows), 1
+        numel = B * C * T
+        variant = "fwd_single" if size >= T else "fwd_tiled"
+    elif kernel == "grad_w":
+        tm = 1
+        lanes = min(GW_MAX_LANES, 1 << (B.bit_length() - 1))
+        unit = 512 // lanes  # tile = 16 * threads / lanes_b
+        single = GW_SINGLE_MAX_T if single_max_t is None else single_max_t
+        size = _round_up(T, unit) if T <= single else _round_up(GW_TILE if tile is None else tile, unit)
+        threads = lanes * size // 16
+        smem = 4 * lanes * (3 * size + 8)
+        ngroups = _ceil_div(B, lanes)
+        ntiles = _ceil_div(T, size)
+        wanted = max(1, _ceil_div(GW_TARGET_BLOCKS, C * ntiles))
+        groups = _ceil_div(ngroups, min(ngroups, wanted))
+        splits = _ceil_div(ngroups, groups)
+        numel = max(B, splits) * C * T
+        variant = "gw_single" if size >= T else "gw_tiled"
+    else:
+        raise ValueError(f"kernel must be 'forward' or 'grad_w', got {kernel!r}")
+    limit = FWD_MAX_THREADS if kernel == "forward" else GW_MAX_THREADS
+    if threads > limit:
+        raise ValueError(f"tile {size} needs {threads} threads per block, above the kernel's {limit}")
+    ntiles = _ceil_div(T, size)
+    if ntiles > MAX_GRID_Y:
+        raise ValueError(f"k: T = {T} is too long for this kernel ({ntiles} tiles > {MAX_GRID_Y})")
+    return KernelConfig(variant=variant, tm=tm, lanes_b=lanes, tile=size, ntiles=ntiles, groups=groups,
+                        splits=splits, threads=threads, smem_bytes=smem, index_t=_codegen.index_type(numel))
+
+
+# ---- launch -----------------------------------------------------------------------------------------------
+
+# The launchers (timex.cuh) take the geometry from ``data``; the source text carries only what changes the
+# generated code: the dtype (in0_type), TM and the index type.
+_FORWARD_CALL = ("timex_fwd_${FN}<in0_type, ${TM}, ${IT}>(in0_p, in1_p, out0_p, "
+                 "timex_fwd_params(in1_shape0, in1_shape1, in1_shape2, data));")
+_GRAD_W_CALL = ("timex_gw_${FN}<in0_type, ${IT}>(in0_p, in1_p, out0_p, out1_p, "
+                "timex_gw_params(in0_shape0, in0_shape1, in0_shape2, data));")
+
+
+def render_source(cfg: KernelConfig, device: str) -> str:
+    """The ``cuda_src`` (device "cuda") or ``cpu_src`` (device "cpu") calling the launcher for ``cfg``."""
+    fn = {"cuda": "launch", "cpu": "host"}[device]
+    template = _FORWARD_CALL if cfg.kernel == "forward" else _GRAD_W_CALL
+    return _codegen.render(template, FN=fn, TM=cfg.tm, IT=cfg.index_t)
+
+
+def _code(shapes, dtypes, inputs, cfg: KernelConfig, **extra):
+    return jt.code(shapes, dtypes, inputs,
+                   cpu_header=_codegen.snippet("timex"), cpu_src=render_source(cfg, "cpu"),
+                   cuda_header=_codegen.header(["common", "timex"]), cuda_src=render_source(cfg, "cuda"),
+                   data=cfg.data(**extra))
+
+
+def launch_forward(w, k, eps: float, reverse: bool = False, cfg: KernelConfig = None):
+    """``eps`` + the causal convolution of ``k`` (B, C, T) with ``w`` (C, T); ``reverse``: both in reversed
+    time (grad_k = launch_forward(w, g, 0, reverse=True))."""
+    cfg = cfg or select_config(k.shape, "forward")
+    return _code([k.shape], [k.dtype], [w, k], cfg, reverse=int(bool(reverse)), eps=float(eps))[0]
+
+
+def launch_grad_w(k, g, cfg: KernelConfig = None):
+    """grad_w (C, T) for ``k`` and the output gradient ``g`` (both (B, C, T), the same dtype)."""
+    cfg = cfg or select_config(k.shape, "grad_w")
+    B, C, T = k.shape
+    gw, _partial = _code([(C, T), (cfg.splits, C, T)], [k.dtype, "float32"], [k, g], cfg)
+    return gw
+
+
+# ---- autograd ---------------------------------------------------------------------------------------------
+
+
+class TimeXFunction(jt.Function):
+    """out = eps + causal depthwise convolution of k with w; see the module docstring for the gradients.
+
+    Arguments: ``w`` (C, T), ``k`` (B, C, T) of one dtype, ``eps`` (float). Use through ``.apply``.
+    """
+
+    def execute(self, w, k, eps):
+        self.w, self.k = w, k
+        return launch_forward(w, k, eps)
+
+    def grad(self, dout):
+        if dout is None:
+            return None, None, None
+        if str(dout.dtype) != str(self.k.dtype):
+            dout = dout.cast(self.k.dtype)
+        grad_k = launch_forward(self.w, dout, 0.0, reverse=True)
+        grad_w = launch_grad_w(self.k, dout)
+        return grad_w, grad_k, None
+
+
+# ---- functional API and Module ----------------------------------------------------------------------------
+
+
+def _check_eps(eps) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"eps must be a real number, got {type(eps).__name__}")
+    if not math.isfinite(float(eps)):
+        raise ValueError(f"eps must be finite, got {eps}")
+    return float(eps)
+
+
+def _check_var(v, name: str, ndim: int, dims: str):
+    if not isinstance(v, jt.Var):
+        raise TypeError(f"{name} must be a jittor Var, got {type(v).__name__}")
+    dtype = str(v.dtype)
+    if dtype not in DTYPES:
+        raise TypeError(f"{name} must be float32, float16 or bfloat16, got {dtype}")
+    if len(v.shape) != ndim:
+        raise ValueError(f"{name} must have shape {dims}, got {len(v.shape)} dims {tuple(v.shape)}")
+    if any(int(s) < 1 for s in v.shape):
+        raise ValueError(f"{name} must have every size >= 1, got shape {tuple(v.shape)}")
+
+
+def timex(w, k, eps=0.0):
+    """RWKV time-mix: ``out[b, c, t] = eps + sum_{u<=t} w[c, T-1-(t-u)] * k[b, c, u]``.
+
+    ``w``: (C, T); ``k``: (B, C, T), both float32, float16 or bfloat16 (the same dtype; float16/bfloat16 are
+    accumulated in float32); ``eps``: a float added to every output. Returns (B, C, T) in k's dtype.
+    Differentiable in ``w`` and ``k`` (deterministic gradients).
+    """
+    _check_var(w, "w", 2, "(C, T)")
+    _check_var(k, "k", 3, "(B, C, T)")
+    if tuple(k.shape[1:]) != tuple(w.shape):
+        raise ValueError(f"w must have shape (C, T) = k.shape[1:] = {tuple(k.shape[1:])}, got {tuple(w.shape)}")
+    if str(w.dtype) != str(k.dtype):
+        raise TypeError(f"w and k must have the same dtype, got w {w.dtype} and k {k.dtype}")
+    eps = _check_eps(eps)
+    for kernel in ("forward", "grad_w"):  # a T too long for the grid fails here, not inside a backward
+        select_config(k.shape, kernel)
+    return TimeXFunction.apply(w, k, eps)
+
+
+class TimeX(jt.Module):
+    """Module form of :func:`timex`: ``TimeX(eps)(w, k)``."""
+
+    def __init__(self, eps=0.0):
+        super().__init__()
+        self.eps = _check_eps(eps)
+
+    def execute(self, w, k):
+        return timex(w, k, self.eps)

@@ -1,0 +1,411 @@
+"""timex (RWKV time-mix): references, dispatch table, values and gradients for every dtype on odd and tiny
+shapes (CPU; GPU under -m cuda), forced multi-tile paths, deterministic gradients, errors, the case table, and
+an nvcc compile of every kernel instantiation the dispatcher can render."""
+import dataclasses
+import itertools
+import sys
+
+import numpy as np
+import pytest
+
+import ops
+from ops._jittor import jt
+
+ops.timex  # noqa: B018  (bind the lazy export to the function before the submodule is imported)
+X = sys.modules["ops.timex"]
+
+from ops.scoring import fam_timex as F  # noqa: E402
+from ops.scoring.harness import _InjectGrad, to_jittor, to_numpy64  # noqa: E402
+from ops.scoring.spec import random_array  # noqa: E402
+
+DTYPES = ["float32", "float16", "bfloat16"]
+
+
+def inputs(rng, B, C, T, dtype):
+    return random_array((C, T), dtype, rng), random_array((B, C, T), dtype, rng)
+
+
+def assert_close(got, want, dtype, terms, msg=""):
+    rtol, atol = F.timex_tolerance(dtype, terms)
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=str(msg))
+
+
+def run_grads(w_np, k_np, g_np, dtype, eps=0.0):
+    """(grad_w, grad_k) as float64 arrays, with the output gradient g injected as is."""
+    w, k = to_jittor(w_np, dtype), to_jittor(k_np, dtype)
+    out = ops.timex(w, k, eps)
+    loss = _InjectGrad.apply(out, to_jittor(g_np, dtype)).sum()
+    gw, gk = jt.grad(loss, [w, k])
+    return to_numpy64(gw), to_numpy64(gk)
+
+
+# ---- references -------------------------------------------------------------------------------------------
+
+def _direct(w, k, g, eps):
+    """The seed's loops, vectorized over (b, c): the definition the FFT references must match."""
+    B, C, T = k.shape
+    out = np.full((B, C, T), eps)
+    gk = np.zeros((B, C, T))
+    gw = np.zeros((C, T))
+    for t in range(T):
+        for u in range(t + 1):
+            wv = w[:, T - 1 - (t - u)]
+            out[:, :, t] += wv * k[:, :, u]
+            gk[:, :, u] += wv * g[:, :, t]
+            gw[:, T - 1 - (t - u)] += (g[:, :, t] * k[:, :, u]).sum(0)
+    return out, gw, gk
+
+
+@pytest.mark.parametrize("B, C, T", [(1, 1, 1), (2, 3, 5), (3, 2, 17)])
+def test_fft_references_match_the_definition(rng, B, C, T):
+    w, k, g = rng.standard_normal((C, T)), rng.standard_normal((B, C, T)), rng.standard_normal((B, C, T))
+    out, gw, gk = _direct(w, k, g, 0.25)
+    np.testing.assert_allclose(F.reference_timex(w, k, 0.25), out, rtol=1e-12, atol=1e-12)
+    rgw, rgk = F.reference_timex_grads(w, k, g)
+    np.testing.assert_allclose(rgw, gw, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(rgk, gk, rtol=1e-12, atol=1e-12)
+
+
+# ---- dispatch ---------------------------------------------------------------------------------------------
+
+# (k shape, kernel, variant, tm, lanes_b, tile, ntiles, splits, threads)
+SELECT_TABLE = [
+    ((1, 1, 1), "forward", "fwd_single", 1, 1, 256, 1, 1, 32),
+    ((2, 3, 130), "forward", "fwd_single", 2, 1, 256, 1, 1, 32),
+    ((3, 4, 37), "forward", "fwd_single", 4, 1, 256, 1, 1, 32),
+    ((8, 512, 1024), "forward", "fwd_single", 4, 2, 1024, 1, 1, 256),
+    ((32, 768, 768), "forward", "fwd_single", 4, 4, 768, 1, 1, 384),
+    ((16, 256, 777), "forward", "fwd_single", 4, 4, 832, 1, 1, 416),
+    ((64, 256, 256), "forward", "fwd_single", 4, 4, 256, 1, 1, 128),
+    ((4, 256, 4096), "forward", "fwd_tiled", 4, 1, 512, 8, 1, 64),
+    ((2, 2, 1100), "forward", "fwd_tiled", 2, 1, 512, 3, 1, 64),
+    ((1, 1, 1025), "forward", "fwd_tiled", 1, 1, 512, 3, 1, 64),
+    ((16, 8, 8192), "forward", "fwd_tiled", 4, 4, 512, 16, 1, 256),
+    ((1, 1, 1), "grad_w", "gw_single", 1, 1, 512, 1, 1, 32),
+    ((3, 4, 37), "grad_w", "gw_single", 1, 2, 256, 1, 2, 32),
+    ((64, 256, 256), "grad_w", "gw_single", 1, 8, 256, 1, 4, 128),
+    ((8, 512, 512), "grad_w", "gw_single", 1, 8, 512, 1, 1, 256),
+    ((32, 768, 768), "grad_w", "gw_tiled", 1, 8, 256, 3, 1, 128),
+    ((8, 512, 1024), "grad_w", "gw_tiled", 1, 8, 256, 4, 1, 128),
+    ((4, 256, 4096), "grad_w", "gw_tiled", 1, 4, 256, 16, 1, 64),
+    ((1, 2, 600), "grad_w", "gw_tiled", 1, 1, 512, 2, 1, 32),
+]
+
+
+@pytest.mark.parametrize("shape, kernel, variant, tm, lanes, tile, ntiles, splits, threads", SELECT_TABLE)
+def test_select_config_table(shape, kernel, variant, tm, lanes, tile, ntiles, splits, threads):
+    cfg = X.select_config(shape, kernel)
+    got = (cfg.variant, cfg.tm, cfg.lanes_b, cfg.tile, cfg.ntiles, cfg.splits, cfg.threads)
+    assert got == (variant, tm, lanes, tile, ntiles, splits, threads)
+    assert cfg.index_t == "int"
+
+
+def test_every_variant_and_constant_is_picked_by_the_table():
+    cfgs = [X.select_config(s, kern) for s, kern, *_ in SELECT_TABLE]
+    assert {c.variant for c in cfgs} == set(X.VARIANTS)
+    assert {c.tm for c in cfgs if c.kernel == "forward"} == {1, 2, 4}
+    assert {c.lanes_b for c in cfgs if c.kernel == "forward"} == {1, 2, 4}
+    assert {c.lanes_b for c in cfgs if c.kernel == "grad_w"} == {1, 2, 4, 8}
+    assert any(c.splits > 1 for c in cfgs) and any(c.ntiles > 1 for c in cfgs)
+
+
+def test_int64_indexing_only_past_int32():
+    assert X.select_config((1024, 2048, 1024)).index_t == "long long"  # 2^31 elements
+    assert X.select_config((1023, 2048, 1024)).index_t == "int"
+    assert X.select_config((2, 1024, 1 << 20), "grad_w").index_t == "long long"
+
+
+@pytest.mark.parametrize("kernel", ["forward", "grad_w"])
+def test_config_invariants(kernel):
+    """What the kernels assume (timex.cuh's contract), over a sweep of shapes."""
+    for B, C, T in itertools.product((1, 2, 3, 5, 8, 9, 16, 33, 64), (1, 7, 768), (1, 31, 257, 512, 513, 1024,
+                                                                                    1025, 4097, 8192)):
+        cfg = X.select_config((B, C, T), kernel)
+        per = 8 if kernel == "forward" else 16
+        limit = X.FWD_MAX_THREADS if kernel == "forward" else X.GW_MAX_THREADS
+        assert cfg.threads % 32 == 0 and 32 <= cfg.threads <= limit
+        assert cfg.tile % 32 == 0 and cfg.tile * cfg.lanes_b == per * cfg.threads
+        assert (cfg.ntiles - 1) * cfg.tile < T <= cfg.ntiles * cfg.tile
+        assert cfg.smem_bytes <= 227 * 1024
+        if kernel == "forward":
+            assert cfg.lanes_b in (1, 2, 4) and cfg.tm in (1, 2, 4)
+            rows = cfg.lanes_b * cfg.tm
+            assert cfg.groups == -(-B // rows) and cfg.splits == 1
+            assert cfg.smem_bytes == 4 * (rows * (cfg.tile + 4) + 2 * cfg.tile)
+        else:
+            ngroups = -(-B // cfg.lanes_b)
+            assert cfg.lanes_b in (1, 2, 4, 8) and cfg.lanes_b <= B
+            assert (cfg.splits - 1) * cfg.groups < ngroups <= cfg.splits * cfg.groups
+            assert cfg.smem_bytes == 4 * cfg.lanes_b * (3 * cfg.tile + 8)
+            assert 16 * cfg.threads <= cfg.smem_bytes // 4  # the lane-reduction buffer fits
+
+
+def test_python_launch_limits_match_the_kernels():
+    text = ops._codegen.snippet("timex")
+    assert f"#define TIMEX_FWD_MAX_THREADS {X.FWD_MAX_THREADS}" in text
+    assert f"#define TIMEX_GW_MAX_THREADS {X.GW_MAX_THREADS}" in text
+
+
+def test_render_source_carries_only_code_changing_values():
+    a = X.select_config((32, 768, 768))
+    b = X.select_config((16, 7, 300))
+    assert X.render_source(a, "cuda") == X.render_source(b, "cuda")  # same tm and index type
+    assert "timex_fwd_launch<in0_type, 4, int>" in X.render_source(a, "cuda")
+    assert "timex_fwd_host<in0_type, 4, int>" in X.render_source(a, "cpu")
+    gw = X.select_config((32, 768, 768), "grad_w")
+    assert "timex_gw_launch<in0_type, int>" in X.render_source(gw, "cuda")
+
+
+# ---- values -----------------------------------------------------------------------------------------------
+
+VALUE_CASES = [
+    # B, C, T, dtype, eps: tm 1/2/4, lanes 1/2/4, odd T, tails in t and in batch, tiled T
+    (1, 1, 1, "float32", 0.5),
+    (3, 4, 37, "float32", 0.0),
+    (2, 3, 130, "float32", -0.25),
+    (16, 2, 96, "float32", 0.0),
+    (9, 2, 777, "float32", 0.0),
+    (2, 2, 1100, "float32", 0.0),
+    (5, 3, 64, "float16", 0.125),
+    (1, 3, 50, "float16", 0.0),
+    (4, 2, 200, "bfloat16", 0.0),
+    (18, 1, 33, "bfloat16", 1.0),
+]
+
+
+@pytest.mark.parametrize("B, C, T, dtype, eps", VALUE_CASES)
+def test_forward_values(device, rng, B, C, T, dtype, eps):
+    w, k = inputs(rng, B, C, T, dtype)
+    out = ops.timex(to_jittor(w, dtype), to_jittor(k, dtype), eps)
+    assert str(out.dtype) == dtype and tuple(out.shape) == (B, C, T)
+    assert_close(to_numpy64(out), F.reference_timex(w, k, eps), dtype, T)
+
+
+# Small tiles force many t-tiles (squares + triangle + a partial last tile) on shapes the CPU runs fast.
+FORCED = [((16, 2, 300), 64), ((3, 2, 301), 256), ((9, 3, 130), 64), ((1, 1, 257), 256)]
+
+
+@pytest.mark.parametrize("shape, tile", FORCED)
+def test_forward_and_grad_k_with_forced_tiles(device, rng, shape, tile):
+    B, C, T = shape
+    cfg = X.select_config(shape, "forward", single_max_t=0, tile=tile)
+    assert cfg.variant == "fwd_tiled" and cfg.ntiles > 1
+    w, k = inputs(rng, B, C, T, "float32")
+    g = random_array(shape, "float32", rng)
+    out = X.launch_forward(to_jittor(w, "float32"), to_jittor(k, "float32"), 0.5, cfg=cfg)
+    assert_close(to_numpy64(out), F.reference_timex(w, k, 0.5), "float32", T)
+    gk = X.launch_forward(to_jittor(w, "float32"), to_jittor(g, "float32"), 0.0, reverse=True, cfg=cfg)
+    assert_close(to_numpy64(gk), F.reference_timex_grads(w, k, g)[1], "float32", T)
+
+
+@pytest.mark.parametrize("shape, tile", [((9, 2, 300), 64), ((2, 3, 301), 256), ((16, 1, 520), 64)])
+def test_grad_w_with_forced_tiles(device, rng, shape, tile):
+    B, C, T = shape
+    cfg = X.select_config(shape, "grad_w", single_max_t=0, tile=tile)
+    assert cfg.variant == "gw_tiled" and cfg.ntiles > 1
+    w, k = inputs(rng, B, C, T, "float32")
+    g = random_array(shape, "float32", rng)
+    gw = X.launch_grad_w(to_jittor(k, "float32"), to_jittor(g, "float32"), cfg=cfg)
+    assert_close(to_numpy64(gw), F.reference_timex_grads(w, k, g)[0], "float32", B * T)
+
+
+def test_module_matches_function(rng):
+    w, k = inputs(rng, 2, 3, 20, "float32")
+    m = ops.TimeX(eps=0.75)
+    assert m.eps == 0.75
+    got = to_numpy64(m(to_jittor(w, "float32"), to_jittor(k, "float32")))
+    assert_close(got, F.reference_timex(w, k, 0.75), "float32", 20)
+
+
+# ---- gradients --------------------------------------------------------------------------------------------
+
+GRAD_CASES = [
+    (1, 1, 1, "float32"),
+    (3, 4, 37, "float32"),
+    (16, 2, 96, "float32"),
+    (9, 2, 700, "float32"),   # gw_tiled with 2 batch splits
+    (2, 2, 1100, "float32"),  # fwd_tiled (grad_k) and gw_tiled
+    (5, 3, 64, "float16"),
+    (4, 2, 200, "bfloat16"),
+]
+
+
+@pytest.mark.parametrize("B, C, T, dtype", GRAD_CASES)
+def test_gradients(device, rng, B, C, T, dtype):
+    w, k = inputs(rng, B, C, T, dtype)
+    g = random_array((B, C, T), dtype, rng)
+    gw, gk = run_grads(w, k, g, dtype, eps=0.5)
+    rgw, rgk = F.reference_timex_grads(w, k, g)
+    assert gw.shape == (C, T) and gk.shape == (B, C, T)
+    assert_close(gw, rgw, dtype, B * T, "grad_w")
+    assert_close(gk, rgk, dtype, T, "grad_k")
+
+
+@pytest.mark.parametrize("B, C, T", [(9, 2, 700), (16, 3, 96)])
+def test_gradients_are_deterministic(device, rng, B, C, T):
+    w, k = inputs(rng, B, C, T, "float32")
+    g = random_array((B, C, T), "float32", rng)
+    assert X.select_config((B, C, T), "grad_w").splits > 1  # the split reduction is in the path
+    first = run_grads(w, k, g, "float32")
+    second = run_grads(w, k, g, "float32")
+    for a, b in zip(first, second):
+        assert np.array_equal(a, b)
+
+
+# ---- errors -----------------------------------------------------------------------------------------------
+
+def test_errors_name_the_argument():
+    w = jt.ones((3, 8))
+    k = jt.ones((2, 3, 8))
+    with pytest.raises(TypeError, match="w must be a jittor Var"):
+        ops.timex(np.ones((3, 8), np.float32), k)
+    with pytest.raises(TypeError, match="k must be a jittor Var"):
+        ops.timex(w, [1.0])
+    with pytest.raises(ValueError, match=r"w must have shape \(C, T\)"):
+        ops.timex(jt.ones((3, 8, 1)), k)
+    with pytest.raises(ValueError, match=r"k must have shape \(B, C, T\)"):
+        ops.timex(w, jt.ones((3, 8)))
+    with pytest.raises(ValueError, match=r"w must have shape \(C, T\) = k.shape\[1:\]"):
+        ops.timex(jt.ones((3, 7)), k)
+    with pytest.raises(ValueError, match=r"w must have shape \(C, T\) = k.shape\[1:\]"):
+        ops.timex(jt.ones((4, 8)), k)
+    with pytest.raises(ValueError, match="k must have every size >= 1"):
+        ops.timex(w, jt.ones((0, 3, 8)))
+    with pytest.raises(TypeError, match="k must be float32, float16 or bfloat16"):
+        ops.timex(w, jt.ones((2, 3, 8), dtype="int32"))
+    with pytest.raises(TypeError, match="w must be float32, float16 or bfloat16"):
+        ops.timex(jt.ones((3, 8), dtype="float64"), k)
+    with pytest.raises(TypeError, match="w and k must have the same dtype"):
+        ops.timex(w.float16(), k)
+    with pytest.raises(TypeError, match="eps must be a real number"):
+        ops.timex(w, k, eps="0.1")
+    with pytest.raises(TypeError, match="eps must be a real number"):
+        ops.timex(w, k, eps=True)
+    with pytest.raises(ValueError, match="eps must be finite"):
+        ops.timex(w, k, eps=float("nan"))
+    with pytest.raises(TypeError, match="eps must be a real number"):
+        ops.TimeX(eps=None)
+    with pytest.raises(ValueError, match="kernel must be"):
+        X.select_config((2, 3, 8), "backward")
+    with pytest.raises(ValueError, match="k must have shape"):
+        X.select_config((2, 3), "forward")
+    with pytest.raises(ValueError, match="tile 2048 needs 1024 threads"):
+        X.select_config((16, 2, 4096), "forward", tile=2048)
+    with pytest.raises(ValueError, match="k: T = .* too long"):
+        X.select_config((1, 1, 512 * 65535 + 1), "forward")
+
+
+# ---- the case table ---------------------------------------------------------------------------------------
+
+def test_case_table_shape():
+    cases = F.FAMILY.cases
+    assert {c.family for c in cases} == {"timex"}
+    assert all(c.grad_of == (0, 1) for c in cases)
+    gpu = {(c.name, c.direction) for c in cases if "cuda" in c.devices}
+    for name in ("B32_C768_T768", "B8_C512_T1024", "B64_C256_T256", "B1_C1_T1", "B16_C256_T777",
+                 "B4_C256_T4096", "B32_C768_T768_bf16"):
+        assert (name, "fwd") in gpu and (name, "bwd") in gpu
+    assert any("cpu" in c.devices and c.direction == "bwd" for c in cases)
+    c = next(c for c in cases if c.name == "B32_C768_T768" and c.direction == "fwd")
+    assert F.FAMILY.flops(c) == 32 * 768 * 768 * 769
+    assert F.FAMILY.bytes_moved(c) == (768 * 768 + 2 * 32 * 768 * 768) * 4
+    assert F.FAMILY.variant(c, ops) == "fwd_single/tm4"
+    bwd = next(c for c in cases if c.name == "B32_C768_T768" and c.direction == "bwd")
+    assert F.FAMILY.variant(bwd, ops) == "fwd_single/tm4+gw_tiled"
+    assert F.FAMILY.variant(bwd, object()) == "-"
+
+
+def test_every_cpu_case_matches_its_reference():
+    jt.flags.use_cuda = 0
+    rng = np.random.default_rng(0)
+    for c in F.FAMILY.cases:
+        if "cpu" not in c.devices or c.direction != "fwd":
+            continue
+        arrays = F.FAMILY.make_inputs(c, rng)
+        xs = [to_jittor(a, c.dtype) for a in arrays]
+        got = to_numpy64(F.FAMILY.forward(c, ops, xs)[0])
+        rtol, atol = F.FAMILY.tolerance(c)
+        np.testing.assert_allclose(got, F.FAMILY.reference_forward(c, arrays)[0], rtol=rtol, atol=atol,
+                                   err_msg=c.id)
+
+
+def test_naive_and_builtin_references_agree_on_a_small_case():
+    c = next(c for c in F.FAMILY.cases if c.name == "cpu_B3_C4_T37" and c.direction == "fwd")
+    arrays = F.FAMILY.make_inputs(c, np.random.default_rng(1))
+    xs = [to_jittor(a, c.dtype) for a in arrays]
+    want = F.FAMILY.reference_forward(c, arrays)[0]
+    np.testing.assert_allclose(to_numpy64(F.FAMILY.naive_forward(c, xs)[0]), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(to_numpy64(F.FAMILY.jittor_forward(c, xs)[0]), want, rtol=1e-5, atol=1e-5)
+
+
+# ---- GPU-sized dispatch paths (run with -m cuda) -----------------------------------------------------------
+
+GPU_CASES = [
+    (32, 64, 768, "float32"),   # fwd_single tm4 lanes 4 (the seed's shape with fewer channels), gw_tiled
+    (8, 64, 1024, "float32"),   # fwd_single lanes 2 (8 rows, 41 KB), gw_tiled
+    (64, 32, 256, "float32"),   # gw_single with 4 batch splits
+    (4, 16, 4096, "float32"),   # fwd_tiled, gw_tiled with 16 tiles
+    (16, 32, 1024, "float32"),  # the 74 KB opt-in shared memory of the largest single forward tile
+    (32, 64, 768, "bfloat16"),
+    (8, 64, 1024, "float16"),
+    (3, 8, 8192, "float32"),    # the longest T the issue names, odd B
+]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("B, C, T, dtype", GPU_CASES)
+def test_gpu_sized_values_and_gradients(rng, B, C, T, dtype):
+    previous = jt.flags.use_cuda
+    jt.flags.use_cuda = 1
+    try:
+        w, k = inputs(rng, B, C, T, dtype)
+        g = random_array((B, C, T), dtype, rng)
+        out = ops.timex(to_jittor(w, dtype), to_jittor(k, dtype), 0.01)
+        assert_close(to_numpy64(out), F.reference_timex(w, k, 0.01), dtype, T)
+        gw, gk = run_grads(w, k, g, dtype)
+        rgw, rgk = F.reference_timex_grads(w, k, g)
+        assert_close(gw, rgw, dtype, B * T, "grad_w")
+        assert_close(gk, rgk, dtype, T, "grad_k")
+        again = run_grads(w, k, g, dtype)
+        assert np.array_equal(gw, again[0]) and np.array_equal(gk, again[1])
+    finally:
+        jt.flags.use_cuda = previous
+
+
+# ---- nvcc: every instantiation the dispatcher can render compiles for sm_90 -------------------------------
+
+def _all_configs():
+    """One config per rendered source: forward tm x index type, grad_w x index type."""
+    fwd = X.select_config((32, 768, 768), "forward")
+    gw = X.select_config((32, 768, 768), "grad_w")
+    out = [dataclasses.replace(fwd, tm=tm, index_t=it) for tm in (1, 2, 4) for it in ("int", "long long")]
+    out += [dataclasses.replace(gw, index_t=it) for it in ("int", "long long")]
+    return out
+
+
+def _block(src, kernel, dtype):
+    """A rendered cuda_src with jittor's names (types, pointers, shapes, data) declared around it."""
+    types = (dtype, dtype, dtype, "float32")
+    lines = ["{"]
+    for name, ty in zip(("in0", "in1", "out0", "out1"), types):
+        lines.append(f"  typedef {ty} {name}_type; {name}_type* {name}_p = 0;")
+        lines.append("  " + " ".join(f"int {name}_shape{i} = {n};" for i, n in enumerate((2, 8, 64))))
+    lines.append("  std::map<std::string, double> data;")
+    lines.append("  " + src)
+    lines.append("}")
+    return "\n".join(lines)
+
+
+@pytest.mark.nvcc
+def test_nvcc_compiles_every_instantiation():
+    from nvcc_util import compile_check
+
+    configs = _all_configs()
+    assert {(c.kernel, c.tm, c.index_t) for c in configs} == (
+        {("forward", tm, it) for tm in (1, 2, 4) for it in ("int", "long long")}
+        | {("grad_w", 1, it) for it in ("int", "long long")})
+    header = "#include <map>\n#include <string>\n" + ops._codegen.header(["common", "timex"])
+    body = "\n".join(_block(X.render_source(cfg, "cuda"), cfg.kernel, dtype)
+                     for cfg in configs for dtype in DTYPES)
+    ok, log = compile_check(header, body)
+    assert ok, log[-6000:]
