@@ -17,6 +17,9 @@
 // __syncthreads() between phases, and on the CPU, where timex_*_host emulates a block by running each phase
 // for every thread in turn (what a barrier guarantees). The CPU path is therefore the GPU index math.
 #pragma once
+// Includes stay unconditional: jittor inserts its JIT defines (in0_type, index_t...) after the last #include
+// of the source, so an #include inside an #if branch hides them from the other branch.
+#include <vector>
 
 // Launch bounds (ops/timex.py keeps every launch within them): the largest forward block is a 1024-long
 // tile with 4 batch lanes (512 threads), the largest grad_w block a 512-long tile with 8 lanes (256 threads).
@@ -31,7 +34,6 @@ typedef float4 timex_f4;
 template <typename T> TIMEX_FN float timex_load(const T* p) { return ops_to_float(*p); }
 template <typename T> TIMEX_FN void timex_store(T* p, float v) { *p = ops_from_float<T>(v); }
 #else
-#include <vector>
 #define TIMEX_FN static inline
 #define TIMEX_UNROLL
 struct alignas(16) timex_f4 { float x, y, z, w; };

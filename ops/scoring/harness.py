@@ -255,14 +255,16 @@ def warm_cases(items, api, seed: int) -> int:
     graphs were built.
     """
     def sync_all(vs):
+        """Sync in one batch (jittor compiles its new kernels in parallel); on a failure, bisect, so that
+        one kernel that does not compile costs log2(n) batches, not n single compiles."""
+        if not vs:
+            return
         try:
             jt.sync(vs)
         except Exception:
-            for v in vs:  # one bad kernel must not stop the others from compiling
-                try:
-                    v.sync()
-                except Exception:
-                    pass
+            if len(vs) > 1:
+                sync_all(vs[:len(vs) // 2])
+                sync_all(vs[len(vs) // 2:])
 
     runners, built = [], 0
     forwards = []

@@ -1,0 +1,565 @@
+"""expand_as / broadcast_to: a materialized broadcast and its deterministic reduce-sum gradient.
+
+Math. For ``x`` of shape ``xs`` broadcast to ``out`` (NumPy rules, ``xs`` left-padded with 1s):
+``y[i_0, ..., i_{n-1}] = x[j_0, ..., j_{n-1}]`` with ``j_d = 0`` where ``xs[d] == 1 != out[d]`` (a broadcast dim)
+and ``j_d = i_d`` elsewhere (a kept dim). Backward: ``dx = sum of dy over every broadcast dim``, reshaped to
+``xs``; float16/bfloat16 accumulate in float32, float32 in float32, float64 in float64. No atomics: the
+summation order is a function of the shape, the dtype and (CUDA row passes, which split each row at 16-byte
+boundaries) dy's address modulo 16 bytes, so the same ``dy`` gives bit-identical ``dx`` run after run.
+
+Layers: shape algebra (``broadcast_shape``, ``simplify_broadcast``) -> ``select_config`` (forward) and
+``select_grad_config`` (a chain of reduction passes) -> ``_launch_forward`` / ``_launch_pass`` (``jt.code``:
+CUDA kernels of ``cuda_snippets/broadcast.cuh`` and a CPU source following the same index math) ->
+``ExpandFunction`` (jt.Function) -> ``broadcast_to`` / ``expand_as`` -> ``ExpandAs`` (jt.Module).
+"""
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+from . import _codegen
+from ._jittor import jt
+
+Shape = Tuple[int, ...]
+
+__all__ = ["broadcast_to", "expand_as", "ExpandAs", "ExpandFunction", "broadcast_shape", "simplify_broadcast",
+           "select_config", "select_grad_config", "KernelConfig", "ReducePass", "GradConfig",
+           "FORWARD_VARIANTS", "GRAD_VARIANTS"]
+
+FORWARD_VARIANTS = ("fill", "tile", "nd")
+GRAD_VARIANTS = ("identity", "row_small", "row_warp", "row_block", "row_split", "col", "col_split")
+
+# --- tuning constants (all predicted; to measure on the GPU) ---------------------------------------------------
+# 256 threads: 8 warps per block, 8 resident blocks per SM on sm_90 = full occupancy for these register-light
+# kernels. Predicted: any of 128..512 within a few percent; to measure.
+BLOCK = 256
+# Forward: 4 vectors of 16 bytes per thread. Predicted: amortizes the block start and index setup over 4 stores
+# without starving small outputs of blocks (1 MB of fp32 output is still 64 blocks); to measure.
+FWD_UNROLL = 4
+# Forward kernels are compiled for these group counts; a pattern of 5..10 groups (rank >= 5, rare) runs the
+# 10-group kernel behind leading size-1 groups (one extra fast division each). Cuts the instantiations per
+# (element size, index type, inner kind) from 10 to 5, halving nvcc time of the compile test.
+FWD_ND_BUCKETS = (1, 2, 3, 4, 10)
+# Split reductions aim at about this many blocks: ~4 per SM on a 132-SM H200, i.e. 32 warps per SM with four
+# 16-byte loads in flight per thread = 64 KB in flight per SM, above the ~40 KB that HBM latency x bandwidth
+# needs. Fewer blocks leave bandwidth unused (a lone block streams ~10-20 GB/s); more only add partial sums.
+# Predicted; to measure.
+TARGET_BLOCKS = 512
+# Row pass lane groups, by the row length in 16-byte chunks: rows of <= 8 chunks get 4 lanes (a warp would
+# idle >= 24 lanes), rows of <= 512 chunks a warp (<= 16 chunks per lane), longer rows a 256-thread block.
+# Predicted: keeps >= 50% of lanes loading in every case; to measure.
+ROW_SMALL_MAX_CHUNKS = 8
+ROW_WARP_MAX_CHUNKS = 512
+# A row is split only when one 256-thread block would loop over more than 16 chunks per thread (4 rounds of 4
+# loads in flight, a few microseconds: about what one more jt.code pass costs in host time), and a split
+# segment keeps >= 4 chunks per thread (1024 chunks = 16 KB). Predicted; to measure.
+ROW_SPLIT_MIN_CHUNKS = 256 * 16
+ROW_MIN_SEG_CHUNKS = 1024
+# Column pass: a block is 32 column-threads x 8 row-threads. It is split only when a row-thread would loop over
+# more than 16 rows, and a split segment gives each row-thread >= 8 rows (two rounds of 4 loads in flight).
+# Predicted: shorter segments make the partial-sum pass dominate; to measure.
+COL_ROW_THREADS = 8
+COL_COL_THREADS = 32
+COL_SPLIT_MIN_ROWS = COL_ROW_THREADS * 16
+COL_MIN_SEG_ROWS = COL_ROW_THREADS * 8
+
+# jittor dtypes and their sizes (ops._codegen.ITEMSIZE plus jittor's unsigned 16/32/64-bit types).
+ITEMSIZE = dict(_codegen.ITEMSIZE, uint16=2, uint32=4, uint64=8)
+ACC_DTYPE = {"float16": "float32", "bfloat16": "float32", "float32": "float32", "float64": "float64"}
+_ACC_CTYPE = {"float32": "float", "float64": "double"}
+
+
+# ==============================================================================================================
+# Shape algebra (pure Python)
+# ==============================================================================================================
+def _fmt(shape) -> str:
+    return "(" + ", ".join(str(int(s)) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _as_shape(shape, name: str) -> Shape:
+    """``shape`` as a tuple of ints; TypeError naming ``name`` otherwise."""
+    if type(shape) in (tuple, list) and all(type(s) is int for s in shape):  # the common case, without ABCs
+        return tuple(shape)
+    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
+        return (int(shape),)
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise TypeError(f"{name} must be a sequence of ints, got {type(shape).__name__}")
+    out = []
+    for i, s in enumerate(shape):
+        if isinstance(s, bool) or not isinstance(s, numbers.Integral):
+            raise TypeError(f"{name}[{i}] must be an int, got {type(s).__name__} ({s!r})")
+        out.append(int(s))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def broadcast_shape(x_shape: Shape, shape: Shape, x_name: str = "x", shape_name: str = "shape") -> Shape:
+    """The output shape of broadcasting ``x_shape`` to ``shape`` (NumPy rules; ``-1`` keeps x's size).
+
+    Raises ValueError naming both shapes when they are incompatible.
+    """
+    x_shape, shape = tuple(x_shape), tuple(shape)
+    where = f"cannot broadcast {x_name} of shape {_fmt(x_shape)} to {shape_name} {_fmt(shape)}"
+    if len(shape) < len(x_shape):
+        raise ValueError(f"{where}: {shape_name} has fewer dimensions ({len(shape)}) than {x_name} "
+                         f"({len(x_shape)})")
+    lead = len(shape) - len(x_shape)
+    out = []
+    for d, s in enumerate(shape):
+        if d < lead:
+            if s < 0:
+                raise ValueError(f"{where}: {shape_name}[{d}] = {s}; -1 only keeps a dimension {x_name} has, "
+                                 f"and sizes cannot be negative")
+            out.append(s)
+            continue
+        xd = x_shape[d - lead]
+        if s == -1:
+            out.append(xd)
+        elif s < 0:
+            raise ValueError(f"{where}: {shape_name}[{d}] = {s} is negative")
+        elif xd == s or xd == 1:
+            out.append(s)
+        else:
+            raise ValueError(f"{where}: dimension {d} of {shape_name} is {s} but {x_name} has {xd} there "
+                             f"(only size-1 dimensions can be expanded)")
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def simplify_broadcast(x_shape: Shape, out_shape: Shape) -> Tuple[Shape, Tuple[bool, ...]]:
+    """Simplified (dims, is_broadcast) of a valid broadcast of ``x_shape`` to ``out_shape``.
+
+    Size-1 output dims are dropped and neighbouring dims of the same kind merged, so kinds alternate.
+    A one-element output gives ``((1,), (False,))``; an empty one ``((0,), (False,))``.
+    """
+    x_shape, out_shape = tuple(x_shape), tuple(out_shape)
+    if any(s == 0 for s in out_shape):
+        return (0,), (False,)
+    padded = (1,) * (len(out_shape) - len(x_shape)) + x_shape
+    dims, kinds = [], []
+    for xd, od in zip(padded, out_shape):
+        if od == 1:
+            continue
+        bcast = xd == 1
+        if kinds and kinds[-1] == bcast:
+            dims[-1] *= od
+        else:
+            dims.append(od)
+            kinds.append(bcast)
+    if not dims:
+        return (1,), (False,)
+    return tuple(dims), tuple(kinds)
+
+
+# ==============================================================================================================
+# Forward config
+# ==============================================================================================================
+@dataclass(frozen=True)
+class KernelConfig:
+    """One forward launch: ``ops_bcast_forward<T, ND, INNER_BCAST, INDEX_T, BLOCK, UNROLL>``.
+
+    ``variant``: ``fill`` (<= 2 groups, innermost broadcast: rows filled from one value), ``tile`` (<= 2 groups,
+    innermost kept: repeated copies of x), ``nd`` (3+ groups). ``dims``/``in_strides``: the simplified groups,
+    padded in front to a size of ``FWD_ND_BUCKETS``. Compile-time: ``nd`` (= len(dims)),
+    ``inner_bcast``, ``index_type``, ``block``, ``unroll``. Runtime (``data``): dims, strides, grid.
+    """
+
+    variant: str
+    dims: Shape
+    in_strides: Shape
+    inner_bcast: bool
+    numel: int
+    vec: int
+    index_type: str
+    block: int
+    unroll: int
+    grid: int
+
+    @property
+    def nd(self) -> int:
+        return len(self.dims)
+
+    def data(self) -> Dict[str, float]:
+        """The runtime values for ``jt.code(data=...)``."""
+        d = {"grid": self.grid, "nd": self.nd}
+        for i, (n, s) in enumerate(zip(self.dims, self.in_strides)):
+            d[f"d{i}"] = n
+            d[f"s{i}"] = s
+        return d
+
+
+@functools.lru_cache(maxsize=4096)
+def select_config(x_shape: Shape, out_shape: Shape, dtype: str, index_type: Optional[str] = None) -> KernelConfig:
+    """Forward launch for broadcasting ``x_shape`` to ``out_shape`` (valid, non-empty) in ``dtype``.
+
+    ``index_type`` ("int" / "long long") overrides the automatic choice (tests use it to run the int64 path).
+    """
+    dims, kinds = simplify_broadcast(tuple(x_shape), tuple(out_shape))
+    strides, run = [], 1
+    for n, b in zip(reversed(dims), reversed(kinds)):
+        strides.append(0 if b else run)
+        if not b:
+            run *= n
+    strides.reverse()
+    numel = math.prod(out_shape)
+    vec = 16 // ITEMSIZE[dtype]
+    if len(dims) >= 3:
+        variant = "nd"
+    else:
+        variant = "fill" if kinds[-1] else "tile"
+    pad = min(b for b in FWD_ND_BUCKETS if b >= len(dims)) - len(dims)
+    grid = max(1, -(-(numel // vec) // (BLOCK * FWD_UNROLL)))
+    return KernelConfig(variant=variant, dims=(1,) * pad + dims, in_strides=(0,) * pad + tuple(strides),
+                        inner_bcast=kinds[-1],
+                        numel=numel, vec=vec, index_type=index_type or _codegen.index_type(numel),
+                        block=BLOCK, unroll=FWD_UNROLL, grid=grid)
+
+
+# ==============================================================================================================
+# Backward config: a chain of reduction passes
+# ==============================================================================================================
+@dataclass(frozen=True)
+class ReducePass:
+    """One reduction launch over a flat input.
+
+    ``row``: input [outer, red]; segment s of row r (``seg_len`` elements) -> out[r * segments + s];
+    ``group`` lanes per segment (4, 32 or 256). ``col``: input [outer, red, inner]; segment s of the middle dim
+    (``seg_len`` rows) -> out[(n * segments + s) * inner + j]. ``segments > 1`` writes partial sums that a
+    later pass of the chain reduces.
+    """
+
+    name: str
+    kind: str
+    outer: int
+    red: int
+    inner: int
+    segments: int
+    seg_len: int
+    group: int
+    in_dtype: str
+    out_dtype: str
+    acc_dtype: str
+    index_type: str
+    tiles: int
+    grid: int
+
+    @property
+    def out_numel(self) -> int:
+        return self.outer * self.segments * self.inner
+
+    def data(self) -> Dict[str, float]:
+        if self.kind == "row":
+            return {"R": self.outer, "C": self.red, "S": self.segments, "L": self.seg_len, "grid": self.grid}
+        return {"N": self.outer, "M": self.red, "J": self.inner, "S": self.segments, "Ms": self.seg_len,
+                "tiles": self.tiles, "grid": self.grid}
+
+
+@dataclass(frozen=True)
+class GradConfig:
+    """The backward of one broadcast: ``passes`` run in order (none: dx is dy reshaped)."""
+
+    variant: str
+    passes: Tuple[ReducePass, ...]
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _row_passes(R: int, C: int, in_dt: str, out_dt: str, acc: str, itype: Optional[str]) -> list:
+    vec = 16 // ITEMSIZE[in_dt]
+    chunks = _cdiv(C, vec)
+    it = itype or _codegen.index_type(R * C)
+    if chunks <= ROW_SMALL_MAX_CHUNKS:
+        group, name = 4, "row_small"
+    elif chunks <= ROW_WARP_MAX_CHUNKS:
+        group, name = 32, "row_warp"
+    else:
+        group, name = 256, "row_block"
+    segments = 1
+    if group == 256 and chunks > ROW_SPLIT_MIN_CHUNKS:
+        segments = min(_cdiv(TARGET_BLOCKS, R), chunks // ROW_MIN_SEG_CHUNKS)
+    if segments >= 2:
+        seg_len = _cdiv(chunks, segments) * vec  # segments start on 16-byte chunk boundaries of an aligned row
+        segments = _cdiv(C, seg_len)
+        first = ReducePass("row_split", "row", R, C, 1, segments, seg_len, group, in_dt, acc, acc, it, 0,
+                           _cdiv(R * segments, BLOCK // group))
+        return [first] + _row_passes(R, segments, acc, out_dt, acc, itype)
+    return [ReducePass(name, "row", R, C, 1, 1, C, group, in_dt, out_dt, acc, it, 0, _cdiv(R, BLOCK // group))]
+
+
+def _col_passes(N: int, M: int, J: int, in_dt: str, out_dt: str, acc: str, itype: Optional[str]) -> list:
+    vec = 16 // ITEMSIZE[in_dt]
+    tiles = _cdiv(J, COL_COL_THREADS * vec)
+    it = itype or _codegen.index_type(N * M * J)
+    segments = 1
+    if M > COL_SPLIT_MIN_ROWS:
+        segments = min(_cdiv(TARGET_BLOCKS, tiles * N), M // COL_MIN_SEG_ROWS)
+    if segments >= 2:
+        seg_len = _cdiv(M, segments)
+        segments = _cdiv(M, seg_len)
+        first = ReducePass("col_split", "col", N, M, J, segments, seg_len, 0, in_dt, acc, acc, it, tiles,
+                           tiles * N * segments)
+        return [first] + _col_passes(N, segments, J, acc, out_dt, acc, itype)
+    return [ReducePass("col", "col", N, M, J, 1, M, 0, in_dt, out_dt, acc, it, tiles, tiles * N)]
+
+
+@functools.lru_cache(maxsize=4096)
+def select_grad_config(x_shape: Shape, out_shape: Shape, dtype: str, grad_dtype: Optional[str] = None,
+                       index_type: Optional[str] = None) -> GradConfig:
+    """Reduction chain computing dx (``dtype``) from dy (``grad_dtype``, default ``dtype``).
+
+    Each pass removes one broadcast group, largest first (it shrinks the data the later passes read): the last
+    group by a row pass, an inner one by a column pass; a pass over too few rows/columns to fill the GPU is
+    split into partial sums plus a pass over them. Intermediate sums are kept in the accumulation dtype.
+    """
+    dims, kinds = simplify_broadcast(tuple(x_shape), tuple(out_shape))
+    acc = ACC_DTYPE[dtype]
+    cur = grad_dtype or dtype
+    groups = [[n, b] for n, b in zip(dims, kinds)]
+    passes = []
+    while any(b for _, b in groups):
+        i = max((g[0], k) for k, g in enumerate(groups) if g[1])[1]
+        outer = math.prod(g[0] for g in groups[:i])
+        inner = math.prod(g[0] for g in groups[i + 1:])
+        last = sum(1 for g in groups if g[1]) == 1
+        out_dt = dtype if last else acc
+        if i == len(groups) - 1:
+            passes += _row_passes(outer, groups[i][0], cur, out_dt, acc, index_type)
+        else:
+            passes += _col_passes(outer, groups[i][0], inner, cur, out_dt, acc, index_type)
+        cur = out_dt
+        del groups[i]
+        if 0 < i < len(groups) and groups[i - 1][1] == groups[i][1]:
+            groups[i - 1][0] *= groups[i][0]
+            del groups[i]
+    variant = "+".join(p.name for p in passes) if passes else "identity"
+    return GradConfig(variant=variant, passes=tuple(passes))
+
+
+# ==============================================================================================================
+# Kernels: jt.code launches (CUDA from cuda_snippets/broadcast.cuh; CPU sources with the same index math)
+# ==============================================================================================================
+@functools.lru_cache(maxsize=None)
+def _cuda_header() -> str:
+    return _codegen.header(["common", "broadcast"])
+
+
+_FWD_CUDA = r"""
+long long ops_dims[${ND}], ops_strides[${ND}];
+for (int i = 0; i < ${ND}; ++i) {
+    ops_dims[i] = (long long)data["d" + std::to_string(i)];
+    ops_strides[i] = (long long)data["s" + std::to_string(i)];
+}
+ops_bcast_forward<in0_type, ${ND}, ${INNER_BCAST}, ${INDEX_T}, ${BLOCK}, ${UNROLL}>(
+    in0_p, out0_p, (long long)out0->num, ops_dims, ops_strides, (long long)data["grid"]);
+"""
+
+# The CPU forward moves elements as same-size unsigned integers (as the CUDA one moves OpsBytes): jittor's
+# float16/bfloat16 structs would otherwise be copied member-wise and not vectorized.
+_FWD_CPU_HEADER = r"""
+#include <cstdint>
+template <int S> struct ops_bcast_word;
+template <> struct ops_bcast_word<1> { typedef uint8_t type; };
+template <> struct ops_bcast_word<2> { typedef uint16_t type; };
+template <> struct ops_bcast_word<4> { typedef uint32_t type; };
+template <> struct ops_bcast_word<8> { typedef uint64_t type; };
+"""
+
+# Same decomposition as ops_bcast_src_offset: the outer index of each innermost run over dims[0..nd-2].
+_FWD_CPU = r"""
+const int nd = (int)data["nd"];
+int64_t dims[16], strides[16];
+for (int i = 0; i < nd; ++i) {
+    dims[i] = (int64_t)data["d" + std::to_string(i)];
+    strides[i] = (int64_t)data["s" + std::to_string(i)];
+}
+typedef ops_bcast_word<sizeof(in0_type)>::type word;
+const word* src = (const word*)in0_p;
+const int64_t inner = dims[nd - 1], inner_stride = strides[nd - 1];
+const int64_t runs = out0->num / inner;
+for (int64_t o = 0; o < runs; ++o) {
+    int64_t q = o, off = 0;
+    for (int i = nd - 2; i >= 1; --i) {
+        off += (q % dims[i]) * strides[i];
+        q /= dims[i];
+    }
+    if (nd >= 2) off += q * strides[0];
+    word* dst = (word*)out0_p + o * inner;
+    if (inner_stride == 0) {
+        const word v = src[off];
+        for (int64_t k = 0; k < inner; ++k) dst[k] = v;
+    } else {
+        for (int64_t k = 0; k < inner; ++k) dst[k] = src[off + k];
+    }
+}
+"""
+
+_ROW_CUDA = r"""
+ops_bcast_row_reduce<in0_type, out0_type, ${ACC}, ${GROUP}, ${INDEX_T}>(
+    in0_p, out0_p, (long long)data["R"], (long long)data["C"], (long long)data["S"], (long long)data["L"],
+    (long long)data["grid"]);
+"""
+
+_ROW_CPU = r"""
+const int64_t R = (int64_t)data["R"], C = (int64_t)data["C"], S = (int64_t)data["S"], L = (int64_t)data["L"];
+for (int64_t r = 0; r < R; ++r) {
+    for (int64_t s = 0; s < S; ++s) {
+        const int64_t lo = s * L, hi = std::min(lo + L, C);
+        const in0_type* src = in0_p + r * C;
+        ${ACC} acc = 0;
+        for (int64_t i = lo; i < hi; ++i) acc += (${ACC})src[i];
+        out0_p[r * S + s] = (out0_type)acc;
+    }
+}
+"""
+
+_COL_CUDA = r"""
+ops_bcast_col_reduce<in0_type, out0_type, ${ACC}, ${INDEX_T}>(
+    in0_p, out0_p, (long long)data["N"], (long long)data["M"], (long long)data["J"], (long long)data["S"],
+    (long long)data["Ms"], (long long)data["tiles"], (long long)data["grid"]);
+"""
+
+_COL_CPU = r"""
+const int64_t N = (int64_t)data["N"], M = (int64_t)data["M"], J = (int64_t)data["J"];
+const int64_t S = (int64_t)data["S"], Ms = (int64_t)data["Ms"];
+${ACC}* acc = new ${ACC}[J];
+for (int64_t n = 0; n < N; ++n) {
+    for (int64_t s = 0; s < S; ++s) {
+        const int64_t lo = s * Ms, hi = std::min(lo + Ms, M);
+        for (int64_t j = 0; j < J; ++j) acc[j] = 0;
+        for (int64_t m = lo; m < hi; ++m) {
+            const in0_type* src = in0_p + (n * M + m) * J;
+            for (int64_t j = 0; j < J; ++j) acc[j] += (${ACC})src[j];
+        }
+        out0_type* dst = out0_p + (n * S + s) * J;
+        for (int64_t j = 0; j < J; ++j) dst[j] = (out0_type)acc[j];
+    }
+}
+delete[] acc;
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _forward_sources(nd: int, inner_bcast: bool, index_t: str) -> Tuple[str, str]:
+    cuda = _codegen.render(_FWD_CUDA, ND=nd, INNER_BCAST="true" if inner_bcast else "false", INDEX_T=index_t,
+                           BLOCK=BLOCK, UNROLL=FWD_UNROLL)
+    return cuda, _FWD_CPU
+
+
+@functools.lru_cache(maxsize=None)
+def _pass_sources(kind: str, group: int, acc_dtype: str, index_t: str) -> Tuple[str, str]:
+    acc = _ACC_CTYPE[acc_dtype]
+    if kind == "row":
+        return (_codegen.render(_ROW_CUDA, ACC=acc, GROUP=group, INDEX_T=index_t),
+                _codegen.render(_ROW_CPU, ACC=acc))
+    return _codegen.render(_COL_CUDA, ACC=acc, INDEX_T=index_t), _codegen.render(_COL_CPU, ACC=acc)
+
+
+# Host time counts for small cases: jt.ops.reshape skips jt.Var.reshape's argument parsing (~1.4 us a call on
+# the CPU runners), and each config's sources and data dict are built once (lru_cache on frozen configs).
+_reshape = jt.ops.reshape
+
+
+def _flat(v):
+    return v if v.ndim == 1 else _reshape(v, (v.numel(),))
+
+
+@functools.lru_cache(maxsize=4096)
+def _launch_args(cfg):
+    if isinstance(cfg, KernelConfig):
+        cuda, cpu = _forward_sources(cfg.nd, cfg.inner_bcast, cfg.index_type)
+        cpu_header = _FWD_CPU_HEADER
+    else:
+        cuda, cpu = _pass_sources(cfg.kind, cfg.group, cfg.acc_dtype, cfg.index_type)
+        cpu_header = ""
+    return {"cpu_src": cpu, "cpu_header": cpu_header, "cuda_src": cuda, "cuda_header": _cuda_header(),
+            "data": cfg.data()}
+
+
+def _launch_forward(cfg: KernelConfig, x):
+    """The broadcast as a flat (numel,) Var."""
+    return jt.code((cfg.numel,), x.dtype, [_flat(x)], **_launch_args(cfg))
+
+
+def _launch_pass(p: ReducePass, v):
+    return jt.code((p.out_numel,), p.out_dtype, [v], **_launch_args(p))
+
+
+def _run_grad(cfg: GradConfig, dy, x_shape: Shape, dtype: str):
+    v = _flat(dy)
+    if not cfg.passes:
+        return _reshape(v if str(v.dtype) == dtype else v.cast(dtype), x_shape)
+    for p in cfg.passes:
+        v = _launch_pass(p, v)
+    return _reshape(v, x_shape)
+
+
+def _forward(x, x_shape: Shape, out_shape: Shape, dtype: str):
+    cfg = select_config(x_shape, out_shape, dtype)
+    y = _launch_forward(cfg, x)
+    return y if len(out_shape) == 1 else _reshape(y, out_shape)
+
+
+# ==============================================================================================================
+# Autograd, functional API, Module
+# ==============================================================================================================
+class ExpandFunction(jt.Function):
+    """y = broadcast(x, out_shape); dx = sum of dy over the broadcast dims (see the module docstring)."""
+
+    def execute(self, x, out_shape):
+        x_shape, dtype = tuple(x.shape), str(x.dtype)
+        self.saved = (x_shape, out_shape, dtype)
+        return _forward(x, x_shape, out_shape, dtype)
+
+    def grad(self, dy):
+        x_shape, out_shape, dtype = self.saved
+        cfg = select_grad_config(x_shape, out_shape, dtype, str(dy.dtype))
+        return _run_grad(cfg, dy, x_shape, dtype), None
+
+
+def _broadcast(x, out_shape: Shape):
+    dtype = str(x.dtype)
+    if math.prod(out_shape) == 0:  # nothing to launch; no gradient flows to x (it has no element used)
+        return jt.zeros(out_shape, dtype)
+    if dtype not in ACC_DTYPE or jt.flags.no_grad or x.is_stop_grad():
+        return _forward(x, tuple(x.shape), out_shape, dtype)  # no gradient wanted: skip the autograd tape
+    return ExpandFunction.apply(x, out_shape)
+
+
+def _check_var(v, name: str, fn: str):
+    if not isinstance(v, jt.Var):
+        raise TypeError(f"{fn}: {name} must be a jittor Var, got {type(v).__name__}")
+
+
+def broadcast_to(x, shape):
+    """``x`` broadcast to ``shape`` (NumPy rules; leading dims may be added; ``-1`` keeps x's size there).
+
+    Returns a new, materialized Var. Differentiable for float dtypes: the gradient is the output gradient
+    summed over the broadcast dims (deterministic). Raises TypeError for a non-Var ``x`` or a non-int
+    ``shape`` entry, ValueError (naming both shapes) when x cannot be broadcast to ``shape``.
+    """
+    _check_var(x, "x", "broadcast_to")
+    target = _as_shape(shape, "shape")
+    out_shape = broadcast_shape(tuple(x.shape), target, "x", "shape")
+    return _broadcast(x, out_shape)
+
+
+def expand_as(x, other):
+    """``x`` broadcast to ``other``'s shape (see ``broadcast_to``); ``other`` only lends its shape."""
+    _check_var(x, "x", "expand_as")
+    _check_var(other, "other", "expand_as")
+    out_shape = broadcast_shape(tuple(x.shape), tuple(other.shape), "x", "other's shape")
+    return _broadcast(x, out_shape)
+
+
+class ExpandAs(jt.Module):
+    """``ExpandAs()(x, other)`` = ``expand_as(x, other)``."""
+
+    def execute(self, x, other):
+        return expand_as(x, other)
+
+    forward = execute

@@ -1,0 +1,116 @@
+"""Grader cases for expand_as / broadcast_to (issue 5): the Paddle OP-benchmark shapes, a middle-dim expand, a
+scalar expand and 256 MB outputs on the GPU; small versions of the same patterns for the CPU path.
+
+A case's ``shapes`` holds x's shape only; the target shape is the parameter ``out``. Forward = the materialized
+broadcast; backward (the harness differentiates forward) = dy summed over the broadcast dims.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+from typing import List, Sequence, Tuple
+
+import numpy as np
+
+from .. import _codegen
+from .spec import DEFAULT_TOLERANCE, Case, Family, case, random_array
+
+NAME = "expand_as"
+
+
+def _reduce_axes(x_shape, out_shape) -> Tuple[int, ...]:
+    """Axes of out_shape that the backward sums: the leading axes x lacks and x's expanded size-1 axes."""
+    lead = len(out_shape) - len(x_shape)
+    padded = (1,) * lead + tuple(x_shape)
+    return tuple(d for d, (a, b) in enumerate(zip(padded, out_shape)) if d < lead or (a == 1 and b != 1))
+
+
+class ExpandAsFamily(Family):
+    def make_inputs(self, case: Case, rng: np.random.Generator) -> List[np.ndarray]:
+        return [random_array(case.shapes[0], case.dtype, rng)]
+
+    def reference_forward(self, case: Case, arrays: Sequence[np.ndarray]) -> List[np.ndarray]:
+        return [np.broadcast_to(np.asarray(arrays[0], dtype=np.float64), case.p["out"]).copy()]
+
+    def reference_backward(self, case: Case, arrays, grads_out) -> List[np.ndarray]:
+        x_shape = case.shapes[0]
+        g = np.asarray(grads_out[0], dtype=np.float64).sum(axis=_reduce_axes(x_shape, case.p["out"]))
+        return [g.reshape(x_shape)]
+
+    def tolerance(self, case: Case) -> Tuple[float, float]:
+        if case.direction == "fwd":
+            return (0.0, 0.0)  # a copy: bit-exact for every dtype
+        rtol, atol = DEFAULT_TOLERANCE[case.dtype]
+        # Sums of `red` terms of |dy| <= 1 accumulated in float32 (float64 for float64): allow a few roundings
+        # of the accumulator per term; half-precision accumulation would be ~2^13 times further off.
+        red = math.prod(case.p["out"]) // max(1, math.prod(case.shapes[0]))
+        eps = 2.0 ** -53 if case.dtype == "float64" else 2.0 ** -24
+        return (rtol, max(atol, 4 * eps * red))
+
+    def forward(self, case: Case, api, xs) -> list:
+        return [api.broadcast_to(xs[0], case.p["out"])]
+
+    def naive_forward(self, case: Case, xs) -> list:
+        x = xs[0]
+        out = case.p["out"]
+        lead = len(out) - x.ndim
+        idx = ["0" if (x.shape[d] == 1 and out[d + lead] != 1) else f"i{d + lead}" for d in range(x.ndim)]
+        return [x.reindex(list(out), idx)]
+
+    def jittor_forward(self, case: Case, xs) -> list:
+        return [xs[0].broadcast(list(case.p["out"]))]
+
+    def torch_forward(self, case: Case, ts) -> list:
+        return [ts[0].expand(*case.p["out"]).contiguous()]
+
+    def bytes_moved(self, case: Case) -> int:
+        return _codegen.ITEMSIZE[case.dtype] * (math.prod(case.shapes[0]) + math.prod(case.p["out"]))
+
+    def variant(self, case: Case, api) -> str:
+        if api is not importlib.import_module("ops"):
+            return "-"
+        from .. import broadcast
+        x_shape, out = tuple(case.shapes[0]), tuple(case.p["out"])
+        if case.direction == "fwd":
+            return broadcast.select_config(x_shape, out, case.dtype).variant
+        return broadcast.select_grad_config(x_shape, out, case.dtype).variant
+
+
+def _both(name, x_shape, out, dtypes, devices):
+    return [case(NAME, f"{name}-{dt}", d, [x_shape], dt, devices=devices, out=tuple(out))
+            for dt in dtypes for d in ("fwd", "bwd")]
+
+
+_GPU = ("cuda",)
+_CPU = ("cpu",)
+_F = ("float32", "float16")
+
+CASES = (
+    # Paddle OP-benchmark shapes (seed 002), fp32 and fp16
+    _both("paddle0-1785x1-to-1785x128", (1785, 1), (1785, 128), _F, _GPU)
+    + _both("paddle1-5x1x1-to-5x128x128", (5, 1, 1), (5, 128, 128), _F, _GPU)
+    + _both("paddle2-32x807x1-to-32x807x807", (32, 807, 1), (32, 807, 807), _F, _GPU)
+    + _both("paddle6-16x1x1-to-16x807x807", (16, 1, 1), (16, 807, 807), _F, _GPU)
+    + _both("paddle7-32x1x1-to-32x256x256", (32, 1, 1), (32, 256, 256), _F, _GPU)
+    # a middle-dim expand (kept, broadcast, kept), 256 MB fp32 output
+    + _both("middle-64x1x1024-to-64x1024x1024", (64, 1, 1024), (64, 1024, 1024), _F, _GPU)
+    # a scalar expand, 256 MB fp32 output (backward: one huge reduction, split + second pass)
+    + _both("scalar-1-to-8192x8192", (1,), (8192, 8192), ("float32",), _GPU)
+    # 256 MB outputs: rows filled (fill / row reduction) and tiles repeated (tile / column reduction)
+    + _both("rows-8192x1-to-8192x8192", (8192, 1), (8192, 8192), ("float32",), _GPU)
+    + _both("tile-1x8192-to-8192x8192", (1, 8192), (8192, 8192), ("float32",), _GPU)
+    + _both("tile-1x8192-to-16384x8192", (1, 8192), (16384, 8192), ("float16",), _GPU)
+    # both ends broadcast (B, K, B): a row pass then a column pass
+    + _both("ends-1x256x1-to-64x256x1024", (1, 256, 1), (64, 256, 1024), ("float32",), _GPU)
+    # CPU-sized versions of the same patterns
+    + _both("paddle0-1785x1-to-1785x128", (1785, 1), (1785, 128), _F, _CPU)
+    + _both("paddle1-5x1x1-to-5x128x128", (5, 1, 1), (5, 128, 128), _F, _CPU)
+    + _both("small2-8x807x1-to-8x807x81", (8, 807, 1), (8, 807, 81), ("float32",), _CPU)
+    + _both("small6-4x1x1-to-4x207x807", (4, 1, 1), (4, 207, 807), ("float32",), _CPU)
+    + _both("middle-8x1x256-to-8x128x256", (8, 1, 256), (8, 128, 256), ("float32",), _CPU)
+    + _both("scalar-1-to-512x512", (1,), (512, 512), ("float32",), _CPU)
+    + _both("tile-1x256-to-1024x256", (1, 256), (1024, 256), ("float16",), _CPU)
+    + _both("ends-1x16x1-to-8x16x512", (1, 16, 1), (8, 16, 512), ("float32",), _CPU)
+)
+
+FAMILY = ExpandAsFamily(name=NAME, cases=list(CASES))

@@ -1,0 +1,44 @@
+"""The CUDA snippets as text: what jittor's source handling requires of them."""
+import re
+
+import pytest
+
+from ops import _codegen
+
+SNIPPETS = sorted(p.stem for p in _codegen.snippet_dir().glob("*.cuh"))
+
+
+@pytest.mark.parametrize("name", SNIPPETS)
+def test_includes_are_unconditional(name):
+    """jittor inserts its JIT defines (in0_type, index_t, ...) right after the last ``#include`` of the source;
+    an include inside an #if/#else branch would hide those defines from the other branch (seen on the H100:
+    'identifier "in0_type" is undefined' in every timex kernel)."""
+    depth = 0
+    for lineno, line in enumerate(_codegen.snippet(name).splitlines(), 1):
+        directive = line.strip()
+        if re.match(r"#\s*if", directive):
+            depth += 1
+        elif re.match(r"#\s*endif", directive):
+            depth -= 1
+        elif re.match(r"#\s*include", directive):
+            assert depth == 0, f"{name}.cuh:{lineno}: #include inside a preprocessor conditional"
+    assert depth == 0, f"{name}.cuh: unbalanced #if/#endif"
+
+
+@pytest.mark.parametrize("name", SNIPPETS)
+def test_snippets_are_ascii(name):
+    """The header text becomes part of jittor's kernel key, whose fields are separated by a non-ASCII mark."""
+    assert _codegen.snippet(name).isascii()
+
+
+def test_header_dedups_and_render_requires_every_value():
+    text = _codegen.header(["common", "common"])
+    assert text.count("ops_ceil_div(T a") == 1
+    assert _codegen.render("f<${T}>(${N})", T="float", N=4) == "f<float>(4)"
+    with pytest.raises(KeyError):
+        _codegen.render("f<${T}>", N=4)
+
+
+def test_index_type_switches_above_int32():
+    assert _codegen.index_type(2**31 - 1) == "int"
+    assert _codegen.index_type(2**31) == "long long"
