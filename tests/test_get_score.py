@@ -36,3 +36,15 @@ def test_grader_end_to_end_with_failures(tmp_path):
     assert "| toy/fwd/crash |" in md and "WRONG" in md and "points:" in md
     assert json.loads(tiers.read_text())["tiers_gbps"]["toy/fwd/ok"]
     assert "toy/fwd/ok" in proc.stdout
+
+
+def test_time_budget_reports_unrun_cases(tmp_path):
+    env = dict(os.environ, OPS_SCORING_FAMILY_MODULES="toy_family",
+               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "tests"), ROOT, os.environ.get("PYTHONPATH", "")]))
+    out_json = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "get_score.py"), "--device", "cpu", "--no-torch",
+                           "-k", "ok", "--budget", "0", "--no-progress", "--json", str(out_json)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out_json.read_text())["results"]
+    assert len(results) == 2 and all(r["why"] == "not run: time budget spent" and r["points"] == 0 for r in results)

@@ -32,6 +32,8 @@ def parse_args(argv: Optional[List[str]] = None):
     ap.add_argument("--plot", metavar="F.png", help="also draw the speedup chart (needs matplotlib)")
     ap.add_argument("--seed", type=int, default=None, help="input seed (default: fresh)")
     ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per case before 'hung'")
+    ap.add_argument("--budget", type=float, default=None, metavar="S",
+                    help="start no case after S seconds; the rest are reported as not run (0 points)")
     ap.add_argument("--no-warm", action="store_true", help="skip the parallel kernel-compile pass (GPU)")
     ap.add_argument("--list", action="store_true", help="list the selected cases and exit")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -85,19 +87,25 @@ def main(argv: Optional[List[str]] = None) -> int:
             bar = None
 
     def progress(res):
+        line = f"{res.case_id}: {'ok' if res.correct else 'FAIL ' + res.why} ours={res.ours.ms} " + " ".join(
+            f"{k}={v.ms if v.ok else 'ERR'}" for k, v in res.refs.items())
+        print(line, file=sys.stderr, flush=True)  # a record even if the run is cut short
         if bar is not None:
             bar.set_postfix_str(res.case_id[-40:])
             bar.update(1)
 
+    import time
+    deadline = time.monotonic() + args.budget if args.budget else None
     if device == "cuda" and not args.no_warm:
         groups = {}
         for c in cases:
             groups.setdefault(c.family, []).append(c.id)
         print(f"compiling kernels of {len(cases)} cases ({len(groups)} families in parallel)...", file=sys.stderr)
-        warm_compile(list(groups.values()), device=device, impl=args.impl, seed=seed)
+        warm_compile(list(groups.values()), device=device, impl=args.impl, seed=seed,
+                     timeout_s=args.budget / 2 if args.budget else 900)
     env, results = run_cases([c.id for c in cases], device=device, impl=args.impl, seed=seed,
                              references=references, timeout_s=args.timeout, on_result=progress,
-                             nbytes_of=nbytes.get)
+                             nbytes_of=nbytes.get, deadline=deadline)
     if bar is not None:
         bar.close()
     grade_all(results, stored)

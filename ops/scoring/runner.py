@@ -30,11 +30,23 @@ def _reader(stream, q):
 
 def run_cases(case_ids: Sequence[str], *, device: str, impl: str, seed: int, references: Sequence[str],
               timeout_s: float = DEFAULT_TIMEOUT_S, on_result: Optional[Callable[[CaseResult], None]] = None,
-              nbytes_of: Optional[Callable[[str], int]] = None):
-    """Run every case; returns (env, results in case order). A hang or crash fails that case only."""
+              nbytes_of: Optional[Callable[[str], int]] = None, deadline: Optional[float] = None):
+    """Run every case; returns (env, results in case order). A hang or crash fails that case only.
+
+    ``deadline`` (a time.monotonic() value): no case starts after it; the rest are reported as not run.
+    """
     pending = list(case_ids)
     results: Dict[str, CaseResult] = {}
     env: dict = {}
+
+    def give_up_rest():
+        for cid in pending:
+            res = CaseResult(cid, nbytes_of(cid) if nbytes_of else 0, why="not run: time budget spent")
+            results[cid] = res
+            if on_result:
+                on_result(res)
+        pending.clear()
+
     while pending:
         job = {"device": device, "impl": impl, "seed": seed, "cases": pending, "references": list(references),
                "copy": not env}
@@ -74,6 +86,11 @@ def run_cases(case_ids: Sequence[str], *, device: str, impl: str, seed: int, ref
             if kind == "env":
                 env = json.loads(payload)
             elif kind == "start":
+                if deadline is not None and time.monotonic() > deadline:
+                    proc.kill()
+                    proc.wait()
+                    give_up_rest()
+                    break
                 current, started = payload, time.monotonic()
             elif kind == "result":
                 res = _result_from_json(json.loads(payload))
@@ -89,7 +106,7 @@ def run_cases(case_ids: Sequence[str], *, device: str, impl: str, seed: int, ref
 
 
 def warm_compile(groups: Sequence[Sequence[str]], *, device: str, impl: str, seed: int,
-                 timeout_s: float = 1800) -> None:
+                 timeout_s: float = 900) -> None:
     """Compile every case's kernels before timing: one worker per group (op family), all at once.
 
     jittor compiles a new kernel in 2-6 s of nvcc and, within one process, one sync at a time; the workers
