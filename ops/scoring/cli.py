@@ -95,14 +95,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             bar.update(1)
 
     import time
-    deadline = time.monotonic() + args.budget if args.budget else None
+    deadline = time.monotonic() + args.budget if args.budget is not None else None
     if device == "cuda" and not args.no_warm:
         groups = {}
         for c in cases:
             groups.setdefault(c.family, []).append(c.id)
         print(f"compiling kernels of {len(cases)} cases ({len(groups)} families in parallel)...", file=sys.stderr)
         warm_compile(list(groups.values()), device=device, impl=args.impl, seed=seed,
-                     timeout_s=args.budget / 2 if args.budget else 900)
+                     timeout_s=args.budget / 2 if args.budget is not None else 900)
     env, results = run_cases([c.id for c in cases], device=device, impl=args.impl, seed=seed,
                              references=references, timeout_s=args.timeout, on_result=progress,
                              nbytes_of=nbytes.get, deadline=deadline)
