@@ -32,6 +32,7 @@ def parse_args(argv: Optional[List[str]] = None):
     ap.add_argument("--plot", metavar="F.png", help="also draw the speedup chart (needs matplotlib)")
     ap.add_argument("--seed", type=int, default=None, help="input seed (default: fresh)")
     ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per case before 'hung'")
+    ap.add_argument("--repeats", type=int, default=5, help="timed measurements per implementation (median)")
     ap.add_argument("--budget", type=float, default=None, metavar="S",
                     help="start no case after S seconds; the rest are reported as not run (0 points)")
     ap.add_argument("--no-warm", action="store_true", help="skip the parallel kernel-compile pass (GPU)")
@@ -103,11 +104,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"compiling kernels of {len(cases)} cases ({len(groups)} families in parallel)...", file=sys.stderr)
         warm_compile(list(groups.values()), device=device, impl=args.impl, seed=seed,
                      timeout_s=args.budget / 2 if args.budget is not None else 900)
-    env, results = run_cases([c.id for c in cases], device=device, impl=args.impl, seed=seed,
+    # Run the families' cases interleaved, so that a --budget cut-off leaves every family partly covered.
+    by_family = {}
+    for c in cases:
+        by_family.setdefault(c.family, []).append(c.id)
+    lanes = list(by_family.values())
+    run_order = [lane[i] for i in range(max(map(len, lanes))) for lane in lanes if i < len(lane)]
+    env, results = run_cases(run_order, device=device, impl=args.impl, seed=seed,
                              references=references, timeout_s=args.timeout, on_result=progress,
-                             nbytes_of=nbytes.get, deadline=deadline)
+                             nbytes_of=nbytes.get, deadline=deadline, repeats=args.repeats)
     if bar is not None:
         bar.close()
+    by_id = {r.case_id: r for r in results}
+    results = [by_id[c.id] for c in cases]
     grade_all(results, stored)
 
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")

@@ -30,7 +30,8 @@ def _reader(stream, q):
 
 def run_cases(case_ids: Sequence[str], *, device: str, impl: str, seed: int, references: Sequence[str],
               timeout_s: float = DEFAULT_TIMEOUT_S, on_result: Optional[Callable[[CaseResult], None]] = None,
-              nbytes_of: Optional[Callable[[str], int]] = None, deadline: Optional[float] = None):
+              nbytes_of: Optional[Callable[[str], int]] = None, deadline: Optional[float] = None,
+              repeats: int = 5):
     """Run every case; returns (env, results in case order). A hang or crash fails that case only.
 
     ``deadline`` (a time.monotonic() value): no case starts after it; the rest are reported as not run.
@@ -49,7 +50,7 @@ def run_cases(case_ids: Sequence[str], *, device: str, impl: str, seed: int, ref
 
     while pending:
         job = {"device": device, "impl": impl, "seed": seed, "cases": pending, "references": list(references),
-               "copy": not env}
+               "copy": not env, "repeats": repeats}
         proc = subprocess.Popen([sys.executable, "-m", "ops.scoring.worker", "--job", json.dumps(job)],
                                 stdout=subprocess.PIPE, stderr=None, text=True, bufsize=1,
                                 env=dict(os.environ, PYTHONUNBUFFERED="1"))

@@ -54,9 +54,11 @@ def main(argv=None) -> int:
 
     from .._jittor import jt
     from .families import load_families
+    from . import harness
     from .harness import run_case, warm_cases
 
     jt.flags.use_cuda = 1 if job["device"] == "cuda" else 0
+    harness.REPEATS = job.get("repeats", harness.REPEATS)
     api = importlib.import_module(job["impl"])
     by_id = {c.id: (fam, c) for fam in load_families() for c in fam.cases}
     if job.get("warm"):
