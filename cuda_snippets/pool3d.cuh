@@ -8,6 +8,8 @@
 //   * NOPAD == true only when padding is 0 and every window lies inside the input (no bounds checks then).
 //   * The k2s2 kernels: kernel = stride = 2, dilation 1, NOPAD, W % VEC == 0 (so every row of x and y starts
 //     on a VEC-element boundary; jittor allocations are 256-byte aligned at element 0).
+//   * fwd_rows: values only, NOPAD, dilation 1 along W, kw == KW, sw == SW, W % VEC == 0 (the launcher checks
+//     the last four and x's alignment).
 //   * Scatter backward: windows never share an element (stride >= dilation * (k - 1) + 1 in every dim).
 //   * Tile backward: the windows cover the input exactly once (k == stride, dilation 1, padding 0,
 //     L == Lo * k in every dim), so writing every window element writes all of dx.
@@ -325,6 +327,73 @@ __global__ void __launch_bounds__(BLOCK) pool3d_fwd_k2s2(const T* __restrict__ x
   }
 }
 
+// Values only (no indices), padding-free, dilation 1 along W, W % VEC == 0: a work item is the VEC adjacent
+// outputs ow = VEC * og + t (t < VEC) of one output row. They read input columns w0 .. w0 + SPAN - 1 of each of
+// the kd * kh window rows, w0 = og * VEC * SW. Each row span is loaded as NCH aligned VEC-wide chunks (w0, the
+// row starts and the plane starts are multiples of VEC, so is every chunk start; a chunk that starts inside the
+// row ends inside it because W % VEC == 0; chunks starting at or past W are skipped: no valid output reads them,
+// since (Wo - 1) * SW + KW <= W). The column-wise maximum over the rows stays in registers (separable max:
+// each loaded element costs one max instead of one compare per window holding it), then each output takes the
+// maximum of its KW columns. The maximum propagates NaN; a value-only result does not depend on which equal
+// element is first (up to the sign of zero), so no position is tracked.
+__device__ __forceinline__ float pool3d_max_nan(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));  // one instruction; NaN if either is NaN
+  return r;
+#else
+  return (pool3d_isnan(b) || b > a) ? b : a;
+#endif
+}
+__device__ __forceinline__ double pool3d_max_nan(double a, double b) { return (pool3d_isnan(b) || b > a) ? b : a; }
+
+template <typename T, typename I, int VEC, int KW, int SW, int BLOCK>
+__global__ void __launch_bounds__(BLOCK) pool3d_fwd_rows(const T* __restrict__ x, T* __restrict__ y,
+                                                         const Pool3dArgs<I> a) {
+  typedef typename Pool3dAcc<T>::type A;
+  typedef OpsVec<T, VEC> V;
+  constexpr int SPAN = SW * (VEC - 1) + KW;  // input columns of the item's VEC windows
+  constexpr int NCH = (SPAN + VEC - 1) / VEC;
+  const I item = (I)blockIdx.x * BLOCK + threadIdx.x;
+  if (item >= a.total) return;
+  const Pool3dGeom& g = a.g;
+  I plane; int od, oh, og;
+  pool3d_split(a, item, plane, od, oh, og);
+  const int w0 = og * (VEC * SW);
+  const T* __restrict__ xp = x + plane * a.plane_in + w0;
+  A col[NCH * VEC];
+#pragma unroll
+  for (int e = 0; e < NCH * VEC; ++e) col[e] = pool3d_acc(pool3d_neg_inf<T>());
+  const int d0 = od * g.sd, h0 = oh * g.sh;
+  for (int i = 0; i < g.kd; ++i) {
+    const int dbase = (d0 + i * g.dd) * g.H;
+#pragma unroll 4
+    for (int j = 0; j < g.kh; ++j) {
+      const T* __restrict__ row = xp + (dbase + h0 + j * g.dh) * g.W;
+#pragma unroll
+      for (int c = 0; c < NCH; ++c) {
+        if (w0 + c * VEC < g.W) {
+          const V v = *reinterpret_cast<const V*>(row + c * VEC);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) col[c * VEC + e] = pool3d_max_nan(col[c * VEC + e], pool3d_acc(v.v[e]));
+        }
+      }
+    }
+  }
+  // Outputs of this item: flat (plane, od, oh) row start + VEC * og + t.
+  T* __restrict__ yr = y + ((plane * g.Do + od) * g.Ho + oh) * g.Wo;
+#pragma unroll
+  for (int t = 0; t < VEC; ++t) {
+    const int ow = og * VEC + t;
+    if (ow < g.Wo) {
+      A m = col[t * SW];
+#pragma unroll
+      for (int k = 1; k < KW; ++k) m = pool3d_max_nan(m, col[t * SW + k]);
+      yr[ow] = pool3d_from_acc<T>(m);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Backward over windows (tile or scatter): recompute each window's argmax from x, then
 //   TILE:  write every element of the window: dy at the argmax, 0 elsewhere (the windows cover dx once);
@@ -488,6 +557,14 @@ void pool3d_fwd_k2s2_launch(const T* x, T* y, int* yi, const Pool3dGeom& g, long
         ((unsigned long long)y) % (VEC / 2 * sizeof(T)) == 0 && ((unsigned long long)yi) % (VEC / 2 * 4) == 0);
   const Pool3dArgs<I> a = pool3d_args<I>(g, planes, g.Wo / (VEC / 2), g.Ho, g.Do);
   pool3d_fwd_k2s2<T, I, VEC, MODE, OPT, BLOCK><<<(unsigned int)grid, BLOCK>>>(x, y, yi, a);
+  OPS_CHECK_LAUNCH();
+}
+
+template <typename T, typename I, int VEC, int KW, int SW, int BLOCK>
+void pool3d_fwd_rows_launch(const T* x, T* y, const Pool3dGeom& g, long long planes, long long grid) {
+  CHECK(g.W % VEC == 0 && g.kw == KW && g.sw == SW && g.dw == 1 && ((unsigned long long)x) % (VEC * sizeof(T)) == 0);
+  const Pool3dArgs<I> a = pool3d_args<I>(g, planes, ops_ceil_div(g.Wo, VEC), g.Ho, g.Do);
+  pool3d_fwd_rows<T, I, VEC, KW, SW, BLOCK><<<(unsigned int)grid, BLOCK>>>(x, y, a);
   OPS_CHECK_LAUNCH();
 }
 

@@ -156,10 +156,105 @@ def test_warp_merge_reproduces_the_in_order_scan(rng):
         assert all(lane[1] == want[1] for lane in lanes), (trial, lanes[0], want)
 
 
-# ---- dispatch table ---------------------------------------------------------------------------------------
-
 def _kw(k, s=None, p=0, d=1, ceil=False):
     return dict(kernel_size=k, stride=s, padding=p, dilation=d, ceil_mode=ceil)
+
+
+def _max_nan(a, b):
+    """pool3d_max_nan of pool3d.cuh: NaN if either is NaN, else the larger."""
+    return b if (math.isnan(b) or b > a) else a
+
+
+def _emulate_rows(x, cfg, params):
+    """pool3d_fwd_rows, line for line, on a (P, D, H, W) float64 array (asserts every chunk it loads is aligned
+    and inside its row)."""
+    P_, D, H, W = x.shape
+    Do, Ho, Wo = P.output_shape((D, H, W), params)
+    vec, kw, sw = cfg.vec, cfg.k[2], cfg.sw
+    (kd, kh, _), (sd, sh, _), (dd, dh, _) = params.kernel, params.stride, params.dilation
+    span = sw * (vec - 1) + kw
+    nch = -(-span // vec)
+    flat = x.reshape(-1)
+    y = np.full((P_, Do, Ho, Wo), np.nan)
+    groups = -(-Wo // vec)
+    for item in range(P_ * Do * Ho * groups):
+        q0, og = divmod(item, groups)
+        q1, oh = divmod(q0, Ho)
+        plane, od = divmod(q1, Do)
+        w0 = og * vec * sw
+        base = plane * D * H * W + w0
+        col = [-math.inf] * (nch * vec)
+        for i in range(kd):
+            dbase = (od * sd + i * dd) * H
+            for j in range(kh):
+                row = base + (dbase + oh * sh + j * dh) * W
+                for c in range(nch):
+                    if w0 + c * vec < W:
+                        start = row + c * vec
+                        assert start % vec == 0 and (start - plane * D * H * W) // W == (start + vec - 1 - plane * D * H * W) // W
+                        for e in range(vec):
+                            col[c * vec + e] = _max_nan(col[c * vec + e], flat[start + e])
+        for t in range(vec):
+            ow = og * vec + t
+            if ow < Wo:
+                m = col[t * sw]
+                for k in range(1, kw):
+                    m = _max_nan(m, col[t * sw + k])
+                y[plane, od, oh, ow] = m
+    return y
+
+
+@pytest.mark.parametrize("shape, dtype, kw", [
+    ((2, 7, 6, 16), "float32", _kw(3, 1)),
+    ((2, 9, 10, 20), "float32", _kw(5, 2)),
+    ((1, 9, 9, 12), "float32", _kw(8, 1)),
+    ((2, 9, 7, 16), "float16", _kw((2, 3, 3), (2, 1, 1))),
+    ((2, 8, 9, 16), "float16", _kw((3, 2, 7), (1, 2, 2), d=(2, 3, 1))),
+    ((3, 5, 6, 10), "float64", _kw((1, 2, 1), (2, 1, 1))),
+    ((2, 4, 4, 12), "float32", _kw((2, 2, 4), (1, 1, 2))),
+])
+def test_rows_kernel_math_matches_the_reference(shape, dtype, kw, rng):
+    """The fwd_rows index math (emulated) gives the reference values, NaN included, reading only in-row chunks."""
+    params = P.normalize_params(**kw)
+    cfg = P.select_config((1 << 16,) + shape, dtype, params, "fwd", on_cuda=True)  # many planes: not fwd_warp
+    assert cfg.variant == "fwd_rows"
+    x = rng.standard_normal(shape)
+    x.reshape(-1)[rng.choice(x.size, 3, replace=False)] = np.nan
+    want = F.reference_pool(x, **kw)[0]
+    np.testing.assert_array_equal(_emulate_rows(x, cfg, params), want)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rows_values_on_gpu(dtype, rng):
+    """fwd_rows (values only, no grad) on the GPU, with NaNs, against the reference."""
+    cases = [((2, 3, 12, 10, 16), _kw(3, 1)), ((2, 3, 9, 8, 12), _kw((2, 3, 1), (2, 1, 1))),
+             ((64, 32, 8, 9, 16), _kw((3, 2, 7), (1, 2, 2), d=(2, 3, 1))), ((2, 16, 32, 32, 32), _kw(8, 1)),
+             ((4, 32, 32, 32, 32), _kw(5, 2)), ((4, 32, 16, 16, 24), _kw(3, 1))]
+    previous = jt.flags.use_cuda
+    jt.flags.use_cuda = 1
+    try:
+        xs = []
+        for shape, kw in cases:
+            assert P.select_config(shape, dtype, P.normalize_params(**kw), "fwd").variant == "fwd_rows"
+            x = random_array(shape, dtype, rng)
+            x.reshape(-1)[rng.choice(x.size, 3, replace=False)] = np.nan
+            xs.append(x)
+        with jt.no_grad():
+            outs = [ops.max_pool3d(to_jittor(x, dtype), **kw) for x, (_, kw) in zip(xs, cases)]
+        jt.sync(outs)
+        for x, (shape, kw), y in zip(xs, cases, outs):
+            np.testing.assert_array_equal(to_numpy64(y), F.reference_pool(x, **kw)[0], err_msg=str((shape, kw)))
+    finally:
+        jt.flags.use_cuda = previous
+
+
+# ---- dispatch table ---------------------------------------------------------------------------------------
+
+def _select(shape, dtype, kw, direction, cuda):
+    """select_config; direction "fwd_idx" is a forward that also writes the indices (no fwd_rows)."""
+    return P.select_config(shape, dtype, P.normalize_params(**kw), direction.split("_")[0], on_cuda=cuda,
+                           indices=direction == "fwd_idx")
 
 
 # (x shape, dtype, params, direction, on_cuda, expected variant, expected fields)
@@ -171,10 +266,21 @@ SELECT_TABLE = [
     ((1, 1, 4, 4, 4), "float32", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(vec=4, grid=1)),
     ((8, 32, 32, 63, 63), "float32", _kw(2), "fwd", True, "fwd_flat", dict(k=(2, 2, 2), nopad=True, opt=4)),
     ((8, 32, 31, 63, 63), "float32", _kw(2, ceil=True), "fwd", True, "fwd_flat", dict(k=(2, 2, 2), nopad=False)),
-    ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "fwd", True, "fwd_flat", dict(k=(3, 3, 3), nopad=True, opt=2)),
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "fwd_idx", True, "fwd_flat", dict(k=(3, 3, 3), nopad=True, opt=2)),
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "fwd", True, "fwd_rows", dict(k=(0, 0, 3), vec=4, sw=1, grid=3600)),
+    ((4, 32, 32, 32, 32), "float16", _kw(3, 1), "fwd", True, "fwd_rows", dict(k=(0, 0, 3), vec=8, sw=1)),
+    ((4, 32, 32, 32, 32), "float64", _kw(3, 1), "fwd", True, "fwd_rows", dict(vec=2)),
+    ((4, 32, 32, 32, 32), "bfloat16", _kw(3, 1), "fwd", True, "fwd_rows", dict(vec=8)),
+    ((4, 32, 32, 48, 48), "float32", _kw((2, 3, 3), (2, 1, 1)), "fwd", True, "fwd_rows", dict(k=(0, 0, 3))),
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 1, d=2), "fwd", True, "fwd_flat", dict(k=(3, 3, 3))),  # W dilation
+    ((4, 32, 32, 32, 31), "float32", _kw(3, 1), "fwd", True, "fwd_flat", dict(k=(3, 3, 3))),  # W % 2 != 0
+    ((4, 32, 32, 64, 64), "float32", _kw(4), "fwd", True, "fwd_flat", dict(k=(0, 0, 0))),  # W stride 4
     ((8, 64, 16, 56, 56), "float32", _kw(3, 2, 1), "fwd", True, "fwd_flat", dict(k=(3, 3, 3), nopad=False)),
-    ((2, 16, 32, 32, 32), "float32", _kw(8, 1), "fwd", True, "fwd_flat", dict(k=(8, 8, 8), opt=1)),
-    ((4, 32, 32, 32, 32), "float32", _kw(5, 2), "fwd", True, "fwd_flat", dict(k=(0, 0, 0), nopad=True)),
+    ((2, 16, 32, 32, 32), "float32", _kw(8, 1), "fwd_idx", True, "fwd_flat", dict(k=(8, 8, 8), opt=1)),
+    ((2, 16, 32, 32, 32), "float32", _kw(8, 1), "fwd", True, "fwd_rows", dict(k=(0, 0, 8), vec=4, grid=547)),
+    ((4, 32, 32, 32, 32), "float32", _kw(5, 2), "fwd_idx", True, "fwd_flat", dict(k=(0, 0, 0), nopad=True)),
+    ((4, 32, 32, 32, 32), "float32", _kw(5, 2), "fwd", True, "fwd_rows", dict(k=(0, 0, 5), sw=2, vec=4)),
+    ((64, 64, 64, 128, 128), "float32", _kw(3, 1), "fwd", True, "fwd_rows", dict(index_type="long long")),
     ((8, 32, 16, 64, 64), "float32", _kw((1, 3, 3), (1, 2, 2), (0, 1, 1)), "fwd", True, "fwd_flat",
      dict(k=(1, 3, 3), nopad=False)),
     ((64, 64, 8, 8, 8), "float32", _kw(8), "fwd", True, "fwd_warp", dict(k=(8, 8, 8), nopad=True, grid=512)),
@@ -204,7 +310,7 @@ SELECT_TABLE = [
 
 @pytest.mark.parametrize("shape, dtype, kw, direction, cuda, variant, fields", SELECT_TABLE)
 def test_select_config(shape, dtype, kw, direction, cuda, variant, fields):
-    cfg = P.select_config(shape, dtype, P.normalize_params(**kw), direction, on_cuda=cuda)
+    cfg = _select(shape, dtype, kw, direction, cuda)
     assert cfg.variant == variant
     for name, value in fields.items():
         assert getattr(cfg, name) == value, name
@@ -215,8 +321,7 @@ def test_select_config(shape, dtype, kw, direction, cuda, variant, fields):
 
 
 def test_every_variant_and_flag_is_selected():
-    cfgs = [P.select_config(s, d, P.normalize_params(**kw), direction, on_cuda=c)
-            for s, d, kw, direction, c, _, _ in SELECT_TABLE]
+    cfgs = [_select(s, d, kw, direction, c) for s, d, kw, direction, c, _, _ in SELECT_TABLE]
     assert {c.variant for c in cfgs} == set(P.VARIANTS["fwd"]) | set(P.VARIANTS["bwd"])
     cuda = [c for c in cfgs if c.block]
     assert {c.nopad for c in cuda} == {True, False}
@@ -227,22 +332,34 @@ def test_every_variant_and_flag_is_selected():
 
 def test_grid_covers_every_work_item():
     for s, d, kw, direction, c, _, _ in SELECT_TABLE:
-        cfg = P.select_config(s, d, P.normalize_params(**kw), direction, on_cuda=c)
+        cfg = _select(s, d, kw, direction, c)
         if not cfg.block:
             continue
         planes, spatial = math.prod(s[:-3]), s[-3:]
         out = P.output_shape(spatial, P.normalize_params(**kw))
-        items = planes * math.prod(spatial if cfg.variant == "bwd_gather" else out) // max(1, cfg.vec // 2)
+        if cfg.variant == "fwd_rows":
+            items = planes * out[0] * out[1] * -(-out[2] // cfg.vec)
+        else:
+            items = planes * math.prod(spatial if cfg.variant == "bwd_gather" else out) // max(1, cfg.vec // 2)
         per_block = cfg.block // 32 if cfg.variant.endswith("warp") else cfg.block * cfg.opt
         assert (cfg.grid - 1) * per_block < items <= cfg.grid * per_block
 
 
 def test_render_cuda_names_the_launcher_and_only_compile_time_values():
-    cfg = P.select_config((2, 16, 32, 32, 32), "float32", P.normalize_params(8, 1), "fwd", on_cuda=True)
+    cfg = P.select_config((2, 16, 32, 32, 32), "float32", P.normalize_params(8, 1), "fwd", on_cuda=True, indices=True)
     src = P.render_cuda(cfg, P.MODE_BOTH)
     assert "pool3d_fwd_flat_launch<in0_type, int, 8, 8, 8, true, 3, 1, 256>" in src and "out1_p" in src
-    other = P.select_config((4, 16, 40, 40, 40), "float32", P.normalize_params(8, 1), "fwd", on_cuda=True)
+    other = P.select_config((4, 16, 40, 40, 40), "float32", P.normalize_params(8, 1), "fwd", on_cuda=True,
+                            indices=True)
     assert P.render_cuda(other, P.MODE_BOTH) == src  # shapes and grid are not in the text: one compile
+    rows = P.select_config((2, 16, 32, 32, 32), "float32", P.normalize_params(8, 1), "fwd", on_cuda=True)
+    src = P.render_cuda(rows)
+    assert "pool3d_fwd_rows_launch<in0_type, int, 4, 8, 1, 256>(in0_p, out0_p," in src
+    rows_other = P.select_config((64, 3, 12, 20, 40), "float32", P.normalize_params((2, 3, 8), 1), "fwd",
+                                 on_cuda=True)
+    assert P.render_cuda(rows_other) == src  # kd, kh and the shapes are runtime: one compile
+    with pytest.raises(ValueError, match="mode"):
+        P.render_cuda(rows, P.MODE_BOTH)
 
 
 # ---- values and indices -----------------------------------------------------------------------------------
@@ -531,15 +648,16 @@ def _rendered_sources():
     """{(cuda_src, dtype): (variant, dtype, mode)} for every CUDA config of the select table, the case table and
     the GPU tests, in the forward modes it can run with (the text names in0_type: each dtype is its own
     instantiation)."""
-    items = [(s, d, P.normalize_params(**kw), direction) for s, d, kw, direction, c, _, _ in SELECT_TABLE if c]
+    items = [(s, d, P.normalize_params(**kw), direction.split("_")[0]) for s, d, kw, direction, c, _, _ in SELECT_TABLE
+             if c]
     items += [(c.shapes[0], c.dtype, P.normalize_params(**F.case_params(c)), c.direction)
               for c in F.FAMILY.cases if "cuda" in c.devices]
     items += [(s, d, P.normalize_params(**kw), direction) for s, d, kw in GPU_CASES for direction in ("fwd", "bwd")]
     out = {}
     for shape, dtype, params, direction in items:
-        cfg = P.select_config(shape, dtype, params, direction, on_cuda=True)
         modes = (P.MODE_VALUES, P.MODE_BOTH) if direction == "fwd" else (P.MODE_VALUES,)
         for mode in modes:
+            cfg = P.select_config(shape, dtype, params, direction, on_cuda=True, indices=mode == P.MODE_BOTH)
             out.setdefault((P.render_cuda(cfg, mode), dtype), (cfg.variant, dtype, mode))
     return out
 
