@@ -30,6 +30,9 @@ def test_grader_end_to_end_with_failures(tmp_path):
     assert by_id["toy/fwd/crash"]["why"] == "crashed: worker exited with code 3"
     assert by_id["toy/fwd/hang"]["why"].startswith("hung")
     assert by_id["toy/fwd/after"]["correct"]  # the worker was restarted after the hang
+    refhang = by_id["toy/fwd/refhang"]  # a reference hung: it fails, our verdict and time stand
+    assert refhang["correct"] and refhang["ours"]["ms"] > 0 and refhang["refs"]["naive"]["error"].startswith("hung")
+    assert data["env"]["copy_gbps"] > 0  # measured by the first worker, kept across restarts
     assert sum(r["points"] for r in data["results"]) == data["summary"]["points"]
     assert all(by_id[c]["points"] == 0 for c in ("toy/fwd/wrong", "toy/fwd/raise", "toy/fwd/crash", "toy/fwd/hang"))
     md = out_md.read_text()

@@ -38,6 +38,8 @@ class ToyFamily(Family):
         return [2.0 * grads_out[0].astype(np.float64)]
 
     def naive_forward(self, c, xs):
+        if c.p["behaviour"] == "refhang":
+            time.sleep(3600)
         return [xs[0] * 2]
 
     def jittor_forward(self, c, xs):
@@ -57,4 +59,4 @@ def _case(name, direction="fwd", **params):
 FAMILY = ToyFamily("toy", [_case("ok", behaviour="ok"), _case("ok", "bwd", behaviour="ok"),
                            _case("wrong", behaviour="wrong"), _case("raise", behaviour="raise"),
                            _case("crash", behaviour="crash"), _case("hang", behaviour="hang"),
-                           _case("after", behaviour="ok")])
+                           _case("refhang", behaviour="refhang"), _case("after", behaviour="ok")])

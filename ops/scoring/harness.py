@@ -244,7 +244,9 @@ def _short(err: BaseException, limit: int = 160) -> str:
 
 
 def run_case(fam: Family, case: Case, api, seed: int, references: Sequence[str],
-             variant: Optional[str] = None) -> CaseResult:
+             variant: Optional[str] = None, on_ours: Optional[Callable[[CaseResult], None]] = None) -> CaseResult:
+    """Check and time ours, then time each reference. ``on_ours`` sees the result before the references run,
+    so that a reference that hangs or crashes cannot take our verdict with it."""
     result = CaseResult(case.id, fam.bytes_moved(case), fam.flops(case))
     try:
         result.variant = variant if variant is not None else fam.variant(case, api)
@@ -258,8 +260,12 @@ def run_case(fam: Family, case: Case, api, seed: int, references: Sequence[str],
     except Exception as err:
         result.correct, result.why = False, "crashed: " + _short(err)
         return result
+    if on_ours is not None:
+        on_ours(result)
     for name in references:
         result.refs[name] = runner.time_reference(name)
+        if on_ours is not None:
+            on_ours(result)
     return result
 
 

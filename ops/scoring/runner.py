@@ -56,7 +56,7 @@ def run_cases(case_ids: Sequence[str], *, device: str, impl: str, seed: int, ref
                                 env=dict(os.environ, PYTHONUNBUFFERED="1"))
         lines: "queue.Queue[Optional[str]]" = queue.Queue()
         threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
-        current, started = None, time.monotonic()
+        current, started, partial = None, time.monotonic(), None
         while True:
             wait = timeout_s - (time.monotonic() - started) if current else timeout_s * 2
             try:
@@ -74,7 +74,15 @@ def run_cases(case_ids: Sequence[str], *, device: str, impl: str, seed: int, ref
                 if failed is not None:
                     why = (f"hung: no result in {timeout_s:.0f} s" if line == "@@timeout"
                            else f"crashed: worker exited with code {code}")
-                    res = CaseResult(failed, nbytes_of(failed) if nbytes_of else 0, why=why)
+                    if partial is not None and partial.case_id == failed:
+                        # ours finished; a reference hung or crashed: it fails, our verdict stands
+                        res = partial
+                        for name in references:
+                            if name not in res.refs:
+                                res.refs[name] = Timing(error=why)
+                                break
+                    else:
+                        res = CaseResult(failed, nbytes_of(failed) if nbytes_of else 0, why=why)
                     results[failed] = res
                     if on_result:
                         on_result(res)
@@ -85,7 +93,7 @@ def run_cases(case_ids: Sequence[str], *, device: str, impl: str, seed: int, ref
                 continue
             kind, _, payload = line[2:].rstrip("\n").partition(" ")
             if kind == "env":
-                env = json.loads(payload)
+                env.update(json.loads(payload))  # a restarted worker does not measure the copy again
             elif kind == "start":
                 if deadline is not None and time.monotonic() > deadline:
                     proc.kill()
@@ -93,6 +101,8 @@ def run_cases(case_ids: Sequence[str], *, device: str, impl: str, seed: int, ref
                     give_up_rest()
                     break
                 current, started = payload, time.monotonic()
+            elif kind == "partial":
+                partial = _result_from_json(json.loads(payload))
             elif kind == "result":
                 res = _result_from_json(json.loads(payload))
                 results[res.case_id] = res

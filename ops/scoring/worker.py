@@ -2,7 +2,8 @@
 
 get_score.py runs this in a subprocess so that a case that hangs or kills its process (a bad kernel) costs
 that case only: the parent sees the missing result, marks the case, and starts a new worker after it.
-Protocol (stdout): ``@@env {...}`` once, then per case ``@@start <id>`` and ``@@result {...}``.
+Protocol (stdout): ``@@env {...}`` once, then per case ``@@start <id>``, ``@@partial {...}`` after ours and
+after each reference, and ``@@result {...}``.
 """
 from __future__ import annotations
 
@@ -72,7 +73,8 @@ def main(argv=None) -> int:
     for case_id in job["cases"]:
         fam, case = by_id[case_id]
         emit("start", case_id)
-        result = run_case(fam, case, api, job["seed"], job["references"])
+        result = run_case(fam, case, api, job["seed"], job["references"],
+                          on_ours=lambda partial: emit("partial", dataclasses.asdict(partial)))
         emit("result", dataclasses.asdict(result))
         jt.gc()
     return 0
