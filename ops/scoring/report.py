@@ -16,6 +16,14 @@ def _ms(t) -> str:
     return f"{t.ms:.4f}" if t.ms < 1 else f"{t.ms:.3f}" if t.ms < 100 else f"{t.ms:.1f}"
 
 
+def _failure(why: str) -> str:
+    """What stands in the 'ours' column of a case that earned nothing."""
+    for prefix, label in (("not run", "NOT RUN"), ("hung", "HUNG"), ("crashed", "CRASHED")):
+        if why.startswith(prefix):
+            return label
+    return "WRONG"
+
+
 def _x(v: Optional[float]) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
@@ -31,7 +39,7 @@ def rows(results: Sequence[CaseResult], references: Sequence[str], copy_gbps: Op
         if res.flops and res.ours.ok:
             notes.append(f"{res.flops / (res.ours.ms * 1e-3) / 1e12:.1f} TFLOP/s")
         notes += [f"{r}: {res.refs[r].error}" for r in references if r in res.refs and not res.refs[r].ok]
-        body.append([res.case_id, res.variant, _ms(res.ours) if res.correct else "WRONG",
+        body.append([res.case_id, res.variant, _ms(res.ours) if res.correct else _failure(res.why),
                      f"{ours_gbps:.0f}" if ours_gbps else "-", roof]
                     + [_ms(res.refs.get(r)) for r in references]
                     + [_x(speedup(res, r)) for r in references]
