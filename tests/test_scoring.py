@@ -129,3 +129,20 @@ def test_speedup_plot(tmp_path):
     path = tmp_path / "speedup.png"
     report.plot(str(path), [a], ["naive", "jittor", "torch"])
     assert path.stat().st_size > 1000
+
+
+def test_merging_saved_runs(tmp_path, capsys):
+    from ops.scoring import cli
+    env = {"name": "Test GPU", "device": "cuda", "copy_gbps": 1000.0}
+    measured = result(1.0, {"naive": 4.0, "jittor": 2.0, "torch": 2.0})
+    first = CaseResult("fam/fwd/a", GB, why="not run: time budget spent")
+    other = CaseResult("fam/fwd/b", GB, ours=Timing(2.0), correct=True, refs={"naive": Timing(4.0)})
+    measured.case_id = "fam/fwd/a"
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(report.to_json([measured, other], env, {"references": ["naive", "jittor", "torch"]}))
+    b.write_text(report.to_json([first], {"name": "Other"}, {"references": ["naive"]}))
+    md = tmp_path / "m.md"
+    assert cli.main(["--from-json", str(a), str(b), "--markdown", str(md)]) == 0
+    text = md.read_text()
+    assert "| fam/fwd/a |" in text and "NOT RUN" not in text  # a measured case is never replaced by "not run"
+    assert "| fam/fwd/b |" in text and "Test GPU" in text and "points: 200 / 200" in text

@@ -36,6 +36,9 @@ def parse_args(argv: Optional[List[str]] = None):
     ap.add_argument("--budget", type=float, default=None, metavar="S",
                     help="start no case after S seconds; the rest are reported as not run (0 points)")
     ap.add_argument("--no-warm", action="store_true", help="skip the parallel kernel-compile pass (GPU)")
+    ap.add_argument("--from-json", nargs="+", metavar="F", default=None,
+                    help="run nothing: merge the results saved by earlier --json runs (later files win, a "
+                         "measured case beats one not run) and report them, e.g. one run per --op")
     ap.add_argument("--list", action="store_true", help="list the selected cases and exit")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     return ap.parse_args(argv)
@@ -46,9 +49,62 @@ def _torch_importable() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
+def merge_saved(paths: List[str]):
+    """(env, references, results) merged from files written by --json; later files win per case, except
+    that a measured case is never replaced by one that was not run."""
+    import json
+
+    from .runner import _result_from_json
+    env, references, merged, order = {}, [], {}, []
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        for k, v in data.get("env", {}).items():
+            env.setdefault(k, v)
+        for ref in data.get("meta", {}).get("references", []):
+            if ref not in references:
+                references.append(ref)
+        for d in data["results"]:
+            res = _result_from_json(d)
+            old = merged.get(res.case_id)
+            if old is None:
+                order.append(res.case_id)
+            if old is None or not res.why.startswith("not run"):
+                merged[res.case_id] = res
+    return env, references, [merged[c] for c in order]
+
+
+def _write_outputs(args, results, references, env, meta, title):
+    print(report.render(results, references, env, markdown=False))
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(report.render(results, references, env, markdown=True, title=title))
+            f.write(f"\nCommand: `python get_score.py {' '.join(map(str, meta['argv']))}` (seed {meta['seed']}; "
+                    f"tiers: {meta['tiers']}). Times are median kernel times in ms; GB/s counts the fewest bytes "
+                    f"the case must move; %roof is that over the copy bandwidth measured in the same run.\n")
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(report.to_json(results, env, meta))
+    if args.save_tiers:
+        report.save_tiers(args.save_tiers, results, env)
+    if args.plot:
+        report.plot(args.plot, results, references)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     import random
+
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    if args.from_json:
+        env, references, results = merge_saved(args.from_json)
+        grade_all(results, report.load_tiers(args.tiers) if args.tiers else None)
+        meta = {"date": stamp, "argv": sys.argv[1:] if argv is None else argv, "seed": "as saved",
+                "impl": args.impl, "references": references, "tiers": args.tiers or "as measured",
+                "merged_from": args.from_json}
+        _write_outputs(args, results, references, env, meta,
+                       f"get_score.py results merged from {len(args.from_json)} run(s), {stamp}")
+        return 0
 
     import signal
 
@@ -119,22 +175,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     results = [by_id[c.id] for c in cases]
     grade_all(results, stored)
 
-    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     title = f"get_score.py on {env.get('name', device)}, {stamp}"
-    print(report.render(results, references, env, markdown=False))
     meta = {"date": stamp, "argv": sys.argv[1:] if argv is None else argv, "seed": seed, "impl": args.impl,
             "references": references, "tiers": args.tiers or "this run"}
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(report.render(results, references, env, markdown=True, title=title))
-            f.write(f"\nCommand: `python get_score.py {' '.join(meta['argv'])}` (seed {seed}; tiers: "
-                    f"{meta['tiers']}). Times are median kernel times in ms; GB/s counts the fewest bytes the "
-                    f"case must move; %roof is that over the copy bandwidth measured in the same run.\n")
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(report.to_json(results, env, meta))
-    if args.save_tiers:
-        report.save_tiers(args.save_tiers, results, env)
-    if args.plot:
-        report.plot(args.plot, results, references)
+    _write_outputs(args, results, references, env, meta, title)
     return 0
