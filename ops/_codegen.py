@@ -17,10 +17,11 @@ _SNIPPET_DIRS = (_HERE / "cuda_snippets", _HERE.parent / "cuda_snippets")
 # jittor dtype name -> C type name usable in both CPU and CUDA sources (jittor defines float16/bfloat16).
 CTYPES = {
     "bool": "bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
-    "uint8": "uint8_t", "float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "float64": "float64",
+    "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
+    "float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "float64": "float64",
 }
-ITEMSIZE = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "float16": 2, "bfloat16": 2,
-            "int32": 4, "float32": 4, "int64": 8, "float64": 8}
+ITEMSIZE = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2,
+            "int32": 4, "uint32": 4, "float32": 4, "int64": 8, "uint64": 8, "float64": 8}
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 INT32_LIMIT = 2**31 - 1
 

@@ -66,8 +66,7 @@ COL_COL_THREADS = 32
 COL_SPLIT_MIN_ROWS = COL_ROW_THREADS * 16
 COL_MIN_SEG_ROWS = COL_ROW_THREADS * 8
 
-# jittor dtypes and their sizes (ops._codegen.ITEMSIZE plus jittor's unsigned 16/32/64-bit types).
-ITEMSIZE = dict(_codegen.ITEMSIZE, uint16=2, uint32=4, uint64=8)
+ITEMSIZE = _codegen.ITEMSIZE  # every jittor dtype and its size
 ACC_DTYPE = {"float16": "float32", "bfloat16": "float32", "float32": "float32", "float64": "float64"}
 _ACC_CTYPE = {"float32": "float", "float64": "double"}
 

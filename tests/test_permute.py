@@ -16,7 +16,8 @@ P = sys.modules["ops.permute"]
 from ops import _codegen  # noqa: E402
 from ops.scoring import fam_permute  # noqa: E402
 
-DTYPES = ["bool", "int8", "uint8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+DTYPES = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "float16", "bfloat16", "float32",
+          "float64"]
 
 
 def to_var(a: np.ndarray, dtype: str):

@@ -21,7 +21,8 @@ DEFAULT_TOLERANCE = {
     "float32": (1e-5, 1e-6),
     "float16": (1e-3, 1e-4),
     "bfloat16": (8e-3, 1e-3),
-    **{t: (0.0, 0.0) for t in ("bool", "int8", "uint8", "int16", "int32", "int64")},  # exact
+    **{t: (0.0, 0.0) for t in ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",
+                               "uint64")},  # exact
 }
 
 
