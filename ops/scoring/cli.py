@@ -153,18 +153,15 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     import time
     deadline = time.monotonic() + args.budget if args.budget is not None else None
-    if device == "cuda" and not args.no_warm:
-        groups = {}
-        for c in cases:
-            groups.setdefault(c.family, []).append(c.id)
-        print(f"compiling kernels of {len(cases)} cases ({len(groups)} families in parallel)...", file=sys.stderr)
-        warm_compile(list(groups.values()), device=device, impl=args.impl, seed=seed,
-                     timeout_s=args.budget / 2 if args.budget is not None else 900)
-    # Run the families' cases interleaved, so that a --budget cut-off leaves every family partly covered.
     by_family = {}
     for c in cases:
         by_family.setdefault(c.family, []).append(c.id)
     lanes = list(by_family.values())
+    if device == "cuda" and not args.no_warm:
+        print(f"compiling kernels of {len(cases)} cases ({len(lanes)} families in parallel)...", file=sys.stderr)
+        warm_compile(lanes, device=device, impl=args.impl, seed=seed,
+                     timeout_s=args.budget / 2 if args.budget is not None else 900)
+    # Run the families' cases interleaved, so that a --budget cut-off leaves every family partly covered.
     run_order = [lane[i] for i in range(max(map(len, lanes))) for lane in lanes if i < len(lane)]
     env, results = run_cases(run_order, device=device, impl=args.impl, seed=seed,
                              references=references, timeout_s=args.timeout, on_result=progress,

@@ -87,12 +87,16 @@ def _profile(builder: Callable[[], list], rerun: int) -> float:
     return sum(float(r[3]) for r in rows) / reps / 1e6
 
 
+def _plan(estimate_ms: float):
+    """(calls per measurement, measurements) for an op that takes about ``estimate_ms``."""
+    reps = max(1, min(MAX_RERUN, int(TARGET_MS / max(estimate_ms, 1e-4))))
+    return reps, (2 if estimate_ms > SLOW_MS else REPEATS)
+
+
 def time_jittor(builder: Callable[[], list]) -> float:
     jt.sync(builder(), device_sync=True)  # compile and warm
-    estimate = _profile(builder, 0)
-    reps = max(1, min(MAX_RERUN, int(TARGET_MS / max(estimate, 1e-4))))
+    reps, count = _plan(_profile(builder, 0))
     rerun = (1 << (reps.bit_length() - 1)) - 1  # jittor re-runs 2^k times
-    count = 2 if estimate > SLOW_MS else REPEATS
     return statistics.median(_profile(builder, rerun) for _ in range(count))
 
 
@@ -117,9 +121,7 @@ def time_torch(call: Callable[[], object]) -> float:
 
     for _ in range(3):
         call()
-    estimate = run(1)
-    reps = max(1, min(MAX_RERUN, int(TARGET_MS / max(estimate, 1e-4))))
-    count = 2 if estimate > SLOW_MS else REPEATS
+    reps, count = _plan(run(1))
     return statistics.median(run(reps) for _ in range(count))
 
 

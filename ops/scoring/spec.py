@@ -8,7 +8,7 @@ The tests import the same tables.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -144,5 +144,3 @@ def family_cases(families: Sequence[Family], device: Optional[str] = None) -> Li
         out.extend(c for c in fam.cases if device is None or device in c.devices)
     return out
 
-
-Builder = Callable[[], list]
