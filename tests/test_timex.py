@@ -16,7 +16,7 @@ X = sys.modules["ops.timex"]
 
 from ops.scoring import fam_timex as F  # noqa: E402
 from ops.scoring.harness import _InjectGrad, to_jittor, to_numpy64  # noqa: E402
-from ops.scoring.spec import random_array  # noqa: E402
+from ops.scoring.spec import ReferenceSkipped, random_array  # noqa: E402
 
 DTYPES = ["float32", "float16", "bfloat16"]
 
@@ -336,6 +336,13 @@ def test_naive_and_builtin_references_agree_on_a_small_case():
     want = F.FAMILY.reference_forward(c, arrays)[0]
     np.testing.assert_allclose(to_numpy64(F.FAMILY.naive_forward(c, xs)[0]), want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(to_numpy64(F.FAMILY.jittor_forward(c, xs)[0]), want, rtol=1e-5, atol=1e-5)
+
+
+def test_builtin_reference_is_skipped_past_its_length_limit():
+    long = next(c for c in F.FAMILY.cases if c.name == "B4_C256_T4096" and c.direction == "fwd")
+    assert long.shapes[1][2] > F.MAX_T_JITTOR_CONV
+    with pytest.raises(ReferenceSkipped, match="T = 1024"):
+        F.FAMILY.jittor_forward(long, [None, jt.zeros(long.shapes[1])])
 
 
 # ---- GPU-sized dispatch paths (run with -m cuda) -----------------------------------------------------------

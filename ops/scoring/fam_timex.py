@@ -17,7 +17,7 @@ from typing import Tuple
 
 import numpy as np
 
-from .spec import Family, case
+from .spec import Family, ReferenceSkipped, case
 
 NAME = "timex"
 
@@ -28,6 +28,9 @@ def _impl():
     import ops
     ops.timex  # noqa: B018
     return sys.modules["ops.timex"]
+
+
+MAX_T_JITTOR_CONV = 1024  # see TimexFamily.jittor_forward
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
 
 
@@ -101,11 +104,19 @@ class TimexFamily(Family):
         return [((kk * ww).sum(3) + c.p.get("eps", 0.0)).cast(k.dtype)]
 
     def jittor_forward(self, c, xs):
-        """jittor's grouped convolution: conv2d on (B, C, 2T-1, 1) with (C, 1, T, 1) weights, groups = C."""
+        """jittor's grouped convolution: conv2d on (B, C, 2T-1, 1) with (C, 1, T, 1) weights, groups = C.
+
+        Not timed above T = 1024: it took 768 ms (T = 768) and 801 ms (T = 1024, a quarter of the work) per
+        forward on the H100, so its cost grows faster than the work, and the T = 4096 case ran past the grader's
+        45 s case limit. The naive composite is the jittor tier there.
+        """
         from .._jittor import jt
 
         w, k = xs
         B, C, T = k.shape
+        if T > MAX_T_JITTOR_CONV:
+            raise ReferenceSkipped(f"jittor's grouped conv is not timed above T = {MAX_T_JITTOR_CONV} "
+                                   f"(~0.8 s per call at T = 1024 on an H100)")
         x = jt.nn.pad(k, (T - 1, 0)).unsqueeze(-1)
         y = jt.nn.conv2d(x, w.unsqueeze(1).unsqueeze(-1), groups=C)
         return [y.squeeze(-1) + c.p.get("eps", 0.0)]

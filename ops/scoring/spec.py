@@ -82,6 +82,11 @@ def round_to_bfloat16(x: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(x), x, out).astype(np.float32)
 
 
+class ReferenceSkipped(Exception):
+    """Raised by a family's reference to say it is deliberately not timed for this case (the message says
+    why); the table shows "skipped: <why>" instead of an error."""
+
+
 @dataclass
 class Family:
     """What the grader and the tests need to know about one operator family.
@@ -118,7 +123,8 @@ class Family:
         raise NotImplementedError
 
     def jittor_forward(self, case: Case, xs) -> Optional[list]:
-        """jittor's built-in op; raise or return None where there is none."""
+        """jittor's built-in op; raise or return None where there is none, raise ``ReferenceSkipped`` where
+        timing it would cost more than the case is worth."""
         return None
 
     def torch_forward(self, case: Case, ts) -> Optional[list]:
