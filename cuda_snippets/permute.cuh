@@ -10,6 +10,8 @@
 //  * Kernels write every output element exactly once and never read the output: idempotent.
 // Kernels:
 //  * ops_permute_nd_kernel: one output chunk per thread and step, input offset by N-d index arithmetic.
+//  * ops_group_tile_kernel: the last dim stays but is short (2, 4 or 8 chunks): the same tiling with groups of
+//    chunks as the plane's elements, so reads and writes both move long runs.
 //  * ops_tile_transpose_kernel: the last dim moves. A tile of the plane (A = input last dim, B = output last
 //    dim) goes through shared memory for every index of the remaining "batch" dims; P > 1 packs P elements of
 //    E bytes into one 4-byte word on both the global read and the global write (the 2-byte pair / 1-byte quad
@@ -274,6 +276,88 @@ void ops_tile_launch(const void* src, void* dst, Map& data, const Epi& epi) {
   OPS_CHECK_LAUNCH();
 }
 
+// ---- grouped tiled path: the last dim stays, and is short ----------------------------------------------------
+//
+// The last dim stays in place and holds G chunks (G * C bytes, e.g. 64 B for (2048,1024,16) float32 with
+// (1,0,2)): the general kernel then reads runs of only G * C bytes. Here a "group" of G chunks is the element
+// of a transposed plane (a = the input's second-to-last dim, contiguous groups in the input; b = the input dim
+// that becomes the output's second-to-last), so both sides move long runs: every input row segment of a tile
+// is 32 chunks (TA = 32 / G groups), every output row segment 32 * G chunks (TB = 32 groups).
+// Shared tile [TB][32 + G] chunks: the pitch 32 + G puts the phase-2 accesses of a warp (G chunks of each of
+// 32 / G rows) in distinct banks for C = 4, 8 and 16; phase 1 writes 32 consecutive chunks of one row.
+template <int C, int G, int BR, typename IndexT, int ROWS, class Epi>
+__global__ void __launch_bounds__(32 * ROWS)
+ops_group_tile_kernel(const OpsBytes<C>* __restrict__ src, OpsBytes<C>* __restrict__ dst,
+                      const OpsTileParams<BR, IndexT> p, const Epi epi) {
+  static_assert(G >= 2 && 32 % G == 0, "a warp covers whole groups");
+  constexpr int TA = 32 / G;          // groups along a per tile
+  constexpr int TB = 32;              // groups along b per tile
+  constexpr int K = TB / ROWS;        // chunks per thread and phase
+  static_assert(TB % ROWS == 0, "ROWS divides the tile");
+  __shared__ OpsBytes<C> tile[TB][32 + G];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+
+  IndexT t = (IndexT)blockIdx.x;
+  const IndexT ta = t % p.tiles_a;
+  t /= p.tiles_a;
+  const IndexT tb = t % p.tiles_b;
+  t /= p.tiles_b;
+  IndexT src_base = 0, dst_base = 0;
+#pragma unroll
+  for (int k = BR - 1; k >= 0; --k) {
+    const IndexT c = t % p.batch_dim[k];
+    t /= p.batch_dim[k];
+    src_base += c * p.batch_in[k];
+    dst_base += c * p.batch_out[k];
+  }
+  const IndexT a0 = ta * TA, b0 = tb * TB;
+
+  // Phase 2 positions: chunk L = tx + 32 * (ty + ROWS * k) of the tile's output rows (TB * G chunks each).
+  // A warp's 32 chunks lie in one output row, so the row test is warp-uniform.
+  typename Epi::Pre pre[K];
+  IndexT out_at[K];
+  bool out_ok[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int L = tx + 32 * (ty + ROWS * k);
+    const int ra = L / (TB * G), c = L % (TB * G);
+    const IndexT a = a0 + ra, b = b0 + c / G;
+    out_ok[k] = a < p.A && b < p.B;
+    out_at[k] = dst_base + a * p.out_stride_a + b * G + c % G;
+    if (out_ok[k]) pre[k] = epi.load(out_at[k]);
+  }
+
+  // Phase 1: input rows b0 + ty + ROWS * k, chunk tx of the row's TA groups.
+  const IndexT a = a0 + tx / G;
+  if (a < p.A) {
+    const IndexT row0 = src_base + a * G + tx % G;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int rb = ty + ROWS * k;
+      if (b0 + rb < p.B) tile[rb][tx] = src[row0 + (b0 + rb) * p.in_stride_b];
+    }
+  }
+  __syncthreads();
+
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    if (out_ok[k]) {
+      const int L = tx + 32 * (ty + ROWS * k);
+      const int ra = L / (TB * G), c = L % (TB * G);
+      dst[out_at[k]] = epi.apply(tile[c / G][ra * G + c % G], pre[k]);
+    }
+  }
+}
+
+template <int C, int G, int BR, typename IndexT, int ROWS, class Epi, class Map>
+void ops_group_tile_launch(const void* src, void* dst, Map& data, const Epi& epi) {
+  const OpsTileParams<BR, IndexT> p = ops_tile_params<BR, IndexT>(data);
+  const unsigned int grid = (unsigned int)ops_param(data, "grid");
+  ops_group_tile_kernel<C, G, BR, IndexT, ROWS, Epi><<<grid, dim3(32, ROWS)>>>(
+      static_cast<const OpsBytes<C>*>(src), static_cast<OpsBytes<C>*>(dst), p, epi);
+  OPS_CHECK_LAUNCH();
+}
+
 // ---- the launchers cuda_src calls ---------------------------------------------------------------------------
 
 // Identity after simplification: a device-to-device copy on jittor's (default) stream.
@@ -289,6 +373,18 @@ void ops_permute_nd(const void* src, void* dst, Map& data) {
 template <int E, int P, int BR, typename IndexT, int ROWS, class Map>
 void ops_permute_tiled(const void* src, void* dst, Map& data) {
   ops_tile_launch<E, P, BR, IndexT, ROWS>(src, dst, data, OpsStoreEpi<E * P>());
+}
+
+template <int C, int G, int BR, typename IndexT, int ROWS, class Map>
+void ops_permute_grouped(const void* src, void* dst, Map& data) {
+  ops_group_tile_launch<C, G, BR, IndexT, ROWS>(src, dst, data, OpsStoreEpi<C>());
+}
+
+template <typename T, int C, int G, int BR, typename IndexT, int ROWS, class Map>
+void ops_transpose_add_grouped(const void* x, const void* y, void* dst, Map& data) {
+  OpsAddEpi<T, C> epi;
+  epi.y = static_cast<const OpsBytes<C>*>(y);
+  ops_group_tile_launch<C, G, BR, IndexT, ROWS>(x, dst, data, epi);
 }
 
 template <typename T, int R, int C, typename IndexT, int THREADS, int UNROLL, class Map>

@@ -111,8 +111,12 @@ def test_plan_permute(shape, perm, itemsize, dims, new_perm, chunk):
 SELECT_TABLE = [
     ((3, 4), (0, 1), "float32", "permute", ("copy", 1, 16)),
     ((1, 9), (1, 0), "float16", "permute", ("copy", 1, 2)),
-    ((2048, 1024, 16), (1, 0, 2), "float32", "permute", ("general", 1, 16)),
-    ((32, 512, 16, 64), (0, 2, 1, 3), "float16", "permute", ("general", 1, 16)),
+    ((2048, 1024, 16), (1, 0, 2), "float32", "permute", ("tiled_grouped", 1, 16)),   # 4-chunk groups
+    ((32, 512, 16, 64), (0, 2, 1, 3), "float16", "permute", ("tiled_grouped", 1, 16)),  # 8-chunk groups
+    ((1024, 512, 8), (1, 0, 2), "float32", "permute", ("tiled_grouped", 1, 16)),        # 2-chunk groups
+    ((2048, 1024, 12), (1, 0, 2), "float32", "permute", ("general", 1, 16)),            # 3 chunks: no group
+    ((2048, 1024, 64), (1, 0, 2), "float32", "permute", ("general", 1, 16)),            # 256-byte runs
+    ((2048, 3, 16), (1, 0, 2), "float32", "permute", ("general", 1, 16)),               # a below 32 / G
     ((10, 20, 3), (1, 0, 2), "float32", "permute", ("general", 1, 4)),
     ((64, 8, 100), (0, 2, 1), "float32", "permute", ("general", 1, 4)),          # a tile dim below 16
     ((8, 24, 40, 16, 64), (3, 1, 4, 2, 0), "float16", "permute", ("general", 1, 2)),
@@ -134,6 +138,7 @@ SELECT_TABLE = [
     ((1, 7), (1, 0), "float32", "transpose_add", ("add", 1, 4)),
     ((6, 5, 4), (1, 0, 2), "float32", "transpose_add", ("general", 1, 16)),
     ((6, 5, 3), (1, 0, 2), "float16", "transpose_add", ("general", 1, 2)),
+    ((40, 33, 8), (1, 0, 2), "float32", "transpose_add", ("tiled_grouped", 1, 16)),
     ((100, 8), (1, 0), "float32", "transpose_add", ("general", 1, 4)),
     ((8192, 8192), (1, 0), "float32", "transpose_add", ("tiled", 1, 4)),
     ((4097, 3071), (1, 0), "float16", "transpose_add", ("tiled", 1, 2)),
@@ -186,8 +191,10 @@ def test_render_depends_only_on_code_constants():
     b = P.select_config((3, 70, 37), (0, 2, 1), "float32")
     assert a.params != b.params and P.render(a) == P.render(b)
     assert P.render(a) == "ops_permute_tiled<4, 1, 1, int, 8>(in0_p, out0_p, data);"
-    g = P.select_config((2048, 1024, 16), (1, 0, 2), "float16")
+    g = P.select_config((2048, 1024, 12), (1, 0, 2), "float32")
     assert P.render(g) == "ops_permute_nd<3, 16, int, 256, 4>(in0_p, out0_p, data);"
+    grouped = P.select_config((2048, 1024, 16), (1, 0, 2), "float16")
+    assert P.render(grouped) == "ops_permute_grouped<16, 2, 0, int, 8>(in0_p, out0_p, data);"
     t = P.select_config((24300, 11520), (1, 0), "bfloat16", "transpose_add")
     assert P.render(t) == "ops_transpose_add_tiled<in0_type, 2, 2, 0, int, 8>(in0_p, in1_p, out0_p, data);"
     s = P.select_config((4, 5), (0, 1), "float32", "transpose_add")
@@ -243,6 +250,68 @@ def emulate_nd(cfg, src):
                 written[base + j] += 1
     assert (written == 1).all()
     return dst
+
+
+def emulate_grouped(cfg, src):
+    """ops_group_tile_kernel on moved elements ``src``: every block and thread; also checks that each warp's
+    phase-2 shared-memory reads of 16-byte chunks are bank-conflict-free (per quarter warp) and that a warp's
+    32 output chunks share one output row."""
+    d, rows, C = cfg.data, P.TILE_ROWS, cfg.chunk
+    G = d["group"]
+    TA, TB, K, pitch = 32 // G, 32, 32 // rows, 32 + G
+    A, B, isb, osa = d["A"], d["B"], d["isb"], d["osa"]
+    count, br = d["count"], cfg.batch_rank
+    dst = np.empty(count, dtype=src.dtype)
+    written = np.zeros(count, dtype=int)
+    for blk in range(cfg.grid):
+        t = blk
+        ta, t = t % d["tiles_a"], t // d["tiles_a"]
+        tb, t = t % d["tiles_b"], t // d["tiles_b"]
+        sb = db = 0
+        for k in range(br - 1, -1, -1):
+            c, t = t % d[f"bd{k}"], t // d[f"bd{k}"]
+            sb += c * d[f"bi{k}"]
+            db += c * d[f"bo{k}"]
+        assert t == 0
+        a0, b0 = ta * TA, tb * TB
+        tile = np.full((TB, pitch), -1, dtype=np.int64)
+        for ty in range(rows):
+            for tx in range(32):
+                a = a0 + tx // G
+                if a < A:
+                    for k in range(K):
+                        rb = ty + rows * k
+                        if b0 + rb < B:
+                            tile[rb, tx] = sb + a * G + tx % G + (b0 + rb) * isb
+        for ty in range(rows):
+            for k in range(K):
+                warp_rows, units = set(), []
+                for tx in range(32):
+                    L = tx + 32 * (ty + rows * k)
+                    ra, c = L // (TB * G), L % (TB * G)
+                    warp_rows.add(ra)
+                    a, b = a0 + ra, b0 + c // G
+                    if not (a < A and b < B):
+                        continue
+                    o = db + a * osa + b * G + c % G
+                    e = tile[c // G, ra * G + c % G]
+                    assert e >= 0
+                    units.append((tx, (c // G) * pitch + ra * G + c % G))
+                    dst[o] = src[e]
+                    written[o] += 1
+                assert len(warp_rows) == 1
+                per_phase = 128 // C  # threads served per shared-memory wavefront
+                for ph in range(32 // per_phase):
+                    banks = [(u * C // 4) % 32 for tx, u in units if tx // per_phase == ph]
+                    assert len(banks) == len(set(banks)), (cfg, ph, banks)
+    assert (written == 1).all()
+    return dst
+
+
+def _emulator(cfg):
+    if cfg.variant == "tiled_grouped":
+        return emulate_grouped
+    return emulate_tiled if cfg.variant.startswith("tiled") else emulate_nd
 
 
 def emulate_tiled(cfg, src):
@@ -319,6 +388,10 @@ EMULATED = [
     ((4, 7, 3, 5), (3, 1, 0, 2), "int16"),
     ((17, 40, 3), (0, 2, 1), "float32"),
     ((5, 7), (0, 1), "float32"),
+    ((40, 33, 8), (1, 0, 2), "float32"),                   # grouped, G = 2, partial tiles
+    ((3, 37, 20, 16), (0, 2, 1, 3), "float32"),            # grouped, G = 4, batch rank 1
+    ((20, 2, 9, 32), (2, 1, 0, 3), "float32"),             # grouped, G = 8, batch rank 1, a = 9 > 32 / G
+    ((33, 70, 64), (1, 0, 2), "int8"),                     # grouped, G = 4 of 16 bytes
 ]
 
 
@@ -336,8 +409,7 @@ def test_emulated_cuda_kernels(shape, perm, dtype, rng):
         per = cfg.chunk // np.dtype(np.float16 if dtype == "bfloat16" else dtype).itemsize
         moved = x.reshape(-1, per)
         ids = np.arange(moved.shape[0])
-        emulate = emulate_tiled if cfg.variant.startswith("tiled") else emulate_nd
-        got_ids = emulate(cfg, ids)
+        got_ids = _emulator(cfg)(cfg, ids)
         got = moved[got_ids].reshape(-1)
         want = np.transpose(x.reshape(shape), perm).reshape(-1)
         np.testing.assert_array_equal(got, want)
@@ -362,8 +434,7 @@ def test_random_plans_and_emulation(rng):
         cfg = P.select_config(shape, perm, dtype)
         if cfg.variant in ("copy", "fallback") or x.size > 6000:
             continue
-        emulate = emulate_tiled if cfg.variant.startswith("tiled") else emulate_nd
-        got = moved[emulate(cfg, np.arange(plan.count))].reshape(-1)
+        got = moved[_emulator(cfg)(cfg, np.arange(plan.count))].reshape(-1)
         np.testing.assert_array_equal(got, want, err_msg=f"{shape} {perm} {dtype} {cfg.variant}")
 
 
@@ -579,8 +650,10 @@ CUDA_PERMUTE = [
     ((32, 1024, 1024), (0, 2, 1), "int8"),
     ((4097, 3071), (1, 0), "float32"),
     ((4097, 3071), (1, 0), "float16"),
-    ((1024, 1024, 16), (1, 0, 2), "float32"),
-    ((32, 512, 16, 64), (0, 2, 1, 3), "float16"),
+    ((1024, 1024, 16), (1, 0, 2), "float32"),     # grouped, G = 4
+    ((1024, 512, 8), (1, 0, 2), "float32"),       # grouped, G = 2
+    ((32, 512, 16, 64), (0, 2, 1, 3), "float16"),  # grouped, G = 8, batch rank 1
+    ((1000, 999, 12), (1, 0, 2), "float32"),      # general: 3 chunks per row
     ((32, 64, 128, 64), (2, 3, 0, 1), "float32"),
     ((16, 32, 16, 32, 32), (0, 4, 2, 1, 3), "float32"),
     ((2048, 2048), (1, 0), "int64"),
@@ -599,7 +672,7 @@ def test_cuda_large_permute(shape, perm, dtype, rng):
         jt.flags.use_cuda = 0
 
 
-CUDA_ADD = [((8192, 4096), 0, 1, "bfloat16"), ((4096, 4096), 0, 1, "float32"), ((4097, 3071), 0, 1, "float16"),
+CUDA_ADD = [((2000, 1500, 8), 0, 1, "float32"), ((8192, 4096), 0, 1, "bfloat16"), ((4096, 4096), 0, 1, "float32"), ((4097, 3071), 0, 1, "float16"),
             ((16, 1024, 1024), 1, 2, "float32"), ((2048, 4096), 0, 1, "int8")]
 
 
@@ -625,6 +698,8 @@ def test_cuda_large_transpose_add(shape, d0, d1, dtype, rng):
     ((3, 66, 34), (0, 2, 1), "bfloat16", "transpose_add"),
     ((6, 5, 3), (1, 0, 2), "float16", "transpose_add"),
     ((4, 5), (0, 1), "float32", "transpose_add"),
+    ((3, 37, 20, 16), (0, 2, 1, 3), "float32", "permute"),
+    ((40, 33, 8), (1, 0, 2), "float32", "transpose_add"),
 ])
 def test_cuda_int64_index_kernels(shape, perm, dtype, op, rng):
     """The long long instantiations on small data (above 2^31 elements is too big for a test)."""
@@ -663,12 +738,17 @@ def _instantiations():
         calls.append(f"ops_permute_tiled<{e}, {pk}, {n}, {idx[n % 2]}, {rows}>(src, dst, data);")
     for br in range(P.MAX_RANK - 1):
         calls.append(f"ops_permute_tiled<4, 1, {br}, {idx[(br + 1) % 2]}, {rows}>(src, dst, data);")
+    for n, g in enumerate(P.GROUPS):
+        for br in range(P.MAX_RANK - 2):
+            calls.append(f"ops_permute_grouped<16, {g}, {br}, {idx[(n + br) % 2]}, {rows}>(src, dst, data);")
     for n, (dt, ct) in enumerate(_codegen.CTYPES.items()):
         e, it = _codegen.ITEMSIZE[dt], idx[n % 2]
         calls.append(f"ops_transpose_add_nd<{ct}, 1, 16, {it}, {nd}>(src, src, dst, data);")
         calls.append(f"ops_transpose_add_nd<{ct}, {3 + n % 3}, {e}, {it}, {nd}>(src, src, dst, data);")
         calls.append(f"ops_transpose_add_tiled<{ct}, {e}, 1, {n % 4}, {it}, {rows}>(src, src, dst, data);")
         calls.append(f"ops_transpose_add_tiled<{ct}, 16, 1, 1, {it}, {rows}>(src, src, dst, data);")
+        calls.append(f"ops_transpose_add_grouped<{ct}, 16, {P.GROUPS[n % 3]}, {n % 3}, {it}, {rows}>"
+                     "(src, src, dst, data);")
         if e < 4:
             calls.append(f"ops_transpose_add_tiled<{ct}, {e}, {4 // e}, {n % 2}, {it}, {rows}>(src, src, dst, data);")
     return calls
