@@ -6,6 +6,7 @@
 // Forward  (ops_bcast_forward):    out[e] = in[offset(e)], one 16-byte store per thread-step, any dtype
 //                                   (moved as opaque bytes).
 // Backward (ops_bcast_row_reduce): out[r*S + s] = sum of in[r*C + c] over segment s of row r.
+//          (ops_bcast_row_split):  out[r] = the same S segment sums added in s order, in one launch.
 //          (ops_bcast_col_reduce): out[(n*S + s)*J + j] = sum of in[(n*M + m)*J + j] over segment s of m.
 // A backward pass chain (row/col passes, splits with partial sums) is planned in Python. No atomics: every
 // sum has a fixed order that depends only on the shape, the config and the address of `in` modulo 16 bytes.
@@ -161,23 +162,13 @@ __device__ __forceinline__ A ops_bcast_group_sum(A v, A* warp_sums) {
   return v;
 }
 
-template <typename T, typename OutT, typename A, int G, typename I>
-__global__ void __launch_bounds__(256)
-ops_bcast_row_reduce_kernel(const T* __restrict__ in, OutT* __restrict__ out, I R, I C, I S, I L) {
-  constexpr int BLOCK = 256;
+// One lane's share of row[lo, hi) in the order above (before the group's shuffle tree).
+template <typename T, typename A, int G, typename I>
+__device__ __forceinline__ A ops_bcast_lane_sum(const T* __restrict__ row, I lo, I hi, int lane) {
   constexpr int VEC = 16 / sizeof(T);
   // 4 independent 16-byte loads in flight per lane: with >= 8 resident warps per scheduler that is ~64 KB in
   // flight per SM, above the ~40 KB HBM latency x bandwidth needs on an H200 (predicted; to measure).
   constexpr int U = 4;
-  __shared__ A warp_sums[BLOCK / 32];
-  const int lane = threadIdx.x % G;
-  const I task = (I)blockIdx.x * (BLOCK / G) + (I)(threadIdx.x / G);
-  const bool active = task < R * S;
-  const I r = active ? task / S : 0;
-  const I s = active ? task - r * S : 0;
-  const I lo = active ? s * L : 0;
-  const I hi = active ? ops_bcast_min<I>(lo + L, C) : 0;
-  const T* row = in + r * C;
   const I mis = (I)((reinterpret_cast<uintptr_t>(row + lo) & 15) / sizeof(T));
   const I head = ops_bcast_min<I>(mis ? (I)VEC - mis : (I)0, hi - lo);
   const I a = lo + head;
@@ -196,6 +187,22 @@ ops_bcast_row_reduce_kernel(const T* __restrict__ in, OutT* __restrict__ out, I 
   }
   for (; k < nv; k += G) ops_bcast_add_chunk<T>(acc, __ldg(pv + k));
   for (I i = b + lane; i < hi; i += G) acc += ops_bcast_to_acc<A>(row[i]);
+  return acc;
+}
+
+template <typename T, typename OutT, typename A, int G, typename I>
+__global__ void __launch_bounds__(256)
+ops_bcast_row_reduce_kernel(const T* __restrict__ in, OutT* __restrict__ out, I R, I C, I S, I L) {
+  constexpr int BLOCK = 256;
+  __shared__ A warp_sums[BLOCK / 32];
+  const int lane = threadIdx.x % G;
+  const I task = (I)blockIdx.x * (BLOCK / G) + (I)(threadIdx.x / G);
+  const bool active = task < R * S;
+  const I r = active ? task / S : 0;
+  const I s = active ? task - r * S : 0;
+  const I lo = active ? s * L : 0;
+  const I hi = active ? ops_bcast_min<I>(lo + L, C) : 0;
+  A acc = ops_bcast_lane_sum<T, A, G, I>(in + r * C, lo, hi, lane);
   acc = ops_bcast_group_sum<A, G, BLOCK>(acc, warp_sums);
   if (active && lane == 0) out[task] = ops_bcast_from_acc<OutT>(acc);
 }
@@ -205,6 +212,55 @@ template <typename T, typename OutT, typename A, int G, typename I>
 void ops_bcast_row_reduce(const T* in, OutT* out, long long R, long long C, long long S, long long L,
                           long long grid) {
   ops_bcast_row_reduce_kernel<T, OutT, A, G, I><<<(unsigned int)grid, 256>>>(in, out, (I)R, (I)C, (I)S, (I)L);
+  OPS_CHECK_LAUNCH();
+}
+
+// =============================================================================================================
+// Backward, split row pass in one launch: in is [R, C] with R <= OPS_BCAST_SPLIT_MAX_ROWS; row r is cut into S
+// segments of L elements. Block r * S + s sums segment s (256 lanes, the row pass's order) into
+// partial[r * S + s]; the last of row r's blocks to finish adds the S partials (lane l takes s = l, l + 256, ...
+// in order, then the block's tree) into out[r] and resets the row's counter for the next launch. The integer
+// counter only elects that block: the sum's order never depends on which block finished last.
+// Measured before (H100, [16,1,1]->[16,807,807] f32): the two-launch chain took 0.0195 ms, about 9 us of it the
+// second launch and the gap between them.
+// =============================================================================================================
+#define OPS_BCAST_SPLIT_MAX_ROWS 512
+static __device__ unsigned int ops_bcast_split_done[OPS_BCAST_SPLIT_MAX_ROWS];
+
+template <typename T, typename OutT, typename A, typename I>
+__global__ void __launch_bounds__(256)
+ops_bcast_row_split_kernel(const T* __restrict__ in, OutT* __restrict__ out, A* __restrict__ partial, I C, I S,
+                           I L) {
+  constexpr int BLOCK = 256;
+  __shared__ A warp_sums[BLOCK / 32];
+  __shared__ bool is_last;
+  const I r = (I)blockIdx.x / S;
+  const I s = (I)blockIdx.x - r * S;
+  const I lo = s * L;
+  const I hi = ops_bcast_min<I>(lo + L, C);
+  A acc = ops_bcast_lane_sum<T, A, BLOCK, I>(in + r * C, lo, hi, threadIdx.x);
+  acc = ops_bcast_group_sum<A, BLOCK, BLOCK>(acc, warp_sums);
+  if (threadIdx.x == 0) {
+    partial[r * S + s] = acc;
+    __threadfence();  // the partial is visible device-wide before the counter counts it
+    is_last = atomicAdd(&ops_bcast_split_done[r], 1u) == (unsigned int)(S - 1);
+  }
+  __syncthreads();  // also: every lane has read warp_sums before the second tree writes them
+  if (!is_last) return;
+  __threadfence();
+  A sum = 0;
+  for (I k = threadIdx.x; k < S; k += BLOCK) sum += __ldcg(partial + r * S + k);  // L2: other blocks' writes
+  sum = ops_bcast_group_sum<A, BLOCK, BLOCK>(sum, warp_sums);
+  if (threadIdx.x == 0) {
+    out[r] = ops_bcast_from_acc<OutT>(sum);
+    ops_bcast_split_done[r] = 0;
+  }
+}
+
+// grid = R * S, computed by ops.broadcast.select_grad_config (which keeps R <= OPS_BCAST_SPLIT_MAX_ROWS).
+template <typename T, typename OutT, typename A, typename I>
+void ops_bcast_row_split(const T* in, OutT* out, A* partial, long long C, long long S, long long L, long long grid) {
+  ops_bcast_row_split_kernel<T, OutT, A, I><<<(unsigned int)grid, 256>>>(in, out, partial, (I)C, (I)S, (I)L);
   OPS_CHECK_LAUNCH();
 }
 

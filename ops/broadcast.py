@@ -58,6 +58,10 @@ ROW_WARP_MAX_CHUNKS = 512
 # segment keeps >= 4 chunks per thread (1024 chunks = 16 KB). Predicted; to measure.
 ROW_SPLIT_MIN_CHUNKS = 256 * 16
 ROW_MIN_SEG_CHUNKS = 1024
+# A split row pass runs as one launch (ops_bcast_row_split: the last block of a row adds its partial sums),
+# with one integer counter per row in a fixed device array of this size (OPS_BCAST_SPLIT_MAX_ROWS). Rows are
+# split only when there are fewer than TARGET_BLOCKS of them, so this bound always holds.
+SPLIT_MAX_ROWS = 512
 # Column pass: a block is 32 column-threads x 8 row-threads. It is split only when a row-thread would loop over
 # more than 16 rows, and a split segment gives each row-thread >= 8 rows (two rounds of 4 loads in flight).
 # Predicted: shorter segments make the partial-sum pass dominate; to measure.
@@ -225,7 +229,8 @@ class ReducePass:
     """One reduction launch over a flat input.
 
     ``row``: input [outer, red]; segment s of row r (``seg_len`` elements) -> out[r * segments + s];
-    ``group`` lanes per segment (4, 32 or 256). ``col``: input [outer, red, inner]; segment s of the middle dim
+    ``group`` lanes per segment (4, 32 or 256). ``row_split``: input [outer, red] -> out[r], one 256-lane block
+    per segment and the row's segment sums added in order by its last block (one launch). ``col``: input [outer, red, inner]; segment s of the middle dim
     (``seg_len`` rows) -> out[(n * segments + s) * inner + j]. ``segments > 1`` writes partial sums that a
     later pass of the chain reduces.
     """
@@ -247,10 +252,10 @@ class ReducePass:
 
     @property
     def out_numel(self) -> int:
-        return self.outer * self.segments * self.inner
+        return self.outer if self.kind == "row_split" else self.outer * self.segments * self.inner
 
     def data(self) -> Dict[str, float]:
-        if self.kind == "row":
+        if self.kind in ("row", "row_split"):
             return {"R": self.outer, "C": self.red, "S": self.segments, "L": self.seg_len, "grid": self.grid}
         return {"N": self.outer, "M": self.red, "J": self.inner, "S": self.segments, "Ms": self.seg_len,
                 "tiles": self.tiles, "grid": self.grid}
@@ -282,11 +287,11 @@ def _row_passes(R: int, C: int, in_dt: str, out_dt: str, acc: str, itype: Option
     if group == 256 and chunks > ROW_SPLIT_MIN_CHUNKS:
         segments = min(_cdiv(TARGET_BLOCKS, R), chunks // ROW_MIN_SEG_CHUNKS)
     if segments >= 2:
+        assert R <= SPLIT_MAX_ROWS  # segments >= 2 needs R < TARGET_BLOCKS
         seg_len = _cdiv(chunks, segments) * vec  # segments start on 16-byte chunk boundaries of an aligned row
         segments = _cdiv(C, seg_len)
-        first = ReducePass("row_split", "row", R, C, 1, segments, seg_len, group, in_dt, acc, acc, it, 0,
-                           _cdiv(R * segments, BLOCK // group))
-        return [first] + _row_passes(R, segments, acc, out_dt, acc, itype)
+        return [ReducePass("row_split", "row_split", R, C, 1, segments, seg_len, group, in_dt, out_dt, acc, it, 0,
+                           R * segments)]
     return [ReducePass(name, "row", R, C, 1, 1, C, group, in_dt, out_dt, acc, it, 0, _cdiv(R, BLOCK // group))]
 
 
@@ -416,6 +421,28 @@ for (int64_t r = 0; r < R; ++r) {
 }
 """
 
+_ROW_SPLIT_CUDA = r"""
+ops_bcast_row_split<in0_type, out0_type, ${ACC}, ${INDEX_T}>(
+    in0_p, out0_p, out1_p, (long long)data["C"], (long long)data["S"], (long long)data["L"], (long long)data["grid"]);
+"""
+
+# out1 holds the segment sums, as on the GPU; out0[r] adds them in segment order.
+_ROW_SPLIT_CPU = r"""
+const int64_t R = (int64_t)data["R"], C = (int64_t)data["C"], S = (int64_t)data["S"], L = (int64_t)data["L"];
+for (int64_t r = 0; r < R; ++r) {
+    const in0_type* src = in0_p + r * C;
+    ${ACC} total = 0;
+    for (int64_t s = 0; s < S; ++s) {
+        const int64_t lo = s * L, hi = std::min(lo + L, C);
+        ${ACC} acc = 0;
+        for (int64_t i = lo; i < hi; ++i) acc += (${ACC})src[i];
+        out1_p[r * S + s] = acc;
+        total += acc;
+    }
+    out0_p[r] = (out0_type)total;
+}
+"""
+
 _COL_CUDA = r"""
 ops_bcast_col_reduce<in0_type, out0_type, ${ACC}, ${INDEX_T}>(
     in0_p, out0_p, (long long)data["N"], (long long)data["M"], (long long)data["J"], (long long)data["S"],
@@ -455,6 +482,8 @@ def _pass_sources(kind: str, group: int, acc_dtype: str, index_t: str) -> Tuple[
     if kind == "row":
         return (_codegen.render(_ROW_CUDA, ACC=acc, GROUP=group, INDEX_T=index_t),
                 _codegen.render(_ROW_CPU, ACC=acc))
+    if kind == "row_split":
+        return _codegen.render(_ROW_SPLIT_CUDA, ACC=acc, INDEX_T=index_t), _codegen.render(_ROW_SPLIT_CPU, ACC=acc)
     return _codegen.render(_COL_CUDA, ACC=acc, INDEX_T=index_t), _codegen.render(_COL_CPU, ACC=acc)
 
 
@@ -485,6 +514,9 @@ def _launch_forward(cfg: KernelConfig, x):
 
 
 def _launch_pass(p: ReducePass, v):
+    if p.kind == "row_split":  # second output: the segment sums (scratch the kernel fills and reads back)
+        return jt.code([(p.out_numel,), (p.outer * p.segments,)], [p.out_dtype, p.acc_dtype], [v],
+                       **_launch_args(p))[0]
     return jt.code((p.out_numel,), p.out_dtype, [v], **_launch_args(p))
 
 

@@ -178,9 +178,9 @@ GRAD_TABLE = [
     ((32, 807, 1), (32, 807, 807), "float16", "row_warp"),
     ((5, 1, 1), (5, 128, 128), "float32", "row_block"),
     ((8192, 1), (8192, 8192), "float32", "row_block"),
-    ((16, 1, 1), (16, 807, 807), "float32", "row_split+row_small"),
-    ((32, 1, 1), (32, 256, 256), "float32", "row_split+row_small"),
-    ((1,), (8192, 8192), "float32", "row_split+row_warp"),
+    ((16, 1, 1), (16, 807, 807), "float32", "row_split"),
+    ((32, 1, 1), (32, 256, 256), "float32", "row_split"),
+    ((1,), (8192, 8192), "float32", "row_split"),
     ((1, 8), (100, 8), "float64", "col"),
     ((64, 1, 1024), (64, 100, 1024), "float16", "col"),
     ((1, 8192), (8192, 8192), "float32", "col_split+col"),
@@ -221,9 +221,11 @@ def _emulate(cfg: "B.GradConfig", dy: np.ndarray, x_shape):
     """Run a reduction chain in float64 NumPy, segment by segment, with the launch shapes of each pass."""
     v = dy.astype(np.float64).reshape(-1)
     for p in cfg.passes:
-        if p.kind == "row":
+        if p.kind in ("row", "row_split"):
             a = v.reshape(p.outer, p.red)
             v = np.stack([a[:, s * p.seg_len:(s + 1) * p.seg_len].sum(1) for s in range(p.segments)], 1)
+            if p.kind == "row_split":
+                v = v.sum(1)
         else:
             a = v.reshape(p.outer, p.red, p.inner)
             v = np.stack([a[:, s * p.seg_len:(s + 1) * p.seg_len].sum(1) for s in range(p.segments)], 1)
@@ -244,9 +246,10 @@ def test_grad_plan_is_consistent(x_shape, out_shape, dtype, rng):
         assert p.outer * p.red * p.inner == numel and p.in_dtype == cur
         assert (p.segments - 1) * p.seg_len < p.red <= p.segments * p.seg_len
         if p.kind == "row":
-            assert p.grid * (B.BLOCK // p.group) >= p.outer * p.segments
-            if p.segments > 1:
-                assert p.group == 256 and p.seg_len % (16 // B.ITEMSIZE[p.in_dtype]) == 0
+            assert p.grid * (B.BLOCK // p.group) >= p.outer * p.segments and p.segments == 1
+        elif p.kind == "row_split":
+            assert p.grid == p.outer * p.segments and p.segments >= 2 and p.outer <= B.SPLIT_MAX_ROWS
+            assert p.group == 256 and p.seg_len % (16 // B.ITEMSIZE[p.in_dtype]) == 0
         else:
             vec = 16 // B.ITEMSIZE[p.in_dtype]
             assert p.tiles * B.COL_COL_THREADS * vec >= p.inner and p.grid == p.tiles * p.outer * p.segments
@@ -336,7 +339,7 @@ _GRAD_CASES = [
     ((7, 1), (7, 9), "float32"),                   # row_small
     ((45, 1), (45, 807), "float32"),               # row_warp
     ((3, 1), (3, 5000), "float32"),                # row_block
-    ((2, 1, 1), (2, 300, 100), "float32"),         # row_split + row_small
+    ((2, 1, 1), (2, 300, 100), "float32"),         # row_split
     ((1, 8), (100, 8), "float32"),                 # col
     ((2, 1, 9), (2, 1500, 9), "float32"),          # col_split + col
     ((1, 6, 1), (5, 6, 7), "float32"),             # row_small + col
@@ -344,6 +347,7 @@ _GRAD_CASES = [
     ((4, 1), (3, 4, 5), "float32"),                # leading dim added
     ((1,), (5000,), "float16"),                    # row_block
     ((2, 1), (2, 40000), "float16"),               # row_split (f16 -> f32 partials -> f16)
+    ((1, 4, 1), (3, 4, 70000), "float32"),         # row_split (f32 out, kept for a pass) + col
     ((1, 8), (1000, 8), "float16"),                # col_split (f16 -> f32 -> f16)
     ((45, 1), (45, 807), "float16"),               # row_warp
     ((45, 1), (45, 807), "bfloat16"),              # row_warp
@@ -458,6 +462,31 @@ def test_cuda_large(x_shape, out_shape, dtype, rng):
         jt.flags.use_cuda = prev
 
 
+@pytest.mark.cuda
+def test_cuda_split_rows_are_deterministic(rng):
+    """The one-launch split pass: whichever block of a row finishes last adds the partials in the same order,
+    and it resets the row's counter, so every launch (same shape or another) is right and bit-identical."""
+    prev = jt.flags.use_cuda
+    jt.flags.use_cuda = 1
+    try:
+        for x_shape, out_shape in [((16, 1, 1), (16, 807, 807)), ((1,), (3 * 2**20 + 5,)), ((3, 1), (3, 300001))]:
+            assert B.select_grad_config(x_shape, out_shape, "float32").variant == "row_split"
+            x = jt.zeros(x_shape, "float32")
+            dy_np = rng.uniform(-1, 1, out_shape).astype(np.float32)
+            dy = jt.array(dy_np)
+            runs = [vjp(ops.broadcast_to(x, out_shape), x, dy).numpy() for _ in range(5)]
+            assert all(r.tobytes() == runs[0].tobytes() for r in runs[1:]), f"{out_shape}: runs differ"
+            red = math.prod(out_shape) // math.prod(x_shape)
+            assert_close(runs[0], ref_grad(dy_np, x_shape, out_shape), 1e-5, 4 * red * 2.0 ** -24, f"{out_shape}")
+    finally:
+        jt.flags.use_cuda = prev
+
+
+def test_split_counter_array_matches_python():
+    assert f"#define OPS_BCAST_SPLIT_MAX_ROWS {B.SPLIT_MAX_ROWS}\n" in B._cuda_header()
+    assert B.TARGET_BLOCKS <= B.SPLIT_MAX_ROWS
+
+
 def test_misaligned_input_views(device, rng):
     """Slices that jittor shares with a 4-byte offset: the forward's 16-byte loads fall back to element loads,
     the row reduction gets a head and a tail in every row, the column reduction takes its element path."""
@@ -512,6 +541,7 @@ def _instantiations():
             for group in (4, 32, 256):
                 body.append(f"ops_bcast_row_reduce<{src}, {dst}, {acc}, {group}, {it}>(({src}*)0, ({dst}*)0, "
                             f"1, 1, 1, 1, 1);")
+            body.append(f"ops_bcast_row_split<{src}, {dst}, {acc}, {it}>(({src}*)0, ({dst}*)0, ({acc}*)0, 1, 1, 1, 1);")
             body.append(f"ops_bcast_col_reduce<{src}, {dst}, {acc}, {it}>(({src}*)0, ({dst}*)0, 1, 1, 1, 1, 1, 1, 1);")
     return "\n".join(body)
 
