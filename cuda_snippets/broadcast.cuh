@@ -141,6 +141,22 @@ void ops_bcast_forward(const T* in, T* out, long long numel, const long long* di
   OPS_CHECK_LAUNCH();
 }
 
+// The same launch with the groups read from the tensors' shapes, so the host reads no `data` entry (each costs
+// ~0.23 us per call on the GPU machine, H100 2026-11-23): `out` has the simplified dims, `in` the same dims with
+// 1 on every broadcast group. Grid: as ops.broadcast.select_config computes it.
+template <typename T, int ND, bool INNER_BCAST, typename I, int BLOCK, int UNROLL>
+void ops_bcast_forward_shaped(const T* in, T* out, long long numel, const long long* dims,
+                              const long long* in_dims) {
+  long long strides[ND];
+  long long run = 1;
+  for (int i = ND - 1; i >= 0; --i) {
+    strides[i] = in_dims[i] == 1 ? 0 : run;
+    run *= in_dims[i];
+  }
+  const long long vecs = ops_ceil_div(numel / (long long)(16 / sizeof(T)), (long long)(BLOCK * UNROLL));
+  ops_bcast_forward<T, ND, INNER_BCAST, I, BLOCK, UNROLL>(in, out, numel, dims, strides, vecs > 0 ? vecs : 1);
+}
+
 // =============================================================================================================
 // Backward, row pass: in is [R, C]; row r is cut into S segments of L elements (the last may be shorter);
 // a group of G lanes (G = 4 or 32: 256 / G segments per block; G = 256: one segment per block) sums one

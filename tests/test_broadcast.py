@@ -529,6 +529,8 @@ def _instantiations():
         for it in ("int", "long long"):
             for nd in B.FWD_ND_BUCKETS:
                 for inner in ("true", "false"):
+                    body.append(f"ops_bcast_forward_shaped<{t}, {nd}, {inner}, {it}, {B.BLOCK}, {B.FWD_UNROLL}>("
+                                f"({t}*)0, ({t}*)0, 0, (const long long*)0, (const long long*)0);")
                     body.append(f"ops_bcast_forward<{t}, {nd}, {inner}, {it}, {B.BLOCK}, {B.FWD_UNROLL}>("
                                 f"({t}*)0, ({t}*)0, 0, (const long long*)0, (const long long*)0, 1);")
     pairs = []  # (dy or partial type, output type, accumulator): every pair a chain can produce
