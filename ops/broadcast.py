@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
 from . import _codegen
-from ._jittor import jt
+from ._jittor import code, jt
 
 Shape = Tuple[int, ...]
 
@@ -531,15 +531,15 @@ def _launch_forward(cfg: KernelConfig, x):
     """The broadcast as a Var of the simplified (padded) dims ``cfg.dims`` (x goes in as ``cfg.in_dims``), or
     flat past ``SHAPED_MAX_ND`` groups."""
     if cfg.nd > SHAPED_MAX_ND:
-        return jt.code((cfg.numel,), x.dtype, [_flat(x)], **_launch_args(cfg))
-    return jt.code(cfg.dims, x.dtype, [_reshape(x, cfg.in_dims)], **_launch_args(cfg))
+        return code((cfg.numel,), x.dtype, [_flat(x)], **_launch_args(cfg))
+    return code(cfg.dims, x.dtype, [_reshape(x, cfg.in_dims)], **_launch_args(cfg))
 
 
 def _launch_pass(p: ReducePass, v):
     if p.kind == "row_split":  # second output: the segment sums (scratch the kernel fills and reads back)
-        return jt.code([(p.out_numel,), (p.outer * p.segments,)], [p.out_dtype, p.acc_dtype], [v],
+        return code([(p.out_numel,), (p.outer * p.segments,)], [p.out_dtype, p.acc_dtype], [v],
                        **_launch_args(p))[0]
-    return jt.code((p.out_numel,), p.out_dtype, [v], **_launch_args(p))
+    return code((p.out_numel,), p.out_dtype, [v], **_launch_args(p))
 
 
 def _run_grad(cfg: GradConfig, dy, x_shape: Shape, dtype: str):

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Dict, Sequence, Tuple
 
 from . import _codegen
-from ._jittor import has_cuda, jt
+from ._jittor import code, has_cuda, jt
 
 __all__ = ["permute", "transpose", "transpose_add", "Permute", "TransposeAdd", "PermuteFunction",
            "TransposeAddFunction", "KernelConfig", "PermutePlan", "normalize_dims", "simplify_permutation",
@@ -506,7 +506,7 @@ def _launch(cfg: KernelConfig, inputs: Sequence) -> "jt.Var":
     kwargs = dict(cpu_header=CPU_HEADER, cpu_src=_CPU_SRC[cfg.op], data=cfg.data)
     if jt.flags.use_cuda and has_cuda():
         kwargs.update(cuda_header=_codegen.header(["common", "permute"]), cuda_src=render(cfg))
-    return jt.code((numel,), cfg.dtype, flat, **kwargs)
+    return code((numel,), cfg.dtype, flat, **kwargs)
 
 
 def _permute_impl(x, perm: Tuple[int, ...]):

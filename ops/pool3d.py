@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 from . import _codegen
-from ._jittor import has_cuda, jt
+from ._jittor import code, has_cuda, jt
 
 __all__ = ["max_pool3d", "MaxPool3d", "MaxPool3dFunction", "PoolParams", "KernelConfig", "normalize_params",
            "pool_output_size", "output_shape", "padding_free", "windows_disjoint", "windows_tile",
@@ -619,9 +619,9 @@ def _cuda_header() -> str:
 
 def _code(shapes, dtypes, inputs, cfg: KernelConfig, params: PoolParams, mode: int = MODE_VALUES):
     if cfg.variant.endswith("_cpu"):
-        return jt.code(shapes, dtypes, inputs, cpu_header=CPU_HEADER, cpu_src=render_cpu(cfg, mode),
+        return code(shapes, dtypes, inputs, cpu_header=CPU_HEADER, cpu_src=render_cpu(cfg, mode),
                        data=params.data())
-    return jt.code(shapes, dtypes, inputs, cuda_header=_cuda_header(), cuda_src=render_cuda(cfg, params, mode))
+    return code(shapes, dtypes, inputs, cuda_header=_cuda_header(), cuda_src=render_cuda(cfg, params, mode))
 
 
 def launch_forward(x, params: PoolParams, cfg: KernelConfig, mode: int = MODE_VALUES):

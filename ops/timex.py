@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from typing import Sequence, Tuple
 
 from . import _codegen
-from ._jittor import jt
+from ._jittor import code, jt
 
 __all__ = ["timex", "TimeX", "TimeXFunction", "KernelConfig", "select_config", "render_source",
            "launch_forward", "launch_grad_w", "VARIANTS", "DTYPES"]
@@ -215,7 +215,7 @@ def render_source(cfg: KernelConfig, device: str) -> str:
 
 
 def _code(shapes, dtypes, inputs, cfg: KernelConfig, **extra):
-    return jt.code(shapes, dtypes, inputs,
+    return code(shapes, dtypes, inputs,
                    cpu_header=_codegen.snippet("timex"), cpu_src=render_source(cfg, "cpu"),
                    cuda_header=_codegen.header(["common", "timex"]), cuda_src=render_source(cfg, "cuda"),
                    data=cfg.data(**extra))

@@ -117,3 +117,26 @@ def test_numpy2_is_refused_with_a_clear_message():
 def test_cuda13_compiles_cuda_as_cpp17():
     flags = ' -Wall -std=c++14 -Xcompiler -fPIC -x cu'
     assert boot.cuda_std_fix(flags) == ' -Wall -std=c++17 -Xcompiler -fPIC -x cu'
+
+
+def test_host_opt_is_opt_in_and_marks_the_source():
+    assert not boot.host_opt_wanted({}) and boot.host_opt_wanted({boot.HOST_OPT_SWITCH: "1"})
+    kw = {"cuda_src": "k<<<1, 1>>>();", "cpu_src": "x;"}
+    assert boot.host_opt_args(kw, on_cuda=True, enabled=False) == (kw, None)
+    assert boot.host_opt_args(kw, on_cuda=False, enabled=True) == (kw, None)
+    assert boot.host_opt_args({"cpu_src": "x;"}, on_cuda=True, enabled=True)[1] is None
+    marked, options = boot.host_opt_args(kw, on_cuda=True, enabled=True)
+    # jittor keys compiled ops on the source text only: the flagged build must not share a key with the plain one
+    assert marked["cuda_src"] != kw["cuda_src"] and marked["cuda_src"].endswith(kw["cuda_src"])
+    assert marked["cpu_src"] == kw["cpu_src"] and kw["cuda_src"] == "k<<<1, 1>>>();"
+    assert options == {"FLAGS: -Xcompiler -O2 ": 1}
+
+
+def test_code_applies_compile_options_to_the_first_output():
+    """The mechanism the switch relies on: a FLAGS compile option reaches the compiler of a code op (CPU here)."""
+    import numpy as np
+    x = boot.jt.array(np.ones(3, "float32"))
+    y = boot.jt.code((3,), "float32", [x], cpu_src="// ops test: flag probe\n"
+                     "for (int i = 0; i < 3; ++i) out0_p[i] = in0_p[i] * OPS_TEST_FLAG;")
+    y.compile_options = {"FLAGS: -DOPS_TEST_FLAG=7 ": 1}
+    assert y.numpy().tolist() == [7.0, 7.0, 7.0]
