@@ -235,7 +235,8 @@ class ReducePass:
 
     ``row``: input [outer, red]; segment s of row r (``seg_len`` elements) -> out[r * segments + s];
     ``group`` lanes per segment (4, 32 or 256). ``row_split``: input [outer, red] -> out[r], one 256-lane block
-    per segment and the row's segment sums added in order by its last block (one launch). ``col``: input [outer, red, inner]; segment s of the middle dim
+    per segment and the row's segment sums added in order by its last block (one launch).
+    ``col``: input [outer, red, inner]; segment s of the middle dim
     (``seg_len`` rows) -> out[(n * segments + s) * inner + j]. ``segments > 1`` writes partial sums that a
     later pass of the chain reduces.
     """
@@ -538,7 +539,7 @@ def _launch_forward(cfg: KernelConfig, x):
 def _launch_pass(p: ReducePass, v):
     if p.kind == "row_split":  # second output: the segment sums (scratch the kernel fills and reads back)
         return code([(p.out_numel,), (p.outer * p.segments,)], [p.out_dtype, p.acc_dtype], [v],
-                       **_launch_args(p))[0]
+                    **_launch_args(p))[0]
     return code((p.out_numel,), p.out_dtype, [v], **_launch_args(p))
 
 

@@ -66,8 +66,8 @@ from ._jittor import code, has_cuda, jt
 
 __all__ = ["max_pool3d", "MaxPool3d", "MaxPool3dFunction", "PoolParams", "KernelConfig", "normalize_params",
            "pool_output_size", "output_shape", "padding_free", "windows_disjoint", "windows_tile",
-           "backward_algorithm", "select_config", "grid_expression", "render_cuda", "render_cpu", "CPU_HEADER", "launch_forward",
-           "launch_backward", "VARIANTS"]
+           "backward_algorithm", "select_config", "grid_expression", "render_cuda", "render_cpu", "CPU_HEADER",
+           "launch_forward", "launch_backward", "VARIANTS"]
 
 Triple = Tuple[int, int, int]
 
@@ -620,7 +620,7 @@ def _cuda_header() -> str:
 def _code(shapes, dtypes, inputs, cfg: KernelConfig, params: PoolParams, mode: int = MODE_VALUES):
     if cfg.variant.endswith("_cpu"):
         return code(shapes, dtypes, inputs, cpu_header=CPU_HEADER, cpu_src=render_cpu(cfg, mode),
-                       data=params.data())
+                    data=params.data())
     return code(shapes, dtypes, inputs, cuda_header=_cuda_header(), cuda_src=render_cuda(cfg, params, mode))
 
 

@@ -216,9 +216,9 @@ def render_source(cfg: KernelConfig, device: str) -> str:
 
 def _code(shapes, dtypes, inputs, cfg: KernelConfig, **extra):
     return code(shapes, dtypes, inputs,
-                   cpu_header=_codegen.snippet("timex"), cpu_src=render_source(cfg, "cpu"),
-                   cuda_header=_codegen.header(["common", "timex"]), cuda_src=render_source(cfg, "cuda"),
-                   data=cfg.data(**extra))
+                cpu_header=_codegen.snippet("timex"), cpu_src=render_source(cfg, "cpu"),
+                cuda_header=_codegen.header(["common", "timex"]), cuda_src=render_source(cfg, "cuda"),
+                data=cfg.data(**extra))
 
 
 def launch_forward(w, k, eps: float, reverse: bool = False, cfg: KernelConfig = None):

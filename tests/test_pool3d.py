@@ -338,7 +338,9 @@ def test_every_variant_and_flag_is_selected():
     assert {c.vec for c in cuda if c.vec > 1} == {2, 4, 8}
 
 
-def test_grid_covers_every_work_item():
+def test_grid_covers_every_work_item_and_the_source_computes_it():
+    """select_config's grid covers every work item, and the expression the generated source evaluates at launch
+    (grid_expression) gives the same grid for every table row."""
     for s, d, kw, direction, c, _, _ in SELECT_TABLE:
         cfg = _select(s, d, kw, direction, c)
         if not cfg.block:
@@ -351,16 +353,6 @@ def test_grid_covers_every_work_item():
             items = planes * math.prod(spatial if cfg.variant == "bwd_gather" else out) // max(1, cfg.vec // 2)
         per_block = cfg.block // 32 if cfg.variant.endswith("warp") else cfg.block * cfg.opt
         assert (cfg.grid - 1) * per_block < items <= cfg.grid * per_block
-
-
-def test_grid_expression_matches_select_config():
-    """The grid the generated source computes at launch equals select_config's for every table row."""
-    for s, d, kw, direction, c, _, _ in SELECT_TABLE:
-        cfg = _select(s, d, kw, direction, c)
-        if not cfg.block:
-            continue
-        planes, spatial = math.prod(s[:-3]), s[-3:]
-        out = P.output_shape(spatial, P.normalize_params(**kw))
         names = {"INPUTS": planes * math.prod(spatial), "OUTPUTS": planes * math.prod(out), "WO": out[2],
                  "ops_ceil_div": lambda a, b: -(-a // b)}
         expr = P.grid_expression(cfg).replace("LL", "").replace("/", "//")
