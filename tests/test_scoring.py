@@ -146,3 +146,12 @@ def test_merging_saved_runs(tmp_path, capsys):
     text = md.read_text()
     assert "| fam/fwd/a |" in text and "NOT RUN" not in text  # a measured case is never replaced by "not run"
     assert "| fam/fwd/b |" in text and "Test GPU" in text and "points: 200 / 200" in text
+
+
+def test_keyword_filter_takes_comma_separated_alternatives():
+    from ops.scoring.cli import _matches
+    assert _matches("max_pool3d/fwd/k2s2_tiny_1x1x4x4x4", None)
+    assert _matches("max_pool3d/fwd/k2s2_tiny_1x1x4x4x4", "tiny")
+    assert _matches("expand_as/fwd/paddle0-1785x1", "tiny,paddle0")
+    assert not _matches("permute/fwd/102_f32_16MB", "tiny,paddle0")
+    assert not _matches("permute/fwd/102_f32_16MB", ",")

@@ -20,7 +20,8 @@ def parse_args(argv: Optional[List[str]] = None):
                     help="default: cuda where jittor has CUDA, else cpu (CPU-sized cases)")
     ap.add_argument("--op", action="append", default=None, metavar="FAMILY",
                     help="only this op family (max_pool3d, permute, expand_as, timex); repeatable")
-    ap.add_argument("-k", dest="keyword", default=None, help="only cases whose id contains this substring")
+    ap.add_argument("-k", dest="keyword", default=None,
+                    help="only cases whose id contains this substring (several: comma-separated, any one matches)")
     ap.add_argument("--direction", choices=("fwd", "bwd"), default=None, help="only forward or backward cases")
     ap.add_argument("--compile", action="store_true", help="also time torch.compile")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch references")
@@ -42,6 +43,11 @@ def parse_args(argv: Optional[List[str]] = None):
     ap.add_argument("--list", action="store_true", help="list the selected cases and exit")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     return ap.parse_args(argv)
+
+
+def _matches(case_id: str, keyword: Optional[str]) -> bool:
+    """-k: no filter, or any of the comma-separated substrings occurs in the case id."""
+    return keyword is None or any(k and k in case_id for k in keyword.split(","))
 
 
 def _torch_importable() -> bool:
@@ -118,7 +124,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     families = load_families(args.op)
     cases = [c for f in families for c in f.cases if device in c.devices
-             and (args.keyword is None or args.keyword in c.id)
+             and _matches(c.id, args.keyword)
              and (args.direction is None or c.direction == args.direction)]
     if args.list:
         print("\n".join(c.id for c in cases))
