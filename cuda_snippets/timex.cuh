@@ -399,6 +399,143 @@ void timex_gw_launch(const T* k, const T* g, T* gw, float* partial, const TimexG
   OPS_CHECK_LAUNCH();
 }
 
+
+// ---------------------------------------------------------------------------------------------------------
+// Tensor-core forward (fwd_mma; sm_80 and newer; CUDA only, the CPU runs fwd_single/fwd_tiled).
+//
+// Per channel the causal convolution is a product with a lower-triangular Toeplitz matrix:
+//   out[t][b] = sum_u A[t][u] * k[b][u],   A[t][u] = wr[t - u] = w[c, T-1-(t-u)], zero for u > t,
+// computed with mma.sync m16n8k8 TF32 (M = t, N = batch row, K = u), accumulated in float32. TF32 keeps 10
+// mantissa bits: float16 and bfloat16 values are exact in it, so one mma per product is exact for them;
+// float32 values are split x = big + small (both TF32) and each product is small*big + big*small + big*big
+// (3xTF32; the dropped small*small term is ~2^-22 of the product), float32-level accuracy.
+//
+// Block (c, batch group, t-tile ti): 4 warps, t-tile of 128, BN = 8 * NT batch rows. Warp q owns the tile's
+// t rows [32q, 32q + 32) (two m-tiles) for all BN rows (NT n-tiles). It walks the u-chunks ui = 0..ti of 128;
+// in the diagonal chunk it stops after the k-steps that reach its own rows (u > t contributes zero there:
+// A's zero entries come from the zero lags of wl).
+// Shared memory: wl[(ti + 2) * 128] = w by lag, wl[j] = wr[j - 128], zero for lags < 0 or >= T (an A entry
+// is read straight from it: a warp's 32 lanes read 11 consecutive words, no bank conflict);
+// ks[BN][128 + 4] = the k chunk (zero past T and past B; rows 4 words apart mod 32, so the fragment reads
+// of 8 rows x 4 columns hit 32 distinct banks), reused after the last chunk to transpose the output tile
+// for coalesced stores.
+// ---------------------------------------------------------------------------------------------------------
+#define TIMEX_MMA_TILE 128
+#define TIMEX_MMA_THREADS 128
+#define TIMEX_MMA_KS (TIMEX_MMA_TILE + 4)
+
+__device__ __forceinline__ unsigned int timex_tf32(float x) {
+  unsigned int r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+
+// One operand element as TF32: big (and, for float32 inputs, the TF32 rounding of the remainder).
+template <bool SPLIT> struct TimexTf32 {
+  unsigned int big, small;
+  __device__ __forceinline__ explicit TimexTf32(float x) {
+    big = timex_tf32(x);
+    small = SPLIT ? timex_tf32(x - __uint_as_float(big)) : 0u;
+  }
+};
+
+__device__ __forceinline__ void timex_mma(float (&d)[4], const unsigned int (&a)[4], const unsigned int (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  __trap();  // select_config picks fwd_mma only for sm_80 and newer
+#endif
+}
+
+template <typename T, int NT, typename IT>
+__global__ void __launch_bounds__(TIMEX_MMA_THREADS)
+timex_fwd_mma_kernel(const T* __restrict__ w, const T* __restrict__ k, T* __restrict__ out, const TimexFwdParams p) {
+  constexpr int BT = TIMEX_MMA_TILE, KS = TIMEX_MMA_KS, BN = 8 * NT;
+  constexpr bool SPLIT = sizeof(T) == 4;  // float32: 3xTF32; float16/bfloat16: exact in TF32
+  extern __shared__ float4 timex_smem[];
+  float* ks = reinterpret_cast<float*>(timex_smem);
+  float* wl = ks + BN * KS;
+  const int tid = threadIdx.x, lane = tid & 31, q = tid >> 5, g = lane >> 2, tig = lane & 3;
+  const int c = blockIdx.x / p.groups_b;
+  const int b0 = (blockIdx.x - c * p.groups_b) * BN;
+  const int ti = p.ntiles - 1 - blockIdx.y;  // heaviest tiles first
+  const int t0 = ti * BT;
+  const T* wrow = w + (IT)c * p.T;
+  for (int j = tid; j < (ti + 2) * BT; j += TIMEX_MMA_THREADS) {
+    const int lag = j - BT;
+    wl[j] = (lag >= 0 && lag < p.T) ? ops_to_float(wrow[p.T - 1 - lag]) : 0.f;
+  }
+  float acc[2][NT][4];
+  TIMEX_UNROLL for (int m = 0; m < 2; ++m)
+    TIMEX_UNROLL for (int n = 0; n < NT; ++n)
+      TIMEX_UNROLL for (int i = 0; i < 4; ++i) acc[m][n][i] = 0.f;
+  for (int ui = 0; ui <= ti; ++ui) {
+    const int u0 = ui * BT;
+    __syncthreads();  // the previous chunk's fragment reads are done
+    TIMEX_UNROLL for (int r = 0; r < BN; ++r) {
+      const int b = b0 + r, u = u0 + tid;
+      float v = 0.f;
+      if (b < p.B && u < p.T) v = ops_to_float(k[((IT)b * p.C + c) * p.T + (p.reverse ? p.T - 1 - u : u)]);
+      ks[r * KS + tid] = v;
+    }
+    __syncthreads();
+    const int steps = ui == ti ? 4 * q + 4 : BT / 8;
+    // wl index of A[t][u] for t = t0 + 32q + row, u = u0 + col: (t - u) + BT
+    const int base = t0 - u0 + 32 * q + BT + g - tig;
+    for (int s = 0; s < steps; ++s) {
+      unsigned int bb[NT][2], bs[NT][2];
+      TIMEX_UNROLL for (int n = 0; n < NT; ++n) {
+        const float* kp = ks + (8 * n + g) * KS + 8 * s + tig;
+        const TimexTf32<SPLIT> x0(kp[0]), x1(kp[4]);
+        bb[n][0] = x0.big; bb[n][1] = x1.big; bs[n][0] = x0.small; bs[n][1] = x1.small;
+      }
+      TIMEX_UNROLL for (int m = 0; m < 2; ++m) {
+        const float* ap = wl + base + 16 * m - 8 * s;
+        const TimexTf32<SPLIT> a0(ap[0]), a1(ap[8]), a2(ap[-4]), a3(ap[4]);
+        const unsigned int ab[4] = {a0.big, a1.big, a2.big, a3.big};
+        const unsigned int as[4] = {a0.small, a1.small, a2.small, a3.small};
+        TIMEX_UNROLL for (int n = 0; n < NT; ++n) {
+          if (SPLIT) {
+            timex_mma(acc[m][n], as, bb[n]);
+            timex_mma(acc[m][n], ab, bs[n]);
+          }
+          timex_mma(acc[m][n], ab, bb[n]);
+        }
+      }
+    }
+  }
+  __syncthreads();
+  // C fragment: d0, d1 at (row g, columns 2 tig, 2 tig + 1), d2, d3 at row g + 8; rows are t, columns b.
+  TIMEX_UNROLL for (int m = 0; m < 2; ++m)
+    TIMEX_UNROLL for (int n = 0; n < NT; ++n) {
+      float* op = ks + (8 * n + 2 * tig) * KS + 32 * q + 16 * m + g;
+      op[0] = acc[m][n][0];
+      op[KS] = acc[m][n][1];
+      op[8] = acc[m][n][2];
+      op[KS + 8] = acc[m][n][3];
+    }
+  __syncthreads();
+  const int t = t0 + tid;
+  if (t >= p.T) return;
+  const int tt = p.reverse ? p.T - 1 - t : t;
+  TIMEX_UNROLL for (int r = 0; r < BN; ++r) {
+    const int b = b0 + r;
+    if (b < p.B) out[((IT)b * p.C + c) * p.T + tt] = ops_from_float<T>(ks[r * KS + tid] + p.eps);
+  }
+}
+
+template <typename T, int NT, typename IT>
+void timex_fwd_mma_launch(const T* w, const T* k, T* out, const TimexFwdParams& p) {
+  static int raised = 48 * 1024;
+  timex_smem_opt_in(timex_fwd_mma_kernel<T, NT, IT>, p.smem_bytes, raised);
+  const dim3 grid(p.C * p.groups_b, p.ntiles);
+  timex_fwd_mma_kernel<T, NT, IT><<<grid, TIMEX_MMA_THREADS, p.smem_bytes>>>(w, k, out, p);
+  OPS_CHECK_LAUNCH();
+}
+
 #else
 // ---------------------------------------------------------------------------------------------------------
 // CPU: the GPU blocks one after another, each phase run for every thread of the block before the next.

@@ -26,6 +26,8 @@ Variants (``cuda_snippets/timex.cuh`` has the kernels; the CPU path runs the sam
 block by block and thread by thread, so it exercises the GPU index math):
 
 ============ ============================================================================================
+fwd_mma      CUDA on sm_80+, T <= MMA_MAX_T: tensor cores (mma.sync TF32; 3xTF32 for float32), one block per
+             (channel, batch group of 8/16/32 rows, t-tile of 128). Forward and grad_k. CUDA only.
 fwd_single   T <= FWD_SINGLE_MAX_T: one t-tile covers the sequence; one block per (channel, batch group)
              reads its k rows and w row once. Used for the forward and for grad_k (time-reversed).
 fwd_tiled    longer T: t-tiles of FWD_TILE; the block of tile i walks u-chunks 0..i (i squares, 1 triangle).
@@ -48,9 +50,9 @@ Performance (predicted; to measure), B32 C768 T768 fp32 on an H200 (FP32 FMA pea
 5 shared loads per step, ~10% of threads' steps lost to the warp-level triangle and the staging phase);
 grad_k the same; grad_w ~0.3-0.4 ms (32 FMAs per 2 shared loads, shared memory ~60% busy).
 
-Only ``tm`` (1, 2 or 4), the dtype and the index type change the generated code: one compile per
-(dtype, tm, index type) for the forward/grad_k and per (dtype, index type) for grad_w; every size, tile and
-lane count goes through the shapes and ``data``.
+Only the variant, ``tm`` (1, 2 or 4), the dtype and the index type change the generated code: one compile
+per (dtype, tm, index type) for each forward kernel (also grad_k) and per (dtype, index type) for grad_w;
+every size, tile and lane count goes through the shapes and ``data``.
 """
 from __future__ import annotations
 
@@ -66,7 +68,7 @@ __all__ = ["timex", "TimeX", "TimeXFunction", "KernelConfig", "select_config", "
            "launch_forward", "launch_grad_w", "VARIANTS", "DTYPES"]
 
 DTYPES = ("float32", "float16", "bfloat16")
-VARIANTS = ("fwd_single", "fwd_tiled", "gw_single", "gw_tiled")
+VARIANTS = ("fwd_mma", "fwd_single", "fwd_tiled", "gw_single", "gw_tiled")
 
 # ---- tuning constants (all predicted; to measure on the GPU) ---------------------------------------------
 
@@ -92,6 +94,12 @@ FWD_LANES_BY_B = ((16, 4), (8, 2), (1, 1))  # (min B, lanes_b)
 # grad_w batch lanes: up to 8 rows per step; the k window load is per (row, lag group) either way, and more
 # row lanes mean fewer distinct lag groups per warp (less triangle divergence).
 GW_MAX_LANES = 8
+# fwd_mma: the kernel stages w by lag for the block's whole causal window, (ntiles + 1) * 128 floats, beside
+# the k chunk (BN x 132 floats): 83 KB at T = 16384 and 32 rows; longer T takes fwd_tiled.
+MMA_MAX_T = 16384
+MMA_TILE, MMA_THREADS = 128, 128  # TIMEX_MMA_TILE / TIMEX_MMA_THREADS in timex.cuh
+# OPS_TIMEX_MMA=0 turns the tensor-core forward off (the CUDA-core kernels run instead): an A/B switch.
+MMA_SWITCH = "OPS_TIMEX_MMA"
 # CUDA grid y limit (t-tiles / s-tiles).
 MAX_GRID_Y = 65535
 # The kernels' launch bounds (TIMEX_FWD_MAX_THREADS / TIMEX_GW_MAX_THREADS in timex.cuh).
@@ -110,7 +118,7 @@ class KernelConfig:
     """
 
     variant: str
-    tm: int  # compile-time: batch rows per forward thread (1 for grad_w)
+    tm: int  # compile-time: batch rows per forward thread (1 for grad_w); fwd_mma: n-tiles (8 rows) per block
     lanes_b: int
     tile: int
     ntiles: int
@@ -150,14 +158,36 @@ def _check_shape(shape: Sequence[int]) -> Tuple[int, int, int]:
     return tuple(int(s) for s in shape)
 
 
+def tensor_cores_available() -> bool:
+    """fwd_mma can run: CUDA in use, every target arch sm_80 or newer, and not switched off."""
+    import os
+    if os.environ.get(MMA_SWITCH, "1") == "0" or not jt.flags.use_cuda:
+        return False
+    archs = list(jt.flags.cuda_archs)
+    return bool(archs) and min(archs) >= 80
+
+
+def _mma_config(B: int, C: int, T: int) -> KernelConfig:
+    nt = 1 if B <= 8 else 2 if B <= 16 else 4  # n-tiles of 8 batch rows; more rows share each A fragment
+    rows = 8 * nt
+    ntiles = _ceil_div(T, MMA_TILE)
+    smem = 4 * (rows * (MMA_TILE + 4) + (ntiles + 1) * MMA_TILE)
+    return KernelConfig(variant="fwd_mma", tm=nt, lanes_b=rows, tile=MMA_TILE, ntiles=ntiles,
+                        groups=_ceil_div(B, rows), splits=1, threads=MMA_THREADS, smem_bytes=smem,
+                        index_t=_codegen.index_type(B * C * T))
+
+
 def select_config(k_shape: Sequence[int], kernel: str = "forward", *, single_max_t: int = None,
-                  tile: int = None) -> KernelConfig:
+                  tile: int = None, tensor_cores: bool = False) -> KernelConfig:
     """The launch for k of shape (B, C, T): ``kernel`` "forward" (also grad_k) or "grad_w".
 
+    ``tensor_cores``: the forward may use fwd_mma (the caller knows the device: :func:`tensor_cores_available`).
     ``single_max_t``/``tile`` override the tuning constants (tests use them to reach the tiled paths with
     small, fast shapes); ``tile`` is rounded up to the kernel's thread granularity.
     """
     B, C, T = _check_shape(k_shape)
+    if kernel == "forward" and tensor_cores and T <= MMA_MAX_T and single_max_t is None and tile is None:
+        return _mma_config(B, C, T)
     if kernel == "forward":
         tm = 1 if B == 1 else 2 if B == 2 else 4
         lanes = next(lb for min_b, lb in FWD_LANES_BY_B if B >= min_b)
@@ -209,6 +239,10 @@ _GRAD_W_CALL = ("timex_gw_${FN}<in0_type, ${IT}>(in0_p, in1_p, out0_p, out1_p, "
 
 def render_source(cfg: KernelConfig, device: str) -> str:
     """The ``cuda_src`` (device "cuda") or ``cpu_src`` (device "cpu") calling the launcher for ``cfg``."""
+    if cfg.variant == "fwd_mma":
+        if device == "cpu":  # never selected off CUDA; the op's CPU half must still be valid C++
+            return 'LOGf << "timex: the fwd_mma launch is CUDA-only";'
+        return _codegen.render(_FORWARD_CALL, FN="mma_launch", TM=cfg.tm, IT=cfg.index_t)
     fn = {"cuda": "launch", "cpu": "host"}[device]
     template = _FORWARD_CALL if cfg.kernel == "forward" else _GRAD_W_CALL
     return _codegen.render(template, FN=fn, TM=cfg.tm, IT=cfg.index_t)
@@ -224,7 +258,7 @@ def _code(shapes, dtypes, inputs, cfg: KernelConfig, **extra):
 def launch_forward(w, k, eps: float, reverse: bool = False, cfg: KernelConfig = None):
     """``eps`` + the causal convolution of ``k`` (B, C, T) with ``w`` (C, T); ``reverse``: both in reversed
     time (grad_k = launch_forward(w, g, 0, reverse=True))."""
-    cfg = cfg or select_config(k.shape, "forward")
+    cfg = cfg or select_config(k.shape, "forward", tensor_cores=tensor_cores_available())
     return _code([k.shape], [k.dtype], [w, k], cfg, reverse=int(bool(reverse)), eps=float(eps))[0]
 
 

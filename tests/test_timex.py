@@ -100,11 +100,55 @@ def test_select_config_table(shape, kernel, variant, tm, lanes, tile, ntiles, sp
     assert cfg.index_t == "int"
 
 
+# fwd_mma (tensor_cores=True): (shape, tm = n-tiles of 8 rows, rows per block, ntiles, groups, smem bytes)
+MMA_TABLE = [
+    ((32, 768, 768), 4, 32, 6, 1, 4 * (32 * 132 + 7 * 128)),
+    ((8, 512, 1024), 1, 8, 8, 1, 4 * (8 * 132 + 9 * 128)),
+    ((16, 256, 777), 2, 16, 7, 1, 4 * (16 * 132 + 8 * 128)),
+    ((64, 256, 256), 4, 32, 2, 2, 4 * (32 * 132 + 3 * 128)),
+    ((4, 256, 4096), 1, 8, 32, 1, 4 * (8 * 132 + 33 * 128)),
+    ((33, 3, 16384), 4, 32, 128, 2, 4 * (32 * 132 + 129 * 128)),
+    ((1, 1, 1), 1, 8, 1, 1, 4 * (8 * 132 + 2 * 128)),
+]
+
+
+@pytest.mark.parametrize("shape, tm, rows, ntiles, groups, smem", MMA_TABLE)
+def test_select_config_tensor_core_table(shape, tm, rows, ntiles, groups, smem):
+    cfg = X.select_config(shape, tensor_cores=True)
+    got = (cfg.variant, cfg.tm, cfg.lanes_b, cfg.tile, cfg.ntiles, cfg.groups, cfg.threads, cfg.smem_bytes)
+    assert got == ("fwd_mma", tm, rows, X.MMA_TILE, ntiles, groups, X.MMA_THREADS, smem)
+    assert smem <= 227 * 1024
+
+
+def test_tensor_cores_only_for_the_forward_up_to_their_length_limit():
+    assert X.select_config((4, 2, X.MMA_MAX_T + 1), tensor_cores=True).variant == "fwd_tiled"
+    assert X.select_config((32, 768, 768), "grad_w", tensor_cores=True).variant == "gw_tiled"
+    # forced CUDA-core tiles (tests of fwd_tiled) keep the CUDA-core kernel
+    assert X.select_config((4, 2, 300), tensor_cores=True, single_max_t=64, tile=64).variant == "fwd_tiled"
+    assert X.select_config((32, 768, 768)).variant == "fwd_single"  # the default: CUDA cores
+
+
+def test_tensor_cores_need_cuda_and_can_be_switched_off(monkeypatch):
+    previous = jt.flags.use_cuda
+    try:
+        jt.flags.use_cuda = 0
+        assert not X.tensor_cores_available()
+        if ops.has_cuda():
+            jt.flags.use_cuda = 1
+            assert X.tensor_cores_available() == (min(jt.flags.cuda_archs) >= 80)
+            monkeypatch.setenv(X.MMA_SWITCH, "0")
+            assert not X.tensor_cores_available()
+    finally:
+        jt.flags.use_cuda = previous
+
+
 def test_every_variant_and_constant_is_picked_by_the_table():
     cfgs = [X.select_config(s, kern) for s, kern, *_ in SELECT_TABLE]
+    cfgs += [X.select_config(s, tensor_cores=True) for s, *_ in MMA_TABLE]
     assert {c.variant for c in cfgs} == set(X.VARIANTS)
     assert {c.tm for c in cfgs if c.kernel == "forward"} == {1, 2, 4}
-    assert {c.lanes_b for c in cfgs if c.kernel == "forward"} == {1, 2, 4}
+    assert {c.tm for c in cfgs if c.variant == "fwd_mma"} == {1, 2, 4}
+    assert {c.lanes_b for c in cfgs if c.variant.startswith("fwd_") and c.variant != "fwd_mma"} == {1, 2, 4}
     assert {c.lanes_b for c in cfgs if c.kernel == "grad_w"} == {1, 2, 4, 8}
     assert any(c.splits > 1 for c in cfgs) and any(c.ntiles > 1 for c in cfgs)
 
@@ -154,6 +198,15 @@ def test_render_source_carries_only_code_changing_values():
     assert "timex_fwd_host<in0_type, 4, int>" in X.render_source(a, "cpu")
     gw = X.select_config((32, 768, 768), "grad_w")
     assert "timex_gw_launch<in0_type, int>" in X.render_source(gw, "cuda")
+    mma = X.select_config((32, 768, 768), tensor_cores=True)
+    assert "timex_fwd_mma_launch<in0_type, 4, int>" in X.render_source(mma, "cuda")
+    assert "LOGf" in X.render_source(mma, "cpu")  # never run: fwd_mma is not selected off CUDA
+
+
+def test_mma_launch_constants_match_the_kernel():
+    text = ops._codegen.snippet("timex")
+    assert f"#define TIMEX_MMA_TILE {X.MMA_TILE}" in text
+    assert f"#define TIMEX_MMA_THREADS {X.MMA_THREADS}" in text
 
 
 # ---- values -----------------------------------------------------------------------------------------------
@@ -365,6 +418,9 @@ def test_gpu_sized_values_and_gradients(rng, B, C, T, dtype):
     previous = jt.flags.use_cuda
     jt.flags.use_cuda = 1
     try:
+        want = "fwd_mma" if T <= X.MMA_MAX_T and min(jt.flags.cuda_archs) >= 80 else None
+        if want:  # the default forward (and grad_k) on this GPU is the tensor-core kernel
+            assert X.select_config((B, C, T), tensor_cores=X.tensor_cores_available()).variant == want
         w, k = inputs(rng, B, C, T, dtype)
         g = random_array((B, C, T), dtype, rng)
         out = ops.timex(to_jittor(w, dtype), to_jittor(k, dtype), 0.01)
@@ -379,6 +435,26 @@ def test_gpu_sized_values_and_gradients(rng, B, C, T, dtype):
         jt.flags.use_cuda = previous
 
 
+# The CUDA-core forward kernels, which fwd_mma replaces on sm_80+ GPUs, stay tested on the GPU (switch off).
+@pytest.mark.cuda
+@pytest.mark.parametrize("B, C, T, dtype", [(32, 16, 768, "float32"), (3, 8, 1100, "float32"),
+                                            (8, 16, 1024, "bfloat16")])
+def test_gpu_cuda_core_forward_and_grad_k(rng, monkeypatch, B, C, T, dtype):
+    monkeypatch.setenv(X.MMA_SWITCH, "0")
+    previous = jt.flags.use_cuda
+    jt.flags.use_cuda = 1
+    try:
+        assert not X.tensor_cores_available()
+        w, k = inputs(rng, B, C, T, dtype)
+        g = random_array((B, C, T), dtype, rng)
+        out = ops.timex(to_jittor(w, dtype), to_jittor(k, dtype), 0.01)
+        assert_close(to_numpy64(out), F.reference_timex(w, k, 0.01), dtype, T)
+        _, gk = run_grads(w, k, g, dtype)
+        assert_close(gk, F.reference_timex_grads(w, k, g)[1], dtype, T, "grad_k")
+    finally:
+        jt.flags.use_cuda = previous
+
+
 # ---- nvcc: every instantiation the dispatcher can render compiles for sm_90 -------------------------------
 
 def _all_configs():
@@ -387,6 +463,8 @@ def _all_configs():
     gw = X.select_config((32, 768, 768), "grad_w")
     out = [dataclasses.replace(fwd, tm=tm, index_t=it) for tm in (1, 2, 4) for it in ("int", "long long")]
     out += [dataclasses.replace(gw, index_t=it) for it in ("int", "long long")]
+    out += [dataclasses.replace(X.select_config((b, 768, 768), tensor_cores=True), index_t=it)
+            for b in (8, 16, 32) for it in ("int", "long long")]
     return out
 
 
@@ -408,9 +486,9 @@ def test_nvcc_compiles_every_instantiation():
     from nvcc_util import compile_check
 
     configs = _all_configs()
-    assert {(c.kernel, c.tm, c.index_t) for c in configs} == (
-        {("forward", tm, it) for tm in (1, 2, 4) for it in ("int", "long long")}
-        | {("grad_w", 1, it) for it in ("int", "long long")})
+    assert {(c.variant == "fwd_mma", c.kernel, c.tm, c.index_t) for c in configs} == (
+        {(mma, "forward", tm, it) for mma in (False, True) for tm in (1, 2, 4) for it in ("int", "long long")}
+        | {(False, "grad_w", 1, it) for it in ("int", "long long")})
     header = "#include <map>\n#include <string>\n" + ops._codegen.header(["common", "timex"])
     body = "\n".join(_block(X.render_source(cfg, "cuda"), cfg.kernel, dtype)
                      for cfg in configs for dtype in DTYPES)

@@ -143,8 +143,9 @@ class TimexFamily(Family):
     def variant(self, c, api):
         if api is not sys.modules[__package__.split(".")[0]]:
             return "-"
-        select_config = _impl().select_config
-        fwd = select_config(c.shapes[1], "forward")
+        impl = _impl()
+        fwd = impl.select_config(c.shapes[1], "forward", tensor_cores=impl.tensor_cores_available())
+        select_config = impl.select_config
         name = f"{fwd.variant}/tm{fwd.tm}"
         if c.direction == "fwd":
             return name
