@@ -26,8 +26,9 @@ Variants (``cuda_snippets/timex.cuh`` has the kernels; the CPU path runs the sam
 block by block and thread by thread, so it exercises the GPU index math):
 
 ============ ============================================================================================
-fwd_mma      CUDA on sm_80+, T <= MMA_MAX_T: tensor cores (mma.sync TF32; 3xTF32 for float32), one block per
-             (channel, batch group of 8/16/32 rows, t-tile of 128). Forward and grad_k. CUDA only.
+fwd_mma      CUDA on sm_80+, T <= MMA_MAX_T, float16/bfloat16 at any B and float32 from MMA_FLOAT32_MIN_B rows:
+             tensor cores (mma.sync TF32; 3xTF32 for float32), one block per (channel, batch group of
+             8/16/32 rows, t-tile of 128). Forward and grad_k. CUDA only.
 fwd_single   T <= FWD_SINGLE_MAX_T: one t-tile covers the sequence; one block per (channel, batch group)
              reads its k rows and w row once. Used for the forward and for grad_k (time-reversed).
 fwd_tiled    longer T: t-tiles of FWD_TILE; the block of tile i walks u-chunks 0..i (i squares, 1 triangle).
@@ -94,9 +95,16 @@ FWD_LANES_BY_B = ((16, 4), (8, 2), (1, 1))  # (min B, lanes_b)
 # grad_w batch lanes: up to 8 rows per step; the k window load is per (row, lag group) either way, and more
 # row lanes mean fewer distinct lag groups per warp (less triangle divergence).
 GW_MAX_LANES = 8
-# fwd_mma: the kernel stages w by lag for the block's whole causal window, (ntiles + 1) * 128 floats, beside
-# the k chunk (BN x 132 floats): 83 KB at T = 16384 and 32 rows; longer T takes fwd_tiled.
-MMA_MAX_T = 16384
+# fwd_mma limits, measured on the H100 on 2026-11-23 (scores/runs/h100-2026-11-23-runA.log, docs/perf-notes.md):
+# * T: the kernel handles any T (shared memory (ntiles + 1) * 128 + rows * 132 floats), but the tensor cores'
+#   float32 accumulation (acc + 8 products per mma, not rounded like an FADD) loses more than the tests allow
+#   past T ~ 1024: at T = 4096 and 8192 some float32 outputs were off by up to 5x the tolerance; every case up
+#   to T = 1024 passed. Longer T takes fwd_tiled.
+# * float32 (three mmas per product) pays only with 4 n-tiles (B > 16): B32 C768 T768 0.345 ms against the
+#   CUDA cores' 0.468, but B8 T1024 0.144 against 0.134 and B16 T777 0.102 against 0.095. float16/bfloat16
+#   (one exact mma per product) win at every B: B8 T1024 float16 0.054 ms against 0.131.
+MMA_MAX_T = 1024
+MMA_FLOAT32_MIN_B = 17
 MMA_TILE, MMA_THREADS = 128, 128  # TIMEX_MMA_TILE / TIMEX_MMA_THREADS in timex.cuh
 # OPS_TIMEX_MMA=0 turns the tensor-core forward off (the CUDA-core kernels run instead): an A/B switch.
 MMA_SWITCH = "OPS_TIMEX_MMA"
@@ -178,15 +186,16 @@ def _mma_config(B: int, C: int, T: int) -> KernelConfig:
 
 
 def select_config(k_shape: Sequence[int], kernel: str = "forward", *, single_max_t: int = None,
-                  tile: int = None, tensor_cores: bool = False) -> KernelConfig:
-    """The launch for k of shape (B, C, T): ``kernel`` "forward" (also grad_k) or "grad_w".
+                  tile: int = None, tensor_cores: bool = False, dtype: str = "float32") -> KernelConfig:
+    """The launch for k of shape (B, C, T) and ``dtype``: ``kernel`` "forward" (also grad_k) or "grad_w".
 
     ``tensor_cores``: the forward may use fwd_mma (the caller knows the device: :func:`tensor_cores_available`).
     ``single_max_t``/``tile`` override the tuning constants (tests use them to reach the tiled paths with
     small, fast shapes); ``tile`` is rounded up to the kernel's thread granularity.
     """
     B, C, T = _check_shape(k_shape)
-    if kernel == "forward" and tensor_cores and T <= MMA_MAX_T and single_max_t is None and tile is None:
+    if (kernel == "forward" and tensor_cores and T <= MMA_MAX_T and single_max_t is None and tile is None
+            and (dtype != "float32" or B >= MMA_FLOAT32_MIN_B)):
         return _mma_config(B, C, T)
     if kernel == "forward":
         tm = 1 if B == 1 else 2 if B == 2 else 4
@@ -258,7 +267,7 @@ def _code(shapes, dtypes, inputs, cfg: KernelConfig, **extra):
 def launch_forward(w, k, eps: float, reverse: bool = False, cfg: KernelConfig = None):
     """``eps`` + the causal convolution of ``k`` (B, C, T) with ``w`` (C, T); ``reverse``: both in reversed
     time (grad_k = launch_forward(w, g, 0, reverse=True))."""
-    cfg = cfg or select_config(k.shape, "forward", tensor_cores=tensor_cores_available())
+    cfg = cfg or select_config(k.shape, "forward", tensor_cores=tensor_cores_available(), dtype=str(k.dtype))
     return _code([k.shape], [k.dtype], [w, k], cfg, reverse=int(bool(reverse)), eps=float(eps))[0]
 
 

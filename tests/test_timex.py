@@ -100,28 +100,32 @@ def test_select_config_table(shape, kernel, variant, tm, lanes, tile, ntiles, sp
     assert cfg.index_t == "int"
 
 
-# fwd_mma (tensor_cores=True): (shape, tm = n-tiles of 8 rows, rows per block, ntiles, groups, smem bytes)
+# fwd_mma (tensor_cores=True): (shape, dtype, tm = n-tiles of 8 rows, rows per block, ntiles, groups, smem bytes)
 MMA_TABLE = [
-    ((32, 768, 768), 4, 32, 6, 1, 4 * (32 * 132 + 7 * 128)),
-    ((8, 512, 1024), 1, 8, 8, 1, 4 * (8 * 132 + 9 * 128)),
-    ((16, 256, 777), 2, 16, 7, 1, 4 * (16 * 132 + 8 * 128)),
-    ((64, 256, 256), 4, 32, 2, 2, 4 * (32 * 132 + 3 * 128)),
-    ((4, 256, 4096), 1, 8, 32, 1, 4 * (8 * 132 + 33 * 128)),
-    ((33, 3, 16384), 4, 32, 128, 2, 4 * (32 * 132 + 129 * 128)),
-    ((1, 1, 1), 1, 8, 1, 1, 4 * (8 * 132 + 2 * 128)),
+    ((32, 768, 768), "float32", 4, 32, 6, 1, 4 * (32 * 132 + 7 * 128)),
+    ((17, 3, 1024), "float32", 4, 32, 8, 1, 4 * (32 * 132 + 9 * 128)),
+    ((64, 256, 256), "float32", 4, 32, 2, 2, 4 * (32 * 132 + 3 * 128)),
+    ((8, 512, 1024), "float16", 1, 8, 8, 1, 4 * (8 * 132 + 9 * 128)),
+    ((16, 256, 777), "bfloat16", 2, 16, 7, 1, 4 * (16 * 132 + 8 * 128)),
+    ((1, 1, 1), "bfloat16", 1, 8, 1, 1, 4 * (8 * 132 + 2 * 128)),
 ]
 
 
-@pytest.mark.parametrize("shape, tm, rows, ntiles, groups, smem", MMA_TABLE)
-def test_select_config_tensor_core_table(shape, tm, rows, ntiles, groups, smem):
-    cfg = X.select_config(shape, tensor_cores=True)
+@pytest.mark.parametrize("shape, dtype, tm, rows, ntiles, groups, smem", MMA_TABLE)
+def test_select_config_tensor_core_table(shape, dtype, tm, rows, ntiles, groups, smem):
+    cfg = X.select_config(shape, tensor_cores=True, dtype=dtype)
     got = (cfg.variant, cfg.tm, cfg.lanes_b, cfg.tile, cfg.ntiles, cfg.groups, cfg.threads, cfg.smem_bytes)
     assert got == ("fwd_mma", tm, rows, X.MMA_TILE, ntiles, groups, X.MMA_THREADS, smem)
     assert smem <= 227 * 1024
 
 
-def test_tensor_cores_only_for_the_forward_up_to_their_length_limit():
-    assert X.select_config((4, 2, X.MMA_MAX_T + 1), tensor_cores=True).variant == "fwd_tiled"
+def test_tensor_cores_only_where_they_were_measured_accurate_and_faster():
+    assert X.MMA_MAX_T == 1024  # float32 accumulation error past it (docs/perf-notes.md)
+    for dtype in DTYPES:
+        assert X.select_config((32, 2, 1025), tensor_cores=True, dtype=dtype).variant == "fwd_tiled"
+        assert X.select_config((32, 2, 1024), tensor_cores=True, dtype=dtype).variant == "fwd_mma"
+    assert X.select_config((16, 256, 777), tensor_cores=True).variant == "fwd_single"  # float32, B <= 16
+    assert X.select_config((17, 256, 777), tensor_cores=True).variant == "fwd_mma"
     assert X.select_config((32, 768, 768), "grad_w", tensor_cores=True).variant == "gw_tiled"
     # forced CUDA-core tiles (tests of fwd_tiled) keep the CUDA-core kernel
     assert X.select_config((4, 2, 300), tensor_cores=True, single_max_t=64, tile=64).variant == "fwd_tiled"
@@ -144,7 +148,7 @@ def test_tensor_cores_need_cuda_and_can_be_switched_off(monkeypatch):
 
 def test_every_variant_and_constant_is_picked_by_the_table():
     cfgs = [X.select_config(s, kern) for s, kern, *_ in SELECT_TABLE]
-    cfgs += [X.select_config(s, tensor_cores=True) for s, *_ in MMA_TABLE]
+    cfgs += [X.select_config(s, tensor_cores=True, dtype=d) for s, d, *_ in MMA_TABLE]
     assert {c.variant for c in cfgs} == set(X.VARIANTS)
     assert {c.tm for c in cfgs if c.kernel == "forward"} == {1, 2, 4}
     assert {c.tm for c in cfgs if c.variant == "fwd_mma"} == {1, 2, 4}
@@ -400,15 +404,15 @@ def test_builtin_reference_is_skipped_past_its_length_limit():
 
 # ---- GPU-sized dispatch paths (run with -m cuda) -----------------------------------------------------------
 
-GPU_CASES = [
-    (32, 64, 768, "float32"),   # fwd_single tm4 lanes 4 (the seed's shape with fewer channels), gw_tiled
+GPU_CASES = [  # the forward on sm_80+ GPUs (grad_k takes the same), then grad_w
+    (32, 64, 768, "float32"),   # fwd_mma tm4 (the seed's shape with fewer channels), gw_tiled
     (8, 64, 1024, "float32"),   # fwd_single lanes 2 (8 rows, 41 KB), gw_tiled
-    (64, 32, 256, "float32"),   # gw_single with 4 batch splits
+    (64, 32, 256, "float32"),   # fwd_mma with 2 batch groups; gw_single with 4 batch splits
     (4, 16, 4096, "float32"),   # fwd_tiled, gw_tiled with 16 tiles
-    (16, 32, 1024, "float32"),  # the 74 KB opt-in shared memory of the largest single forward tile
-    (32, 64, 768, "bfloat16"),
-    (8, 64, 1024, "float16"),
-    (3, 8, 8192, "float32"),    # the longest T the issue names, odd B
+    (16, 32, 1024, "float32"),  # fwd_single: the 74 KB opt-in shared memory of the largest single tile
+    (32, 64, 768, "bfloat16"),  # fwd_mma tm4, one exact mma per product
+    (8, 64, 1024, "float16"),   # fwd_mma tm1
+    (3, 8, 8192, "float32"),    # the longest T the issue names, odd B: fwd_tiled
 ]
 
 
@@ -418,9 +422,9 @@ def test_gpu_sized_values_and_gradients(rng, B, C, T, dtype):
     previous = jt.flags.use_cuda
     jt.flags.use_cuda = 1
     try:
-        want = "fwd_mma" if T <= X.MMA_MAX_T and min(jt.flags.cuda_archs) >= 80 else None
-        if want:  # the default forward (and grad_k) on this GPU is the tensor-core kernel
-            assert X.select_config((B, C, T), tensor_cores=X.tensor_cores_available()).variant == want
+        cfg = X.select_config((B, C, T), tensor_cores=X.tensor_cores_available(), dtype=dtype)
+        mma = T <= X.MMA_MAX_T and (dtype != "float32" or B > 16) and min(jt.flags.cuda_archs) >= 80
+        assert (cfg.variant == "fwd_mma") == mma  # the default forward (and grad_k) on this GPU
         w, k = inputs(rng, B, C, T, dtype)
         g = random_array((B, C, T), dtype, rng)
         out = ops.timex(to_jittor(w, dtype), to_jittor(k, dtype), 0.01)
@@ -463,7 +467,7 @@ def _all_configs():
     gw = X.select_config((32, 768, 768), "grad_w")
     out = [dataclasses.replace(fwd, tm=tm, index_t=it) for tm in (1, 2, 4) for it in ("int", "long long")]
     out += [dataclasses.replace(gw, index_t=it) for it in ("int", "long long")]
-    out += [dataclasses.replace(X.select_config((b, 768, 768), tensor_cores=True), index_t=it)
+    out += [dataclasses.replace(X.select_config((b, 768, 768), tensor_cores=True, dtype="float16"), index_t=it)
             for b in (8, 16, 32) for it in ("int", "long long")]
     return out
 

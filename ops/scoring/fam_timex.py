@@ -144,7 +144,7 @@ class TimexFamily(Family):
         if api is not sys.modules[__package__.split(".")[0]]:
             return "-"
         impl = _impl()
-        fwd = impl.select_config(c.shapes[1], "forward", tensor_cores=impl.tensor_cores_available())
+        fwd = impl.select_config(c.shapes[1], "forward", tensor_cores=impl.tensor_cores_available(), dtype=c.dtype)
         select_config = impl.select_config
         name = f"{fwd.variant}/tm{fwd.tm}"
         if c.direction == "fwd":
