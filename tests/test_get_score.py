@@ -52,3 +52,27 @@ def test_time_budget_reports_unrun_cases(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(out_json.read_text())["results"]
     assert len(results) == 2 and all(r["why"] == "not run: time budget spent" and r["points"] == 0 for r in results)
+
+
+def test_a_terminated_run_still_writes_what_it_measured(tmp_path):
+    """`timeout` sends SIGTERM: the finished cases are kept, the rest reported as not run (2026-11-23 lost two
+    GPU score runs' JSON that way)."""
+    import signal
+    import time
+    env = dict(os.environ, OPS_SCORING_FAMILY_MODULES="toy_family",
+               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "tests"), ROOT, os.environ.get("PYTHONPATH", "")]))
+    out_json = tmp_path / "r.json"
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "get_score.py"), "--device", "cpu", "--no-torch",
+                             "-k", "fwd/ok,fwd/hang", "--timeout", "600", "--no-progress", "--json", str(out_json)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 300
+    for line in proc.stderr:  # the worker is now asleep in the hanging case
+        if line.startswith("toy/fwd/ok: ok") or time.monotonic() > deadline:
+            break
+    time.sleep(1)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 0
+    by_id = {r["case_id"]: r for r in json.loads(out_json.read_text())["results"]}
+    assert by_id["toy/fwd/ok"]["correct"] and by_id["toy/fwd/ok"]["ours"]["ms"] > 0
+    assert by_id["toy/fwd/hang"]["why"] == "not run: interrupted (SIGTERM)"

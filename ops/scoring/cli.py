@@ -8,7 +8,8 @@ from typing import List, Optional
 
 from . import report
 from .families import load_families
-from .runner import DEFAULT_TIMEOUT_S, grade_all, run_cases, warm_compile
+from .grading import CaseResult
+from .runner import DEFAULT_TIMEOUT_S, Interrupted, grade_all, run_cases, warm_compile
 
 
 def parse_args(argv: Optional[List[str]] = None):
@@ -118,6 +119,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     # jittor's core installs a SIGCHLD handler that exits this process when any child dies; here children
     # are grading workers, and one killed for hanging must not take the grader down with it.
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+    # `timeout` (or Ctrl-C) stops the run, not the report: the cases measured so far are written out and
+    # the rest are marked not run.
+    def stop(signum, _frame):
+        raise Interrupted(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     device = args.device or ("cuda" if has_cuda() else "cpu")
     if device == "cuda" and not has_cuda():
         print("get_score.py: --device cuda, but jittor has no CUDA here", file=sys.stderr)
@@ -163,15 +172,23 @@ def main(argv: Optional[List[str]] = None) -> int:
     for c in cases:
         by_family.setdefault(c.family, []).append(c.id)
     lanes = list(by_family.values())
+    warm_stop = None
     if device == "cuda" and not args.no_warm:
         print(f"compiling kernels of {len(cases)} cases ({len(lanes)} families in parallel)...", file=sys.stderr)
-        warm_compile(lanes, device=device, impl=args.impl, seed=seed,
-                     timeout_s=args.budget / 2 if args.budget is not None else 900)
+        try:
+            warm_compile(lanes, device=device, impl=args.impl, seed=seed,
+                         timeout_s=args.budget / 2 if args.budget is not None else 900)
+        except Interrupted as why:
+            warm_stop = why
     # Run the families' cases interleaved, so that a --budget cut-off leaves every family partly covered.
     run_order = [lane[i] for i in range(max(map(len, lanes))) for lane in lanes if i < len(lane)]
-    env, results = run_cases(run_order, device=device, impl=args.impl, seed=seed,
-                             references=references, timeout_s=args.timeout, on_result=progress,
-                             nbytes_of=nbytes.get, deadline=deadline, repeats=args.repeats)
+    if warm_stop is None:
+        env, results = run_cases(run_order, device=device, impl=args.impl, seed=seed,
+                                 references=references, timeout_s=args.timeout, on_result=progress,
+                                 nbytes_of=nbytes.get, deadline=deadline, repeats=args.repeats)
+    else:
+        env = {}
+        results = [CaseResult(cid, nbytes[cid], why=f"not run: interrupted ({warm_stop})") for cid in run_order]
     if bar is not None:
         bar.close()
     by_id = {r.case_id: r for r in results}
