@@ -6,7 +6,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))  # tests' own helpers (reference.py, nvcc_util.py)
 
-import ops  # noqa: E402  (bootstraps jittor)
+import ops  # noqa: E402,F401  (bootstraps jittor)
 from ops._jittor import has_cuda, jt  # noqa: E402
 
 

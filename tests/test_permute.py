@@ -178,8 +178,8 @@ def test_index_type_by_count():
 def test_tiled_geometry():
     cfg = P.select_config((3, 70, 37), (0, 2, 1), "float32")
     d = cfg.data
-    assert (cfg.batch_rank, cfg.block, d["A"], d["B"], d["tiles_a"], d["tiles_b"]) == (1, (32, P.TILE_ROWS), 37, 70,
-                                                                                     2, 3)
+    got = (cfg.batch_rank, cfg.block, d["A"], d["B"], d["tiles_a"], d["tiles_b"])
+    assert got == (1, (32, P.TILE_ROWS), 37, 70, 2, 3)
     assert cfg.grid == 3 * 2 * 3 and d["isb"] == 37 and d["osa"] == 70 and (d["bd0"], d["bi0"], d["bo0"]) == (
         3, 70 * 37, 70 * 37)
     packed = P.select_config((2, 64, 128), (0, 2, 1), "float16")
@@ -447,8 +447,8 @@ PERMUTE_SHAPES = [
     ((5, 6, 7, 8), (2, 3, 0, 1)),         # merges to (30,56) (1,0)
     ((6, 5, 4), (1, 0, 2)),               # general, chunked last dim
     ((4, 7, 3, 5), (3, 1, 0, 2)),         # general, last dim moves (small)
-    ((2, 17, 3, 19, 2), (0, 3, 2, 1, 4)), # tiled after chunking (16 bytes for float64)
-    ((2, 17, 3, 2, 19), (0, 4, 3, 2, 1)), # tiled, batch rank 3
+    ((2, 17, 3, 19, 2), (0, 3, 2, 1, 4)),  # tiled after chunking (16 bytes for float64)
+    ((2, 17, 3, 2, 19), (0, 4, 3, 2, 1)),  # tiled, batch rank 3
     ((33, 1, 65), (2, 1, 0)),             # size-1 dim
     ((1, 1), (1, 0)),                     # one element
     ((9,), (0,)),                         # copy
@@ -672,7 +672,8 @@ def test_cuda_large_permute(shape, perm, dtype, rng):
         jt.flags.use_cuda = 0
 
 
-CUDA_ADD = [((2000, 1500, 8), 0, 1, "float32"), ((8192, 4096), 0, 1, "bfloat16"), ((4096, 4096), 0, 1, "float32"), ((4097, 3071), 0, 1, "float16"),
+CUDA_ADD = [((2000, 1500, 8), 0, 1, "float32"), ((8192, 4096), 0, 1, "bfloat16"), ((4096, 4096), 0, 1, "float32"),
+            ((4097, 3071), 0, 1, "float16"),
             ((16, 1024, 1024), 1, 2, "float32"), ((2048, 4096), 0, 1, "int8")]
 
 

@@ -158,7 +158,7 @@ def test_warp_merge_reproduces_the_in_order_scan(rng):
         lanes = [_scan(vals, range(lane, n, 32)) for lane in range(32)]
         m = 16
         while m:
-            lanes = [lanes[l ^ m] if _beats(*lanes[l ^ m], *lanes[l]) else lanes[l] for l in range(32)]
+            lanes = [lanes[i ^ m] if _beats(*lanes[i ^ m], *lanes[i]) else lanes[i] for i in range(32)]
             m //= 2
         want = _scan(vals, range(n))
         assert all(lane[1] == want[1] for lane in lanes), (trial, lanes[0], want)
@@ -199,7 +199,8 @@ def _emulate_rows(x, cfg, params):
                 for c in range(nch):
                     if w0 + c * vec < W:
                         start = row + c * vec
-                        assert start % vec == 0 and (start - plane * D * H * W) // W == (start + vec - 1 - plane * D * H * W) // W
+                        first = start - plane * D * H * W
+                        assert start % vec == 0 and first // W == (first + vec - 1) // W  # one row
                         for e in range(vec):
                             col[c * vec + e] = _max_nan(col[c * vec + e], flat[start + e])
         for t in range(vec):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import statistics
 import time
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 

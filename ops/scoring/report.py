@@ -53,7 +53,10 @@ def format_table(head, body, markdown: bool) -> str:
         lines = ["| " + " | ".join(esc[0]) + " |", "|" + "---|" * len(head)]
         return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in esc[1:]])
     widths = [max(len(str(r[i])) for r in [head] + body) for i in range(len(head) - 1)]
-    fmt = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)) + "  " + r[-1]
+
+    def fmt(r):
+        return "  ".join(str(c).ljust(w) for c, w in zip(r, widths)) + "  " + r[-1]
+
     return "\n".join([fmt(head), "-" * (sum(widths) + 2 * len(widths))] + [fmt(r) for r in body])
 
 
@@ -69,7 +72,7 @@ def format_summary(summary: dict, markdown: bool) -> str:
     ]
     for ref, ids in slow.items():
         lines.append(f"slower than {ref} on {len(ids)} case(s): {', '.join(ids)}")
-    return "\n".join(("- " + l) if markdown else l for l in lines)
+    return "\n".join(("- " + line) if markdown else line for line in lines)
 
 
 def render(results: List[CaseResult], references: Sequence[str], env: dict, markdown: bool,

@@ -149,4 +149,3 @@ def family_cases(families: Sequence[Family], device: Optional[str] = None) -> Li
     for fam in families:
         out.extend(c for c in fam.cases if device is None or device in c.devices)
     return out
-
