@@ -536,6 +536,146 @@ void timex_fwd_mma_launch(const T* w, const T* k, T* out, const TimexFwdParams& 
   OPS_CHECK_LAUNCH();
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// fwd_mma2: fwd_mma reworked for accuracy at any T and for speed. Opt-in (OPS_TIMEX_MMA=2) until a GPU run
+// measures it (docs/perf-notes.md, "timex on tensor cores"). The same block, warp and fragment geometry, and:
+//   * each k-step's mmas start from a zeroed fragment, added to the float32 total with an FADD: the tensor
+//     cores' unrounded accumulation then only ever holds 8-24 products (fwd_mma lost accuracy past T ~ 1024);
+//   * operands are converted to TF32 once, when staged (big and small halves in shared memory for float32),
+//     not by every warp at every fragment read;
+//   * w is staged per chunk as the 256 lags the chunk needs, so shared memory does not grow with T;
+//   * two stages: the next chunk's k and w values are loaded into registers while the tensor cores work on
+//     the current one, then converted into the other stage (one barrier per chunk).
+// Stage layout (32-bit words): kb[BN][KS], wb[256 + 8], then for float32 ks[BN][KS], ws[256 + 8] (smalls).
+// wb[j] = wr[(ti - ui) * 128 - 128 + j], zero outside [0, T); A[t][u] = wb[(t - u) - (ti - ui) * 128 + 128].
+// ---------------------------------------------------------------------------------------------------------
+#define TIMEX_MMA2_WIN (2 * TIMEX_MMA_TILE + 8)
+
+template <typename T, int NT> struct TimexMma2Stage {
+  static constexpr int BN = 8 * NT;
+  static constexpr int HALF = BN * TIMEX_MMA_KS + TIMEX_MMA2_WIN;  // words of the big (or only) halves
+  static constexpr int WORDS = (sizeof(T) == 4 ? 2 : 1) * HALF;    // words of one stage
+};
+
+template <typename T, int NT, typename IT>
+__device__ __forceinline__ void timex_mma2_fetch(float (&kv)[8 * NT], float (&wv)[2], const T* w, const T* k,
+                                                  const TimexFwdParams& p, int c, int b0, int ti, int ui, int tid) {
+  const int u = ui * TIMEX_MMA_TILE + tid;
+  TIMEX_UNROLL for (int r = 0; r < 8 * NT; ++r) {
+    const int b = b0 + r;
+    kv[r] = (b < p.B && u < p.T) ? ops_to_float(k[((IT)b * p.C + c) * p.T + (p.reverse ? p.T - 1 - u : u)]) : 0.f;
+  }
+  const int lag0 = (ti - ui) * TIMEX_MMA_TILE - TIMEX_MMA_TILE;
+  TIMEX_UNROLL for (int h = 0; h < 2; ++h) {
+    const int lag = lag0 + tid + h * TIMEX_MMA_THREADS;
+    wv[h] = (lag >= 0 && lag < p.T) ? ops_to_float(w[(IT)c * p.T + (p.T - 1 - lag)]) : 0.f;
+  }
+}
+
+template <typename T, int NT>
+__device__ __forceinline__ void timex_mma2_put(unsigned int* st, const float (&kv)[8 * NT], const float (&wv)[2],
+                                                int tid) {
+  constexpr int HALF = TimexMma2Stage<T, NT>::HALF;
+  constexpr bool SPLIT = sizeof(T) == 4;
+  unsigned int* wb = st + 8 * NT * TIMEX_MMA_KS;
+  TIMEX_UNROLL for (int r = 0; r < 8 * NT; ++r) {
+    const TimexTf32<SPLIT> x(kv[r]);
+    st[r * TIMEX_MMA_KS + tid] = x.big;
+    if (SPLIT) st[HALF + r * TIMEX_MMA_KS + tid] = x.small;
+  }
+  TIMEX_UNROLL for (int h = 0; h < 2; ++h) {
+    const TimexTf32<SPLIT> x(wv[h]);
+    wb[tid + h * TIMEX_MMA_THREADS] = x.big;
+    if (SPLIT) wb[HALF + tid + h * TIMEX_MMA_THREADS] = x.small;
+  }
+}
+
+template <typename T, int NT, typename IT>
+__global__ void __launch_bounds__(TIMEX_MMA_THREADS)
+timex_fwd_mma2_kernel(const T* __restrict__ w, const T* __restrict__ k, T* __restrict__ out, const TimexFwdParams p) {
+  constexpr int BT = TIMEX_MMA_TILE, KS = TIMEX_MMA_KS, BN = 8 * NT;
+  constexpr int HALF = TimexMma2Stage<T, NT>::HALF, WORDS = TimexMma2Stage<T, NT>::WORDS;
+  constexpr bool SPLIT = sizeof(T) == 4;
+  extern __shared__ float4 timex_smem[];
+  unsigned int* sm = reinterpret_cast<unsigned int*>(timex_smem);
+  const int tid = threadIdx.x, lane = tid & 31, q = tid >> 5, g = lane >> 2, tig = lane & 3;
+  const int c = blockIdx.x / p.groups_b;
+  const int b0 = (blockIdx.x - c * p.groups_b) * BN;
+  const int ti = p.ntiles - 1 - blockIdx.y;  // heaviest tiles first
+  float kv[BN], wv[2];
+  timex_mma2_fetch<T, NT, IT>(kv, wv, w, k, p, c, b0, ti, 0, tid);
+  timex_mma2_put<T, NT>(sm, kv, wv, tid);
+  __syncthreads();
+  float acc[2][NT][4];
+  TIMEX_UNROLL for (int m = 0; m < 2; ++m)
+    TIMEX_UNROLL for (int n = 0; n < NT; ++n)
+      TIMEX_UNROLL for (int i = 0; i < 4; ++i) acc[m][n][i] = 0.f;
+  // wb index of A[t][u] for t = 32q + 16m + row, u = 8s + col (tile-relative): (row - col) + 32q + 16m - 8s + BT
+  const int abase = 32 * q + BT + g - tig;
+  for (int ui = 0; ui <= ti; ++ui) {
+    if (ui < ti) timex_mma2_fetch<T, NT, IT>(kv, wv, w, k, p, c, b0, ti, ui + 1, tid);  // in flight meanwhile
+    const unsigned int* st = sm + (ui & 1) * WORDS;
+    const unsigned int* wb = st + BN * KS;
+    const int steps = ui == ti ? 4 * q + 4 : BT / 8;
+    for (int s = 0; s < steps; ++s) {
+      unsigned int bb[NT][2], bs[NT][2];
+      TIMEX_UNROLL for (int n = 0; n < NT; ++n) {
+        const int o = (8 * n + g) * KS + 8 * s + tig;
+        bb[n][0] = st[o];
+        bb[n][1] = st[o + 4];
+        bs[n][0] = SPLIT ? st[HALF + o] : 0u;
+        bs[n][1] = SPLIT ? st[HALF + o + 4] : 0u;
+      }
+      TIMEX_UNROLL for (int m = 0; m < 2; ++m) {
+        const int a = abase + 16 * m - 8 * s;
+        const unsigned int ab[4] = {wb[a], wb[a + 8], wb[a - 4], wb[a + 4]};
+        unsigned int as[4] = {0u, 0u, 0u, 0u};
+        if (SPLIT) {
+          as[0] = wb[HALF + a]; as[1] = wb[HALF + a + 8]; as[2] = wb[HALF + a - 4]; as[3] = wb[HALF + a + 4];
+        }
+        TIMEX_UNROLL for (int n = 0; n < NT; ++n) {
+          float part[4] = {0.f, 0.f, 0.f, 0.f};
+          if (SPLIT) {
+            timex_mma(part, as, bb[n]);
+            timex_mma(part, ab, bs[n]);
+          }
+          timex_mma(part, ab, bb[n]);
+          TIMEX_UNROLL for (int i = 0; i < 4; ++i) acc[m][n][i] += part[i];
+        }
+      }
+    }
+    if (ui < ti) timex_mma2_put<T, NT>(sm + ((ui + 1) & 1) * WORDS, kv, wv, tid);
+    __syncthreads();  // the next stage is written; this stage's reads are done
+  }
+  // Transpose the output tile through stage 0 (free: the loop ended with a barrier) for coalesced stores.
+  float* os = reinterpret_cast<float*>(sm);
+  TIMEX_UNROLL for (int m = 0; m < 2; ++m)
+    TIMEX_UNROLL for (int n = 0; n < NT; ++n) {
+      float* op = os + (8 * n + 2 * tig) * KS + 32 * q + 16 * m + g;
+      op[0] = acc[m][n][0];
+      op[KS] = acc[m][n][1];
+      op[8] = acc[m][n][2];
+      op[KS + 8] = acc[m][n][3];
+    }
+  __syncthreads();
+  const int t = ti * BT + tid;
+  if (t >= p.T) return;
+  const int tt = p.reverse ? p.T - 1 - t : t;
+  TIMEX_UNROLL for (int r = 0; r < BN; ++r) {
+    const int b = b0 + r;
+    if (b < p.B) out[((IT)b * p.C + c) * p.T + tt] = ops_from_float<T>(os[r * KS + tid] + p.eps);
+  }
+}
+
+template <typename T, int NT, typename IT>
+void timex_fwd_mma2_launch(const T* w, const T* k, T* out, const TimexFwdParams& p) {
+  static int raised = 48 * 1024;
+  timex_smem_opt_in(timex_fwd_mma2_kernel<T, NT, IT>, p.smem_bytes, raised);
+  const dim3 grid(p.C * p.groups_b, p.ntiles);
+  timex_fwd_mma2_kernel<T, NT, IT><<<grid, TIMEX_MMA_THREADS, p.smem_bytes>>>(w, k, out, p);
+  OPS_CHECK_LAUNCH();
+}
+
 #else
 // ---------------------------------------------------------------------------------------------------------
 // CPU: the GPU blocks one after another, each phase run for every thread of the block before the next.

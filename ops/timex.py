@@ -29,6 +29,8 @@ block by block and thread by thread, so it exercises the GPU index math):
 fwd_mma      CUDA on sm_80+, T <= MMA_MAX_T, float16/bfloat16 at any B and float32 from MMA_FLOAT32_MIN_B rows:
              tensor cores (mma.sync TF32; 3xTF32 for float32), one block per (channel, batch group of
              8/16/32 rows, t-tile of 128). Forward and grad_k. CUDA only.
+fwd_mma2     opt-in (OPS_TIMEX_MMA=2), not yet run on a GPU: fwd_mma with per-k-step accumulation (accurate
+             at any T), operands converted to TF32 once when staged, w staged per chunk, two stages.
 fwd_single   T <= FWD_SINGLE_MAX_T: one t-tile covers the sequence; one block per (channel, batch group)
              reads its k rows and w row once. Used for the forward and for grad_k (time-reversed).
 fwd_tiled    longer T: t-tiles of FWD_TILE; the block of tile i walks u-chunks 0..i (i squares, 1 triangle).
@@ -69,7 +71,7 @@ __all__ = ["timex", "TimeX", "TimeXFunction", "KernelConfig", "select_config", "
            "launch_forward", "launch_grad_w", "VARIANTS", "DTYPES"]
 
 DTYPES = ("float32", "float16", "bfloat16")
-VARIANTS = ("fwd_mma", "fwd_single", "fwd_tiled", "gw_single", "gw_tiled")
+VARIANTS = ("fwd_mma", "fwd_mma2", "fwd_single", "fwd_tiled", "gw_single", "gw_tiled")
 
 # ---- tuning constants (all predicted; to measure on the GPU) ---------------------------------------------
 
@@ -106,8 +108,12 @@ GW_MAX_LANES = 8
 MMA_MAX_T = 1024
 MMA_FLOAT32_MIN_B = 17
 MMA_TILE, MMA_THREADS = 128, 128  # TIMEX_MMA_TILE / TIMEX_MMA_THREADS in timex.cuh
-# OPS_TIMEX_MMA=0 turns the tensor-core forward off (the CUDA-core kernels run instead): an A/B switch.
+# OPS_TIMEX_MMA=0 turns the tensor-core forward off (the CUDA-core kernels run instead): an A/B switch;
+# OPS_TIMEX_MMA=2 picks fwd_mma2 instead of fwd_mma, for every T, B and dtype, until a GPU run sets its limits.
 MMA_SWITCH = "OPS_TIMEX_MMA"
+# fwd_mma2's shared memory per stage, in 32-bit words (TimexMma2Stage in timex.cuh): the k chunk and the
+# 2 * 128 + 8 lag window, twice (big and small halves) for float32; two stages.
+MMA2_WINDOW = 2 * MMA_TILE + 8
 # CUDA grid y limit (t-tiles / s-tiles).
 MAX_GRID_Y = 65535
 # The kernels' launch bounds (TIMEX_FWD_MAX_THREADS / TIMEX_GW_MAX_THREADS in timex.cuh).
@@ -166,34 +172,46 @@ def _check_shape(shape: Sequence[int]) -> Tuple[int, int, int]:
     return tuple(int(s) for s in shape)
 
 
-def tensor_cores_available() -> bool:
-    """fwd_mma can run: CUDA in use, every target arch sm_80 or newer, and not switched off."""
+def tensor_cores_available() -> int:
+    """Which tensor-core forward may run: 0 none (no CUDA in use, an arch below sm_80, or switched off),
+    1 fwd_mma, 2 fwd_mma2 (``OPS_TIMEX_MMA=2``)."""
     import os
-    if os.environ.get(MMA_SWITCH, "1") == "0" or not jt.flags.use_cuda:
-        return False
+    switch = os.environ.get(MMA_SWITCH, "1")
+    if switch == "0" or not jt.flags.use_cuda:
+        return 0
     archs = list(jt.flags.cuda_archs)
-    return bool(archs) and min(archs) >= 80
+    if not archs or min(archs) < 80:
+        return 0
+    return 2 if switch == "2" else 1
 
 
-def _mma_config(B: int, C: int, T: int) -> KernelConfig:
+def _mma_config(B: int, C: int, T: int, version: int = 1, dtype: str = "float32") -> KernelConfig:
     nt = 1 if B <= 8 else 2 if B <= 16 else 4  # n-tiles of 8 batch rows; more rows share each A fragment
     rows = 8 * nt
     ntiles = _ceil_div(T, MMA_TILE)
-    smem = 4 * (rows * (MMA_TILE + 4) + (ntiles + 1) * MMA_TILE)
-    return KernelConfig(variant="fwd_mma", tm=nt, lanes_b=rows, tile=MMA_TILE, ntiles=ntiles,
-                        groups=_ceil_div(B, rows), splits=1, threads=MMA_THREADS, smem_bytes=smem,
+    if version == 2:
+        halves = 2 if dtype == "float32" else 1
+        smem = 4 * 2 * halves * (rows * (MMA_TILE + 4) + MMA2_WINDOW)
+    else:
+        smem = 4 * (rows * (MMA_TILE + 4) + (ntiles + 1) * MMA_TILE)
+    return KernelConfig(variant="fwd_mma2" if version == 2 else "fwd_mma", tm=nt, lanes_b=rows, tile=MMA_TILE,
+                        ntiles=ntiles, groups=_ceil_div(B, rows), splits=1, threads=MMA_THREADS, smem_bytes=smem,
                         index_t=_codegen.index_type(B * C * T))
 
 
 def select_config(k_shape: Sequence[int], kernel: str = "forward", *, single_max_t: int = None,
-                  tile: int = None, tensor_cores: bool = False, dtype: str = "float32") -> KernelConfig:
+                  tile: int = None, tensor_cores: int = 0, dtype: str = "float32") -> KernelConfig:
     """The launch for k of shape (B, C, T) and ``dtype``: ``kernel`` "forward" (also grad_k) or "grad_w".
 
-    ``tensor_cores``: the forward may use fwd_mma (the caller knows the device: :func:`tensor_cores_available`).
+    ``tensor_cores``: the forward may use fwd_mma (1 or True) or fwd_mma2 (2); the caller knows the device
+    (:func:`tensor_cores_available`).
     ``single_max_t``/``tile`` override the tuning constants (tests use them to reach the tiled paths with
     small, fast shapes); ``tile`` is rounded up to the kernel's thread granularity.
     """
     B, C, T = _check_shape(k_shape)
+    forced = single_max_t is not None or tile is not None
+    if kernel == "forward" and tensor_cores == 2 and not forced:
+        return _mma_config(B, C, T, version=2, dtype=dtype)
     if (kernel == "forward" and tensor_cores and T <= MMA_MAX_T and single_max_t is None and tile is None
             and (dtype != "float32" or B >= MMA_FLOAT32_MIN_B)):
         return _mma_config(B, C, T)
@@ -248,10 +266,11 @@ _GRAD_W_CALL = ("timex_gw_${FN}<in0_type, ${IT}>(in0_p, in1_p, out0_p, out1_p, "
 
 def render_source(cfg: KernelConfig, device: str) -> str:
     """The ``cuda_src`` (device "cuda") or ``cpu_src`` (device "cpu") calling the launcher for ``cfg``."""
-    if cfg.variant == "fwd_mma":
+    if cfg.variant in ("fwd_mma", "fwd_mma2"):
         if device == "cpu":  # never selected off CUDA; the op's CPU half must still be valid C++
-            return 'LOGf << "timex: the fwd_mma launch is CUDA-only";'
-        return _codegen.render(_FORWARD_CALL, FN="mma_launch", TM=cfg.tm, IT=cfg.index_t)
+            return f'LOGf << "timex: the {cfg.variant} launch is CUDA-only";'
+        fn = "mma_launch" if cfg.variant == "fwd_mma" else "mma2_launch"
+        return _codegen.render(_FORWARD_CALL, FN=fn, TM=cfg.tm, IT=cfg.index_t)
     fn = {"cuda": "launch", "cpu": "host"}[device]
     template = _FORWARD_CALL if cfg.kernel == "forward" else _GRAD_W_CALL
     return _codegen.render(template, FN=fn, TM=cfg.tm, IT=cfg.index_t)

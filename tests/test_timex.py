@@ -132,6 +132,17 @@ def test_tensor_cores_only_where_they_were_measured_accurate_and_faster():
     assert X.select_config((32, 768, 768)).variant == "fwd_single"  # the default: CUDA cores
 
 
+@pytest.mark.parametrize("shape, dtype, tm, rows", [((32, 768, 768), "float32", 4, 32), ((3, 2, 8192), "float32", 1, 8),
+                                                    ((16, 256, 4096), "bfloat16", 2, 16), ((1, 1, 1), "float16", 1, 8)])
+def test_select_config_mma2_any_length(shape, dtype, tm, rows):
+    cfg = X.select_config(shape, tensor_cores=2, dtype=dtype)
+    halves = 2 if dtype == "float32" else 1  # big and small TF32 halves of float32 operands
+    smem = 4 * 2 * halves * (rows * 132 + 264)  # two stages; independent of T
+    got = (cfg.variant, cfg.tm, cfg.lanes_b, cfg.ntiles, cfg.threads, cfg.smem_bytes)
+    assert got == ("fwd_mma2", tm, rows, -(-shape[2] // 128), X.MMA_THREADS, smem)
+    assert X.select_config(shape, "grad_w", tensor_cores=2).variant.startswith("gw_")
+
+
 def test_tensor_cores_need_cuda_and_can_be_switched_off(monkeypatch):
     previous = jt.flags.use_cuda
     try:
@@ -140,6 +151,8 @@ def test_tensor_cores_need_cuda_and_can_be_switched_off(monkeypatch):
         if ops.has_cuda():
             jt.flags.use_cuda = 1
             assert X.tensor_cores_available() == (min(jt.flags.cuda_archs) >= 80)
+            monkeypatch.setenv(X.MMA_SWITCH, "2")
+            assert X.tensor_cores_available() == (2 if min(jt.flags.cuda_archs) >= 80 else 0)
             monkeypatch.setenv(X.MMA_SWITCH, "0")
             assert not X.tensor_cores_available()
     finally:
@@ -149,10 +162,11 @@ def test_tensor_cores_need_cuda_and_can_be_switched_off(monkeypatch):
 def test_every_variant_and_constant_is_picked_by_the_table():
     cfgs = [X.select_config(s, kern) for s, kern, *_ in SELECT_TABLE]
     cfgs += [X.select_config(s, tensor_cores=True, dtype=d) for s, d, *_ in MMA_TABLE]
+    cfgs.append(X.select_config((32, 768, 768), tensor_cores=2))
     assert {c.variant for c in cfgs} == set(X.VARIANTS)
     assert {c.tm for c in cfgs if c.kernel == "forward"} == {1, 2, 4}
     assert {c.tm for c in cfgs if c.variant == "fwd_mma"} == {1, 2, 4}
-    assert {c.lanes_b for c in cfgs if c.variant.startswith("fwd_") and c.variant != "fwd_mma"} == {1, 2, 4}
+    assert {c.lanes_b for c in cfgs if c.variant in ("fwd_single", "fwd_tiled")} == {1, 2, 4}
     assert {c.lanes_b for c in cfgs if c.kernel == "grad_w"} == {1, 2, 4, 8}
     assert any(c.splits > 1 for c in cfgs) and any(c.ntiles > 1 for c in cfgs)
 
@@ -205,6 +219,8 @@ def test_render_source_carries_only_code_changing_values():
     mma = X.select_config((32, 768, 768), tensor_cores=True)
     assert "timex_fwd_mma_launch<in0_type, 4, int>" in X.render_source(mma, "cuda")
     assert "LOGf" in X.render_source(mma, "cpu")  # never run: fwd_mma is not selected off CUDA
+    mma2 = X.select_config((32, 768, 768), tensor_cores=2)
+    assert "timex_fwd_mma2_launch<in0_type, 4, int>" in X.render_source(mma2, "cuda")
 
 
 def test_mma_launch_constants_match_the_kernel():
@@ -459,6 +475,28 @@ def test_gpu_cuda_core_forward_and_grad_k(rng, monkeypatch, B, C, T, dtype):
         jt.flags.use_cuda = previous
 
 
+# fwd_mma2 (opt-in): the lengths where fwd_mma lost accuracy, every dtype, forward and grad_k.
+@pytest.mark.cuda
+@pytest.mark.parametrize("B, C, T, dtype", [(32, 16, 768, "float32"), (4, 16, 4096, "float32"),
+                                            (3, 8, 8192, "float32"), (16, 16, 1100, "bfloat16"),
+                                            (8, 16, 777, "float16")])
+def test_gpu_mma2_forward_and_grad_k(rng, monkeypatch, B, C, T, dtype):
+    monkeypatch.setenv(X.MMA_SWITCH, "2")
+    previous = jt.flags.use_cuda
+    jt.flags.use_cuda = 1
+    try:
+        assert X.select_config((B, C, T), tensor_cores=X.tensor_cores_available(), dtype=dtype).variant == "fwd_mma2"
+        w, k = inputs(rng, B, C, T, dtype)
+        g = random_array((B, C, T), dtype, rng)
+        out = ops.timex(to_jittor(w, dtype), to_jittor(k, dtype), 0.01)
+        assert_close(to_numpy64(out), F.reference_timex(w, k, 0.01), dtype, T)
+        gw, gk = run_grads(w, k, g, dtype)
+        assert_close(gk, F.reference_timex_grads(w, k, g)[1], dtype, T, "grad_k")
+        assert np.array_equal(gk, run_grads(w, k, g, dtype)[1])
+    finally:
+        jt.flags.use_cuda = previous
+
+
 # ---- nvcc: every instantiation the dispatcher can render compiles for sm_90 -------------------------------
 
 def _all_configs():
@@ -467,8 +505,8 @@ def _all_configs():
     gw = X.select_config((32, 768, 768), "grad_w")
     out = [dataclasses.replace(fwd, tm=tm, index_t=it) for tm in (1, 2, 4) for it in ("int", "long long")]
     out += [dataclasses.replace(gw, index_t=it) for it in ("int", "long long")]
-    out += [dataclasses.replace(X.select_config((b, 768, 768), tensor_cores=True, dtype="float16"), index_t=it)
-            for b in (8, 16, 32) for it in ("int", "long long")]
+    out += [dataclasses.replace(X.select_config((b, 768, 768), tensor_cores=v, dtype="float16"), index_t=it)
+            for v in (1, 2) for b in (8, 16, 32) for it in ("int", "long long")]
     return out
 
 
@@ -490,9 +528,10 @@ def test_nvcc_compiles_every_instantiation():
     from nvcc_util import compile_check
 
     configs = _all_configs()
-    assert {(c.variant == "fwd_mma", c.kernel, c.tm, c.index_t) for c in configs} == (
-        {(mma, "forward", tm, it) for mma in (False, True) for tm in (1, 2, 4) for it in ("int", "long long")}
-        | {(False, "grad_w", 1, it) for it in ("int", "long long")})
+    forward = ("fwd_single", "fwd_mma", "fwd_mma2")
+    assert {(c.variant, c.tm, c.index_t) for c in configs} == (
+        {(v, tm, it) for v in forward for tm in (1, 2, 4) for it in ("int", "long long")}
+        | {("gw_tiled", 1, it) for it in ("int", "long long")})
     header = "#include <map>\n#include <string>\n" + ops._codegen.header(["common", "timex"])
     body = "\n".join(_block(X.render_source(cfg, "cuda"), cfg.kernel, dtype)
                      for cfg in configs for dtype in DTYPES)
