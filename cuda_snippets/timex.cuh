@@ -450,6 +450,40 @@ __device__ __forceinline__ void timex_mma(float (&d)[4], const unsigned int (&a)
 #endif
 }
 
+// Both tensor-core kernels end alike: the accumulator fragments go through shared memory (os: 8 * NT rows of
+// KS floats, free by then) so that consecutive threads store consecutive t of each output row; eps is added.
+// C fragment: d0, d1 at (row g, columns 2 tig, 2 tig + 1), d2, d3 at row g + 8; rows are t, columns b.
+template <typename T, int NT, typename IT>
+__device__ __forceinline__ void timex_mma_store(float* os, const float (&acc)[2][NT][4], T* __restrict__ out,
+                                                const TimexFwdParams& p, int c, int b0, int ti) {
+  constexpr int KS = TIMEX_MMA_KS;
+  const int tid = threadIdx.x, lane = tid & 31, q = tid >> 5, g = lane >> 2, tig = lane & 3;
+  TIMEX_UNROLL for (int m = 0; m < 2; ++m)
+    TIMEX_UNROLL for (int n = 0; n < NT; ++n) {
+      float* op = os + (8 * n + 2 * tig) * KS + 32 * q + 16 * m + g;
+      op[0] = acc[m][n][0];
+      op[KS] = acc[m][n][1];
+      op[8] = acc[m][n][2];
+      op[KS + 8] = acc[m][n][3];
+    }
+  __syncthreads();
+  const int t = ti * TIMEX_MMA_TILE + tid;
+  if (t >= p.T) return;
+  const int tt = p.reverse ? p.T - 1 - t : t;
+  TIMEX_UNROLL for (int r = 0; r < 8 * NT; ++r) {
+    const int b = b0 + r;
+    if (b < p.B) out[((IT)b * p.C + c) * p.T + tt] = ops_from_float<T>(os[r * KS + tid] + p.eps);
+  }
+}
+
+// Grid (C * batch groups, t-tiles) of TIMEX_MMA_THREADS; ``raised`` is the calling launcher's own static.
+template <typename T, typename Kernel>
+void timex_mma_start(Kernel* kernel, int& raised, const T* w, const T* k, T* out, const TimexFwdParams& p) {
+  timex_smem_opt_in(kernel, p.smem_bytes, raised);
+  kernel<<<dim3(p.C * p.groups_b, p.ntiles), TIMEX_MMA_THREADS, p.smem_bytes>>>(w, k, out, p);
+  OPS_CHECK_LAUNCH();
+}
+
 template <typename T, int NT, typename IT>
 __global__ void __launch_bounds__(TIMEX_MMA_THREADS)
 timex_fwd_mma_kernel(const T* __restrict__ w, const T* __restrict__ k, T* __restrict__ out, const TimexFwdParams p) {
@@ -508,32 +542,13 @@ timex_fwd_mma_kernel(const T* __restrict__ w, const T* __restrict__ k, T* __rest
     }
   }
   __syncthreads();
-  // C fragment: d0, d1 at (row g, columns 2 tig, 2 tig + 1), d2, d3 at row g + 8; rows are t, columns b.
-  TIMEX_UNROLL for (int m = 0; m < 2; ++m)
-    TIMEX_UNROLL for (int n = 0; n < NT; ++n) {
-      float* op = ks + (8 * n + 2 * tig) * KS + 32 * q + 16 * m + g;
-      op[0] = acc[m][n][0];
-      op[KS] = acc[m][n][1];
-      op[8] = acc[m][n][2];
-      op[KS + 8] = acc[m][n][3];
-    }
-  __syncthreads();
-  const int t = t0 + tid;
-  if (t >= p.T) return;
-  const int tt = p.reverse ? p.T - 1 - t : t;
-  TIMEX_UNROLL for (int r = 0; r < BN; ++r) {
-    const int b = b0 + r;
-    if (b < p.B) out[((IT)b * p.C + c) * p.T + tt] = ops_from_float<T>(ks[r * KS + tid] + p.eps);
-  }
+  timex_mma_store<T, NT, IT>(ks, acc, out, p, c, b0, ti);
 }
 
 template <typename T, int NT, typename IT>
 void timex_fwd_mma_launch(const T* w, const T* k, T* out, const TimexFwdParams& p) {
   static int raised = 48 * 1024;
-  timex_smem_opt_in(timex_fwd_mma_kernel<T, NT, IT>, p.smem_bytes, raised);
-  const dim3 grid(p.C * p.groups_b, p.ntiles);
-  timex_fwd_mma_kernel<T, NT, IT><<<grid, TIMEX_MMA_THREADS, p.smem_bytes>>>(w, k, out, p);
-  OPS_CHECK_LAUNCH();
+  timex_mma_start(timex_fwd_mma_kernel<T, NT, IT>, raised, w, k, out, p);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -647,33 +662,13 @@ timex_fwd_mma2_kernel(const T* __restrict__ w, const T* __restrict__ k, T* __res
     if (ui < ti) timex_mma2_put<T, NT>(sm + ((ui + 1) & 1) * WORDS, kv, wv, tid);
     __syncthreads();  // the next stage is written; this stage's reads are done
   }
-  // Transpose the output tile through stage 0 (free: the loop ended with a barrier) for coalesced stores.
-  float* os = reinterpret_cast<float*>(sm);
-  TIMEX_UNROLL for (int m = 0; m < 2; ++m)
-    TIMEX_UNROLL for (int n = 0; n < NT; ++n) {
-      float* op = os + (8 * n + 2 * tig) * KS + 32 * q + 16 * m + g;
-      op[0] = acc[m][n][0];
-      op[KS] = acc[m][n][1];
-      op[8] = acc[m][n][2];
-      op[KS + 8] = acc[m][n][3];
-    }
-  __syncthreads();
-  const int t = ti * BT + tid;
-  if (t >= p.T) return;
-  const int tt = p.reverse ? p.T - 1 - t : t;
-  TIMEX_UNROLL for (int r = 0; r < BN; ++r) {
-    const int b = b0 + r;
-    if (b < p.B) out[((IT)b * p.C + c) * p.T + tt] = ops_from_float<T>(os[r * KS + tid] + p.eps);
-  }
+  timex_mma_store<T, NT, IT>(reinterpret_cast<float*>(sm), acc, out, p, c, b0, ti);  // stage 0 is free
 }
 
 template <typename T, int NT, typename IT>
 void timex_fwd_mma2_launch(const T* w, const T* k, T* out, const TimexFwdParams& p) {
   static int raised = 48 * 1024;
-  timex_smem_opt_in(timex_fwd_mma2_kernel<T, NT, IT>, p.smem_bytes, raised);
-  const dim3 grid(p.C * p.groups_b, p.ntiles);
-  timex_fwd_mma2_kernel<T, NT, IT><<<grid, TIMEX_MMA_THREADS, p.smem_bytes>>>(w, k, out, p);
-  OPS_CHECK_LAUNCH();
+  timex_mma_start(timex_fwd_mma2_kernel<T, NT, IT>, raised, w, k, out, p);
 }
 
 #else
