@@ -252,6 +252,20 @@ def emulate_nd(cfg, src):
     return dst
 
 
+def _tile_block(d, br, blk):
+    """A tile kernel's block index -> (tile a, tile b, input and output offsets of its batch index)."""
+    t = blk
+    ta, t = t % d["tiles_a"], t // d["tiles_a"]
+    tb, t = t % d["tiles_b"], t // d["tiles_b"]
+    sb = db = 0
+    for k in range(br - 1, -1, -1):
+        c, t = t % d[f"bd{k}"], t // d[f"bd{k}"]
+        sb += c * d[f"bi{k}"]
+        db += c * d[f"bo{k}"]
+    assert t == 0
+    return ta, tb, sb, db
+
+
 def emulate_grouped(cfg, src):
     """ops_group_tile_kernel on moved elements ``src``: every block and thread; also checks that each warp's
     phase-2 shared-memory reads of 16-byte chunks are bank-conflict-free (per quarter warp) and that a warp's
@@ -264,15 +278,7 @@ def emulate_grouped(cfg, src):
     dst = np.empty(count, dtype=src.dtype)
     written = np.zeros(count, dtype=int)
     for blk in range(cfg.grid):
-        t = blk
-        ta, t = t % d["tiles_a"], t // d["tiles_a"]
-        tb, t = t % d["tiles_b"], t // d["tiles_b"]
-        sb = db = 0
-        for k in range(br - 1, -1, -1):
-            c, t = t % d[f"bd{k}"], t // d[f"bd{k}"]
-            sb += c * d[f"bi{k}"]
-            db += c * d[f"bo{k}"]
-        assert t == 0
+        ta, tb, sb, db = _tile_block(d, br, blk)
         a0, b0 = ta * TA, tb * TB
         tile = np.full((TB, pitch), -1, dtype=np.int64)
         for ty in range(rows):
@@ -325,15 +331,7 @@ def emulate_tiled(cfg, src):
     dst = np.empty(count, dtype=src.dtype)
     written = np.zeros(count, dtype=int)
     for blk in range(cfg.grid):
-        t = blk
-        ta, t = t % d["tiles_a"], t // d["tiles_a"]
-        tb, t = t % d["tiles_b"], t // d["tiles_b"]
-        sb = db = 0
-        for k in range(br - 1, -1, -1):
-            c, t = t % d[f"bd{k}"], t // d[f"bd{k}"]
-            sb += c * d[f"bi{k}"]
-            db += c * d[f"bo{k}"]
-        assert t == 0
+        ta, tb, sb, db = _tile_block(d, br, blk)
         a0, b0 = ta * tile_edge, tb * tile_edge
         tile = np.full((tile_edge, 33, pk), -1, dtype=np.int64)  # element indices into src
         for ty in range(rows):

@@ -497,6 +497,77 @@ def test_gpu_mma2_forward_and_grad_k(rng, monkeypatch, B, C, T, dtype):
         jt.flags.use_cuda = previous
 
 
+# ---- the tensor-core kernels' index math, emulated lane by lane (the CPU cannot run mma.sync) ---------------
+
+def _mma_operands(version, wr, kk, ti, ui, BN, B, T):
+    """What a block stages for chunk ui of t-tile ti: k rows (BN x 128) and a lookup lag -> w (as the kernel
+    indexes its w buffer: fwd_mma the whole causal window, fwd_mma2 the chunk's 256 lags)."""
+    ks = np.zeros((BN, 128))
+    for r in range(min(BN, B)):
+        n = min(128, T - ui * 128)
+        ks[r, :n] = kk[r, ui * 128:ui * 128 + n]
+    lo = -128 if version == 1 else (ti - ui) * 128 - 128
+    size = (ti + 2) * 128 if version == 1 else 256
+    lags = np.arange(lo, lo + size)
+    buf = np.where((lags >= 0) & (lags < T), wr[np.clip(lags, 0, T - 1)], 0.0)
+    return ks, buf, lo
+
+
+def emulate_mma_block(version, w_row, k_rows, ti, NT):
+    """out[b][t] of one block (channel, batch group, t-tile ti) of timex_fwd_mma{,2}_kernel: the kernel's
+    fragment indices, mma.sync m16n8k8 as a 16x8x8 matrix product, float64."""
+    T = w_row.shape[0]
+    B, BN = k_rows.shape[0], 8 * NT
+    wr = w_row[::-1]  # wr[lag] = w[T-1-lag]
+    acc = np.zeros((4, 2, NT, 32, 4))
+    for ui in range(ti + 1):
+        ks, buf, lo = _mma_operands(version, wr, k_rows, ti, ui, BN, B, T)
+        for q in range(4):
+            for s in range(4 * q + 4 if ui == ti else 16):
+                for m in range(2):
+                    A = np.zeros((16, 8))
+                    Bm = np.zeros((NT, 8, 8))
+                    for lane in range(32):
+                        g, tig = lane >> 2, lane & 3
+                        if version == 1:  # kernel: base = t0 - u0 + 32q + BT + g - tig, then + 16m - 8s
+                            a = ti * 128 - ui * 128 + 32 * q + 128 + g - tig + 16 * m - 8 * s
+                        else:  # kernel: abase = 32q + BT + g - tig, then + 16m - 8s
+                            a = 32 * q + 128 + g - tig + 16 * m - 8 * s
+                        assert 0 <= a - 4 and a + 8 < len(buf)  # inside the staged w buffer
+                        A[g, tig], A[g + 8, tig], A[g, tig + 4], A[g + 8, tig + 4] = buf[[a, a + 8, a - 4, a + 4]]
+                        for n in range(NT):
+                            row = ks[8 * n + g]
+                            Bm[n, tig, g], Bm[n, tig + 4, g] = row[8 * s + tig], row[8 * s + tig + 4]
+                    for n in range(NT):
+                        D = A @ Bm[n]
+                        for lane in range(32):
+                            g, tig = lane >> 2, lane & 3
+                            acc[q, m, n, lane] += (D[g, 2 * tig], D[g, 2 * tig + 1], D[g + 8, 2 * tig],
+                                                   D[g + 8, 2 * tig + 1])
+    out = np.full((BN, 128), np.nan)  # timex_mma_store: (row t, column b) fragments -> out[b][t]
+    for q in range(4):
+        for lane in range(32):
+            g, tig = lane >> 2, lane & 3
+            for m in range(2):
+                for n in range(NT):
+                    t = 32 * q + 16 * m + g
+                    b = 8 * n + 2 * tig
+                    out[b, t], out[b + 1, t], out[b, t + 8], out[b + 1, t + 8] = acc[q, m, n, lane]
+    return out
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("B, T, NT", [(3, 130, 1), (17, 300, 4), (9, 1, 2)])
+def test_tensor_core_fragment_math_matches_the_definition(rng, version, B, T, NT):
+    w, k = rng.standard_normal((1, T)), rng.standard_normal((B, 1, T))
+    want = F.reference_timex(w, k, 0.0)[:, 0]
+    ntiles = -(-T // 128)
+    for ti in range(ntiles):
+        got = emulate_mma_block(version, w[0], k[:, 0], ti, NT)
+        n = min(128, T - ti * 128)
+        np.testing.assert_allclose(got[:B, :n], want[:, ti * 128:ti * 128 + n], rtol=1e-12, atol=1e-12)
+
+
 # ---- nvcc: every instantiation the dispatcher can render compiles for sm_90 -------------------------------
 
 def _all_configs():
