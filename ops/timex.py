@@ -209,11 +209,11 @@ def select_config(k_shape: Sequence[int], kernel: str = "forward", *, single_max
     """
     B, C, T = _check_shape(k_shape)
     forced = single_max_t is not None or tile is not None
-    if kernel == "forward" and tensor_cores == 2 and not forced:
-        return _mma_config(B, C, T, version=2, dtype=dtype)
-    if (kernel == "forward" and tensor_cores and T <= MMA_MAX_T and single_max_t is None and tile is None
-            and (dtype != "float32" or B >= MMA_FLOAT32_MIN_B)):
-        return _mma_config(B, C, T)
+    if kernel == "forward" and tensor_cores and not forced:
+        if tensor_cores == 2:
+            return _mma_config(B, C, T, version=2, dtype=dtype)
+        if T <= MMA_MAX_T and (dtype != "float32" or B >= MMA_FLOAT32_MIN_B):
+            return _mma_config(B, C, T)
     if kernel == "forward":
         tm = 1 if B == 1 else 2 if B == 2 else 4
         lanes = next(lb for min_b, lb in FWD_LANES_BY_B if B >= min_b)

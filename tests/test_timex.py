@@ -455,42 +455,30 @@ def test_gpu_sized_values_and_gradients(rng, B, C, T, dtype):
         jt.flags.use_cuda = previous
 
 
-# The CUDA-core forward kernels, which fwd_mma replaces on sm_80+ GPUs, stay tested on the GPU (switch off).
+# The forward kernels the default does not pick on an sm_80+ GPU, through the switch: the CUDA-core kernels
+# (which fwd_mma replaces there) and the opt-in fwd_mma2 at the lengths where fwd_mma lost accuracy.
+SWITCHED_CASES = [("0", 32, 16, 768, "float32"), ("0", 3, 8, 1100, "float32"), ("0", 8, 16, 1024, "bfloat16"),
+                  ("2", 32, 16, 768, "float32"), ("2", 4, 16, 4096, "float32"), ("2", 3, 8, 8192, "float32"),
+                  ("2", 16, 16, 1100, "bfloat16"), ("2", 8, 16, 777, "float16")]
+
+
 @pytest.mark.cuda
-@pytest.mark.parametrize("B, C, T, dtype", [(32, 16, 768, "float32"), (3, 8, 1100, "float32"),
-                                            (8, 16, 1024, "bfloat16")])
-def test_gpu_cuda_core_forward_and_grad_k(rng, monkeypatch, B, C, T, dtype):
-    monkeypatch.setenv(X.MMA_SWITCH, "0")
+@pytest.mark.parametrize("switch, B, C, T, dtype", SWITCHED_CASES)
+def test_gpu_switched_forward_and_grad_k(rng, monkeypatch, switch, B, C, T, dtype):
+    monkeypatch.setenv(X.MMA_SWITCH, switch)
     previous = jt.flags.use_cuda
     jt.flags.use_cuda = 1
     try:
-        assert not X.tensor_cores_available()
+        variant = X.select_config((B, C, T), tensor_cores=X.tensor_cores_available(), dtype=dtype).variant
+        if switch == "0":
+            assert not X.tensor_cores_available() and variant != "fwd_mma"
+        else:
+            assert variant == "fwd_mma2"
         w, k = inputs(rng, B, C, T, dtype)
         g = random_array((B, C, T), dtype, rng)
         out = ops.timex(to_jittor(w, dtype), to_jittor(k, dtype), 0.01)
         assert_close(to_numpy64(out), F.reference_timex(w, k, 0.01), dtype, T)
         _, gk = run_grads(w, k, g, dtype)
-        assert_close(gk, F.reference_timex_grads(w, k, g)[1], dtype, T, "grad_k")
-    finally:
-        jt.flags.use_cuda = previous
-
-
-# fwd_mma2 (opt-in): the lengths where fwd_mma lost accuracy, every dtype, forward and grad_k.
-@pytest.mark.cuda
-@pytest.mark.parametrize("B, C, T, dtype", [(32, 16, 768, "float32"), (4, 16, 4096, "float32"),
-                                            (3, 8, 8192, "float32"), (16, 16, 1100, "bfloat16"),
-                                            (8, 16, 777, "float16")])
-def test_gpu_mma2_forward_and_grad_k(rng, monkeypatch, B, C, T, dtype):
-    monkeypatch.setenv(X.MMA_SWITCH, "2")
-    previous = jt.flags.use_cuda
-    jt.flags.use_cuda = 1
-    try:
-        assert X.select_config((B, C, T), tensor_cores=X.tensor_cores_available(), dtype=dtype).variant == "fwd_mma2"
-        w, k = inputs(rng, B, C, T, dtype)
-        g = random_array((B, C, T), dtype, rng)
-        out = ops.timex(to_jittor(w, dtype), to_jittor(k, dtype), 0.01)
-        assert_close(to_numpy64(out), F.reference_timex(w, k, 0.01), dtype, T)
-        gw, gk = run_grads(w, k, g, dtype)
         assert_close(gk, F.reference_timex_grads(w, k, g)[1], dtype, T, "grad_k")
         assert np.array_equal(gk, run_grads(w, k, g, dtype)[1])
     finally:
