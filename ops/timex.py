@@ -26,11 +26,13 @@ Variants (``cuda_snippets/timex.cuh`` has the kernels; the CPU path runs the sam
 block by block and thread by thread, so it exercises the GPU index math):
 
 ============ ============================================================================================
-fwd_mma      CUDA on sm_80+, T <= MMA_MAX_T, float16/bfloat16 at any B and float32 from MMA_FLOAT32_MIN_B rows:
-             tensor cores (mma.sync TF32; 3xTF32 for float32), one block per (channel, batch group of
+fwd_mma      CUDA on sm_80+, float16/bfloat16, T <= MMA_MAX_T: tensor cores (mma.sync TF32, exact for 16-bit
+             inputs; 3xTF32 for float32 behind the A/B switch only), one block per (channel, batch group of
              8/16/32 rows, t-tile of 128). Forward and grad_k. CUDA only.
-fwd_mma2     opt-in (OPS_TIMEX_MMA=2), not yet run on a GPU: fwd_mma with per-k-step accumulation (accurate
-             at any T), operands converted to TF32 once when staged, w staged per chunk, two stages.
+fwd_mma2     CUDA on sm_80+, float32 at T <= MMA_MAX_T and float16/bfloat16 beyond: fwd_mma with each k-step's
+             products added by an FADD (accurate at any T), operands converted to TF32 once when staged, w
+             staged per chunk, two stages.
+             Both tensor-core kernels run only where the batch fills MMA_MIN_FILL of their padded rows.
 fwd_single   T <= FWD_SINGLE_MAX_T: one t-tile covers the sequence; one block per (channel, batch group)
              reads its k rows and w row once. Used for the forward and for grad_k (time-reversed).
 fwd_tiled    longer T: t-tiles of FWD_TILE; the block of tile i walks u-chunks 0..i (i squares, 1 triangle).
@@ -49,8 +51,8 @@ alignment and the time-reversed reads of grad_k. That traffic is ~T/2 times smal
 wider global loads are predicted not to matter (to measure).
 
 Performance, B32 C768 T768 on an H100 (docs/perf-notes.md): the CUDA-core forward 0.468 ms (31 TFLOP/s,
-about half the FP32 FMA peak; predicted 0.25-0.3 ms), fwd_mma 0.345 ms in float32 and 0.180 ms in bfloat16;
-the backward (grad_k + grad_w) 0.928 ms with grad_k on fwd_mma.
+about half the FP32 FMA peak), fwd_mma2 0.293 ms in float32 (49 TFLOP/s) and fwd_mma 0.181 ms in bfloat16;
+the float32 backward (grad_k on fwd_mma2 + grad_w) 0.862 ms.
 
 Only the variant, ``tm`` (1, 2 or 4), the dtype and the index type change the generated code: one compile
 per (dtype, tm, index type) for each forward kernel (also grad_k) and per (dtype, index type) for grad_w;
@@ -96,20 +98,30 @@ FWD_LANES_BY_B = ((16, 4), (8, 2), (1, 1))  # (min B, lanes_b)
 # grad_w batch lanes: up to 8 rows per step; the k window load is per (row, lag group) either way, and more
 # row lanes mean fewer distinct lag groups per warp (less triangle divergence).
 GW_MAX_LANES = 8
-# fwd_mma limits, measured on the H100 on 2026-11-23 (scores/runs/h100-2026-11-23-runA.log, docs/perf-notes.md):
-# * T: the kernel handles any T (shared memory (ntiles + 1) * 128 + rows * 132 floats), but the tensor cores'
-#   float32 accumulation (acc + 8 products per mma, not rounded like an FADD) loses more than the tests allow
-#   past T ~ 1024: at T = 4096 and 8192 some float32 outputs were off by up to 5x the tolerance; every case up
-#   to T = 1024 passed. Longer T takes fwd_tiled.
-# * float32 (three mmas per product) pays only with 4 n-tiles (B > 16): B32 C768 T768 0.345 ms against the
-#   CUDA cores' 0.468, but B8 T1024 0.144 against 0.134 and B16 T777 0.102 against 0.095. float16/bfloat16
-#   (one exact mma per product) win at every B: B8 T1024 float16 0.054 ms against 0.131.
+# Tensor-core forward (also grad_k) on sm_80+, measured on the H100 on 2026-11-23 (docs/perf-notes.md,
+# scores/runs/h100-2026-11-23-eve-run1-a.log: each kernel against the CUDA cores in one process):
+# * fwd_mma accumulates 8 products per mma into the fragment without IEEE rounding: past T ~ 1024 some
+#   float32 outputs were off by up to 5x the tolerance (T = 4096, 8192), so it runs only up to MMA_MAX_T.
+#   fwd_mma2 adds each k-step's products to the accumulator with an FADD: 0.04-0.15 of the tolerance at
+#   every T measured (up to 8192).
+# * float32 (3xTF32, three mmas per product): fwd_mma2 beat the CUDA cores at every T <= 1024 (B32 C768
+#   T768 0.293 ms against 0.468; B8 C512 T1024 0.099 against 0.134; B16 C256 T777 0.075 against 0.095) and
+#   fwd_mma (0.345). Past MMA_MAX_T the CUDA cores stay (B4 C256 T4096: fwd_tiled 0.625, fwd_mma2 0.690;
+#   B4 C64 T8192: 0.736 against 0.691, a draw).
+# * float16/bfloat16 (exact in TF32, one mma per product): fwd_mma up to MMA_MAX_T (B32 C768 T768 bf16 0.181
+#   ms; fwd_mma2 0.318, CUDA cores 0.482), fwd_mma2 beyond (B4 C256 T4096 bf16 0.343 against 0.626).
+# * Either kernel computes whole n-tiles of 8 batch rows, so its cost follows the padded rows (8, 16 or 32 per
+#   block). It runs only where the batch fills at least MMA_MIN_FILL of them: the measured time per padded row
+#   against the CUDA cores' time per row was 0.63-0.79 for float32 (fwd_mma2) and 0.38-0.42 for 16-bit
+#   (fwd_mma); a padded row costs less than a real one only above those fills (a model: B < 8 not measured).
 MMA_MAX_T = 1024
-MMA_FLOAT32_MIN_B = 17
+MMA_MIN_FILL = {"float32": 0.8, "float16": 0.5, "bfloat16": 0.5}
 MMA_TILE, MMA_THREADS = 128, 128  # TIMEX_MMA_TILE / TIMEX_MMA_THREADS in timex.cuh
-# OPS_TIMEX_MMA=0 turns the tensor-core forward off (the CUDA-core kernels run instead): an A/B switch;
-# OPS_TIMEX_MMA=2 picks fwd_mma2 instead of fwd_mma, for every T, B and dtype, until a GPU run sets its limits.
+# OPS_TIMEX_MMA: "auto" (the default) the measured choice above; "0" CUDA cores only; "1" fwd_mma and "2"
+# fwd_mma2 wherever they can run (fwd_mma up to MMA_MAX_T, fwd_mma2 at any T and B): A/B switches.
 MMA_SWITCH = "OPS_TIMEX_MMA"
+TC_OFF, TC_MMA, TC_MMA2, TC_AUTO = 0, 1, 2, 3
+_SWITCH_VALUES = {"0": TC_OFF, "1": TC_MMA, "2": TC_MMA2, "auto": TC_AUTO}
 # fwd_mma2's shared memory per stage, in 32-bit words (TimexMma2Stage in timex.cuh): the k chunk and the
 # 2 * 128 + 8 lag window, twice (big and small halves) for float32; two stages.
 MMA2_WINDOW = 2 * MMA_TILE + 8
@@ -172,20 +184,29 @@ def _check_shape(shape: Sequence[int]) -> Tuple[int, int, int]:
 
 
 def tensor_cores_available() -> int:
-    """Which tensor-core forward may run: 0 none (no CUDA in use, an arch below sm_80, or switched off),
-    1 fwd_mma, 2 fwd_mma2 (``OPS_TIMEX_MMA=2``)."""
+    """The tensor-core mode for the forward here: TC_OFF (no CUDA in use, an arch below sm_80, or switched
+    off), else what ``OPS_TIMEX_MMA`` asks: TC_AUTO (unset or "auto"), TC_MMA ("1") or TC_MMA2 ("2")."""
     import os
-    switch = os.environ.get(MMA_SWITCH, "1")
-    if switch == "0" or not jt.flags.use_cuda:
-        return 0
+    switch = os.environ.get(MMA_SWITCH, "auto").strip().lower() or "auto"
+    if switch not in _SWITCH_VALUES:
+        raise ValueError(f"{MMA_SWITCH} must be one of {', '.join(_SWITCH_VALUES)}, got {switch!r}")
+    if not jt.flags.use_cuda:
+        return TC_OFF
     archs = list(jt.flags.cuda_archs)
     if not archs or min(archs) < 80:
-        return 0
-    return 2 if switch == "2" else 1
+        return TC_OFF
+    return _SWITCH_VALUES[switch]
+
+
+def _mma_n_tiles(B: int) -> int:
+    """n-tiles of 8 batch rows per block of a tensor-core kernel (1, 2 or 4): the fewest padded rows (the
+    work follows them), then the most rows per block (they share each A (w) fragment). B = 24 takes 3 blocks
+    of 8 rows rather than one of 32."""
+    return min((4, 2, 1), key=lambda nt: (_ceil_div(B, 8 * nt) * 8 * nt, -nt))
 
 
 def _mma_config(B: int, C: int, T: int, version: int = 1, dtype: str = "float32") -> KernelConfig:
-    nt = 1 if B <= 8 else 2 if B <= 16 else 4  # n-tiles of 8 batch rows; more rows share each A fragment
+    nt = _mma_n_tiles(B)
     rows = 8 * nt
     ntiles = _ceil_div(T, MMA_TILE)
     if version == 2:
@@ -198,11 +219,22 @@ def _mma_config(B: int, C: int, T: int, version: int = 1, dtype: str = "float32"
                         index_t=_codegen.index_type(B * C * T))
 
 
+def _auto_tensor_core_version(B: int, T: int, dtype: str) -> int:
+    """The tensor-core kernel TC_AUTO picks (1 fwd_mma, 2 fwd_mma2) or 0 for the CUDA cores (see MMA_MAX_T)."""
+    rows = 8 * _mma_n_tiles(B)
+    if B / (_ceil_div(B, rows) * rows) < MMA_MIN_FILL[dtype]:
+        return 0
+    if dtype == "float32":
+        return 2 if T <= MMA_MAX_T else 0
+    return 1 if T <= MMA_MAX_T else 2
+
+
 def select_config(k_shape: Sequence[int], kernel: str = "forward", *, single_max_t: int = None,
                   tile: int = None, tensor_cores: int = 0, dtype: str = "float32") -> KernelConfig:
     """The launch for k of shape (B, C, T) and ``dtype``: ``kernel`` "forward" (also grad_k) or "grad_w".
 
-    ``tensor_cores``: the forward may use fwd_mma (1 or True) or fwd_mma2 (2); the caller knows the device
+    ``tensor_cores``: the forward's tensor-core mode (TC_AUTO: the measured choice; TC_MMA, TC_MMA2: that
+    kernel wherever it can run; TC_OFF: CUDA cores); the caller knows the device
     (:func:`tensor_cores_available`).
     ``single_max_t``/``tile`` override the tuning constants (tests use them to reach the tiled paths with
     small, fast shapes); ``tile`` is rounded up to the kernel's thread granularity.
@@ -210,10 +242,15 @@ def select_config(k_shape: Sequence[int], kernel: str = "forward", *, single_max
     B, C, T = _check_shape(k_shape)
     forced = single_max_t is not None or tile is not None
     if kernel == "forward" and tensor_cores and not forced:
-        if tensor_cores == 2:
+        mode = tensor_cores
+        if mode == TC_MMA2:
             return _mma_config(B, C, T, version=2, dtype=dtype)
-        if T <= MMA_MAX_T and (dtype != "float32" or B >= MMA_FLOAT32_MIN_B):
+        if mode == TC_MMA and T <= MMA_MAX_T:
             return _mma_config(B, C, T)
+        if mode == TC_AUTO:
+            version = _auto_tensor_core_version(B, T, dtype)
+            if version:
+                return _mma_config(B, C, T, version=version, dtype=dtype)
     if kernel == "forward":
         tm = 1 if B == 1 else 2 if B == 2 else 4
         lanes = next(lb for min_b, lb in FWD_LANES_BY_B if B >= min_b)

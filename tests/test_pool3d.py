@@ -584,6 +584,30 @@ def test_cuda_cases_reach_every_cuda_variant():
     assert names == {v for v in P.VARIANTS["fwd"] + P.VARIANTS["bwd"] if not v.endswith("cpu")}
 
 
+@pytest.mark.parametrize("params", [dict(kernel_size=8, stride=1), dict(kernel_size=3, stride=2, padding=1),
+                                    dict(kernel_size=3, stride=1, dilation=2), dict(kernel_size=(2, 5, 3),
+                                    stride=(2, 2, 3), dilation=(1, 2, 3)), dict(kernel_size=4, stride=3, dilation=3)])
+def test_windows_per_input_is_the_most_any_element_is_in(params):
+    """Counted by brute force over a shape large enough to reach the steady state: the backward's tolerance
+    grows with this count (float32 summation of that many dy values)."""
+    c = F._c("count", "bwd", (1, 1, 40, 40, 40), **params)
+    pp = P.normalize_params(**F.case_params(c))
+    k, s, p, d = pp.kernel, pp.stride, pp.padding, pp.dilation
+    per_dim = []
+    for a in range(3):
+        counts = np.zeros(40, dtype=int)
+        for o in range(F._out_size(40, k[a], s[a], p[a], d[a], False)):
+            for j in range(k[a]):
+                i = o * s[a] - p[a] + j * d[a]
+                if 0 <= i < 40:
+                    counts[i] += 1
+        per_dim.append(counts.max())
+    assert F.windows_per_input(c) == int(np.prod(per_dim))
+    rtol, atol = F.FAMILY.tolerance(c)
+    assert (rtol, atol) == (1e-5, 1e-6 + 4 * 2.0 ** -24 * int(np.prod(per_dim)))
+    assert F.FAMILY.tolerance(F._c("count", "fwd", (1, 1, 40, 40, 40), **params)) == DEFAULT_TOLERANCE["float32"]
+
+
 def test_cpu_cases_match_the_reference():
     previous = jt.flags.use_cuda
     jt.flags.use_cuda = 0

@@ -100,10 +100,10 @@ def test_select_config_table(shape, kernel, variant, tm, lanes, tile, ntiles, sp
     assert cfg.index_t == "int"
 
 
-# fwd_mma (tensor_cores=True): (shape, dtype, tm = n-tiles of 8 rows, rows per block, ntiles, groups, smem bytes)
+# fwd_mma (TC_MMA): (shape, dtype, tm = n-tiles of 8 rows, rows per block, ntiles, groups, smem bytes)
 MMA_TABLE = [
     ((32, 768, 768), "float32", 4, 32, 6, 1, 4 * (32 * 132 + 7 * 128)),
-    ((17, 3, 1024), "float32", 4, 32, 8, 1, 4 * (32 * 132 + 9 * 128)),
+    ((17, 3, 1024), "float32", 1, 8, 8, 3, 4 * (8 * 132 + 9 * 128)),  # 24 padded rows, not 32
     ((64, 256, 256), "float32", 4, 32, 2, 2, 4 * (32 * 132 + 3 * 128)),
     ((8, 512, 1024), "float16", 1, 8, 8, 1, 4 * (8 * 132 + 9 * 128)),
     ((16, 256, 777), "bfloat16", 2, 16, 7, 1, 4 * (16 * 132 + 8 * 128)),
@@ -113,56 +113,83 @@ MMA_TABLE = [
 
 @pytest.mark.parametrize("shape, dtype, tm, rows, ntiles, groups, smem", MMA_TABLE)
 def test_select_config_tensor_core_table(shape, dtype, tm, rows, ntiles, groups, smem):
-    cfg = X.select_config(shape, tensor_cores=True, dtype=dtype)
+    cfg = X.select_config(shape, tensor_cores=X.TC_MMA, dtype=dtype)
     got = (cfg.variant, cfg.tm, cfg.lanes_b, cfg.tile, cfg.ntiles, cfg.groups, cfg.threads, cfg.smem_bytes)
     assert got == ("fwd_mma", tm, rows, X.MMA_TILE, ntiles, groups, X.MMA_THREADS, smem)
     assert smem <= 227 * 1024
 
 
-def test_tensor_cores_only_where_they_were_measured_accurate_and_faster():
-    assert X.MMA_MAX_T == 1024  # float32 accumulation error past it (docs/perf-notes.md)
-    for dtype in DTYPES:
-        assert X.select_config((32, 2, 1025), tensor_cores=True, dtype=dtype).variant == "fwd_tiled"
-        assert X.select_config((32, 2, 1024), tensor_cores=True, dtype=dtype).variant == "fwd_mma"
-    assert X.select_config((16, 256, 777), tensor_cores=True).variant == "fwd_single"  # float32, B <= 16
-    assert X.select_config((17, 256, 777), tensor_cores=True).variant == "fwd_mma"
-    assert X.select_config((32, 768, 768), "grad_w", tensor_cores=True).variant == "gw_tiled"
+# TC_AUTO, the default on sm_80+: (B, T, dtype, variant) from the 2026-11-23 measurements (ops/timex.py)
+AUTO_TABLE = [
+    (32, 768, "float32", "fwd_mma2"), (8, 1024, "float32", "fwd_mma2"), (16, 777, "float32", "fwd_mma2"),
+    (64, 256, "float32", "fwd_mma2"), (4, 4096, "float32", "fwd_tiled"), (32, 1025, "float32", "fwd_tiled"),
+    (32, 768, "bfloat16", "fwd_mma"), (8, 1024, "float16", "fwd_mma"), (32, 1025, "float16", "fwd_mma2"),
+    (4, 4096, "bfloat16", "fwd_mma2"),
+    # the batch must fill MMA_MIN_FILL of the padded rows: float32 0.8, 16-bit 0.5
+    (6, 768, "float32", "fwd_single"), (7, 768, "float32", "fwd_mma2"), (12, 768, "float32", "fwd_single"),
+    (17, 768, "float32", "fwd_single"), (20, 768, "float32", "fwd_mma2"), (3, 768, "bfloat16", "fwd_single"),
+    (4, 768, "bfloat16", "fwd_mma"), (1, 1, "float16", "fwd_single"), (3, 2000, "float16", "fwd_tiled"),
+]
+
+
+@pytest.mark.parametrize("B, T, dtype, variant", AUTO_TABLE)
+def test_auto_tensor_cores_where_they_were_measured_accurate_and_faster(B, T, dtype, variant):
+    assert X.select_config((B, 4, T), tensor_cores=X.TC_AUTO, dtype=dtype).variant == variant
+    assert X.select_config((B, 4, T), "grad_w", tensor_cores=X.TC_AUTO).variant.startswith("gw_")
+
+
+def test_tensor_core_modes():
+    assert X.MMA_MAX_T == 1024  # fwd_mma's float32 accumulation error past it (docs/perf-notes.md)
+    for dtype in DTYPES:  # the A/B switches: a kernel wherever it can run, whatever the batch fill
+        assert X.select_config((1, 2, 1024), tensor_cores=X.TC_MMA, dtype=dtype).variant == "fwd_mma"
+        assert X.select_config((1, 2, 1025), tensor_cores=X.TC_MMA, dtype=dtype).variant == "fwd_tiled"
+        assert X.select_config((1, 2, 9000), tensor_cores=X.TC_MMA2, dtype=dtype).variant == "fwd_mma2"
+        assert X.select_config((32, 768, 768), tensor_cores=X.TC_OFF, dtype=dtype).variant == "fwd_single"
     # forced CUDA-core tiles (tests of fwd_tiled) keep the CUDA-core kernel
-    assert X.select_config((4, 2, 300), tensor_cores=True, single_max_t=64, tile=64).variant == "fwd_tiled"
-    assert X.select_config((32, 768, 768)).variant == "fwd_single"  # the default: CUDA cores
+    assert X.select_config((4, 2, 300), tensor_cores=X.TC_AUTO, single_max_t=64, tile=64).variant == "fwd_tiled"
+    assert X.select_config((32, 768, 768)).variant == "fwd_single"  # without a mode: CUDA cores
 
 
 @pytest.mark.parametrize("shape, dtype, tm, rows", [((32, 768, 768), "float32", 4, 32), ((3, 2, 8192), "float32", 1, 8),
                                                     ((16, 256, 4096), "bfloat16", 2, 16), ((1, 1, 1), "float16", 1, 8)])
 def test_select_config_mma2_any_length(shape, dtype, tm, rows):
-    cfg = X.select_config(shape, tensor_cores=2, dtype=dtype)
+    cfg = X.select_config(shape, tensor_cores=X.TC_MMA2, dtype=dtype)
     halves = 2 if dtype == "float32" else 1  # big and small TF32 halves of float32 operands
     smem = 4 * 2 * halves * (rows * 132 + 264)  # two stages; independent of T
     got = (cfg.variant, cfg.tm, cfg.lanes_b, cfg.ntiles, cfg.threads, cfg.smem_bytes)
     assert got == ("fwd_mma2", tm, rows, -(-shape[2] // 128), X.MMA_THREADS, smem)
-    assert X.select_config(shape, "grad_w", tensor_cores=2).variant.startswith("gw_")
+    assert X.select_config(shape, "grad_w", tensor_cores=X.TC_MMA2).variant.startswith("gw_")
 
 
-def test_tensor_cores_need_cuda_and_can_be_switched_off(monkeypatch):
+def test_tensor_cores_need_cuda_and_can_be_switched(monkeypatch):
     previous = jt.flags.use_cuda
     try:
         jt.flags.use_cuda = 0
-        assert not X.tensor_cores_available()
+        assert X.tensor_cores_available() == X.TC_OFF
         if ops.has_cuda():
             jt.flags.use_cuda = 1
-            assert X.tensor_cores_available() == (min(jt.flags.cuda_archs) >= 80)
-            monkeypatch.setenv(X.MMA_SWITCH, "2")
-            assert X.tensor_cores_available() == (2 if min(jt.flags.cuda_archs) >= 80 else 0)
-            monkeypatch.setenv(X.MMA_SWITCH, "0")
-            assert not X.tensor_cores_available()
+            sm80 = min(jt.flags.cuda_archs) >= 80
+            for value, mode in ((None, X.TC_AUTO), ("auto", X.TC_AUTO), ("1", X.TC_MMA), ("2", X.TC_MMA2),
+                                ("0", X.TC_OFF)):
+                if value is None:
+                    monkeypatch.delenv(X.MMA_SWITCH, raising=False)
+                else:
+                    monkeypatch.setenv(X.MMA_SWITCH, value)
+                assert X.tensor_cores_available() == (mode if sm80 else X.TC_OFF)
     finally:
         jt.flags.use_cuda = previous
 
 
+def test_tensor_core_switch_rejects_unknown_values(monkeypatch):
+    monkeypatch.setenv(X.MMA_SWITCH, "yes")
+    with pytest.raises(ValueError, match="OPS_TIMEX_MMA must be one of 0, 1, 2, auto, got 'yes'"):
+        X.tensor_cores_available()
+
+
 def test_every_variant_and_constant_is_picked_by_the_table():
     cfgs = [X.select_config(s, kern) for s, kern, *_ in SELECT_TABLE]
-    cfgs += [X.select_config(s, tensor_cores=True, dtype=d) for s, d, *_ in MMA_TABLE]
-    cfgs.append(X.select_config((32, 768, 768), tensor_cores=2))
+    cfgs += [X.select_config(s, tensor_cores=X.TC_MMA, dtype=d) for s, d, *_ in MMA_TABLE]
+    cfgs.append(X.select_config((32, 768, 768), tensor_cores=X.TC_MMA2))
     assert {c.variant for c in cfgs} == set(X.VARIANTS)
     assert {c.tm for c in cfgs if c.kernel == "forward"} == {1, 2, 4}
     assert {c.tm for c in cfgs if c.variant == "fwd_mma"} == {1, 2, 4}
@@ -216,10 +243,10 @@ def test_render_source_carries_only_code_changing_values():
     assert "timex_fwd_host<in0_type, 4, int>" in X.render_source(a, "cpu")
     gw = X.select_config((32, 768, 768), "grad_w")
     assert "timex_gw_launch<in0_type, int>" in X.render_source(gw, "cuda")
-    mma = X.select_config((32, 768, 768), tensor_cores=True)
+    mma = X.select_config((32, 768, 768), tensor_cores=X.TC_MMA)
     assert "timex_fwd_mma_launch<in0_type, 4, int>" in X.render_source(mma, "cuda")
     assert "LOGf" in X.render_source(mma, "cpu")  # never run: fwd_mma is not selected off CUDA
-    mma2 = X.select_config((32, 768, 768), tensor_cores=2)
+    mma2 = X.select_config((32, 768, 768), tensor_cores=X.TC_MMA2)
     assert "timex_fwd_mma2_launch<in0_type, 4, int>" in X.render_source(mma2, "cuda")
 
 
@@ -420,27 +447,31 @@ def test_builtin_reference_is_skipped_past_its_length_limit():
 
 # ---- GPU-sized dispatch paths (run with -m cuda) -----------------------------------------------------------
 
-GPU_CASES = [  # the forward on sm_80+ GPUs (grad_k takes the same), then grad_w
-    (32, 64, 768, "float32"),   # fwd_mma tm4 (the seed's shape with fewer channels), gw_tiled
-    (8, 64, 1024, "float32"),   # fwd_single lanes 2 (8 rows, 41 KB), gw_tiled
-    (64, 32, 256, "float32"),   # fwd_mma with 2 batch groups; gw_single with 4 batch splits
-    (4, 16, 4096, "float32"),   # fwd_tiled, gw_tiled with 16 tiles
-    (16, 32, 1024, "float32"),  # fwd_single: the 74 KB opt-in shared memory of the largest single tile
-    (32, 64, 768, "bfloat16"),  # fwd_mma tm4, one exact mma per product
-    (8, 64, 1024, "float16"),   # fwd_mma tm1
-    (3, 8, 8192, "float32"),    # the longest T the issue names, odd B: fwd_tiled
+GPU_CASES = [  # (B, C, T, dtype, the default forward on sm_80+ GPUs; grad_k takes the same), then grad_w
+    (32, 64, 768, "float32", "fwd_mma2"),    # tm4 (the seed's shape with fewer channels), gw_tiled
+    (8, 64, 1024, "float32", "fwd_mma2"),    # tm1, gw_tiled
+    (64, 32, 256, "float32", "fwd_mma2"),    # 2 batch groups; gw_single with 4 batch splits
+    (20, 16, 640, "float32", "fwd_mma2"),    # 3 groups of 8 rows, the last one partly padding
+    (4, 16, 4096, "float32", "fwd_tiled"),   # T > MMA_MAX_T; gw_tiled with 16 tiles
+    (6, 32, 1024, "float32", "fwd_single"),  # the batch fills 6 of 8 mma rows: CUDA cores
+    (32, 64, 768, "bfloat16", "fwd_mma"),    # tm4, one exact mma per product
+    (8, 64, 1024, "float16", "fwd_mma"),     # tm1
+    (12, 16, 2000, "bfloat16", "fwd_mma2"),  # 16-bit past MMA_MAX_T, tm2
+    (3, 8, 8192, "float32", "fwd_tiled"),    # the longest T the issue names, odd B
 ]
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("B, C, T, dtype", GPU_CASES)
-def test_gpu_sized_values_and_gradients(rng, B, C, T, dtype):
+@pytest.mark.parametrize("B, C, T, dtype, variant", GPU_CASES)
+def test_gpu_sized_values_and_gradients(rng, monkeypatch, B, C, T, dtype, variant):
+    monkeypatch.delenv(X.MMA_SWITCH, raising=False)
     previous = jt.flags.use_cuda
     jt.flags.use_cuda = 1
     try:
+        if min(jt.flags.cuda_archs) < 80:
+            variant = "fwd_single" if T <= X.FWD_SINGLE_MAX_T else "fwd_tiled"
         cfg = X.select_config((B, C, T), tensor_cores=X.tensor_cores_available(), dtype=dtype)
-        mma = T <= X.MMA_MAX_T and (dtype != "float32" or B > 16) and min(jt.flags.cuda_archs) >= 80
-        assert (cfg.variant == "fwd_mma") == mma  # the default forward (and grad_k) on this GPU
+        assert cfg.variant == variant  # the default forward (and grad_k) on this GPU
         w, k = inputs(rng, B, C, T, dtype)
         g = random_array((B, C, T), dtype, rng)
         out = ops.timex(to_jittor(w, dtype), to_jittor(k, dtype), 0.01)
@@ -456,8 +487,10 @@ def test_gpu_sized_values_and_gradients(rng, B, C, T, dtype):
 
 
 # The forward kernels the default does not pick on an sm_80+ GPU, through the switch: the CUDA-core kernels
-# (which fwd_mma replaces there) and the opt-in fwd_mma2 at the lengths where fwd_mma lost accuracy.
+# (the tensor cores replace them there; "0": 16 rows in the largest single tile, 74 KB of shared memory),
+# fwd_mma's float32 3xTF32 ("1") and fwd_mma2 at every length ("2").
 SWITCHED_CASES = [("0", 32, 16, 768, "float32"), ("0", 3, 8, 1100, "float32"), ("0", 8, 16, 1024, "bfloat16"),
+                  ("0", 16, 32, 1024, "float32"), ("1", 24, 16, 768, "float32"),
                   ("2", 32, 16, 768, "float32"), ("2", 4, 16, 4096, "float32"), ("2", 3, 8, 8192, "float32"),
                   ("2", 16, 16, 1100, "bfloat16"), ("2", 8, 16, 777, "float16")]
 
@@ -465,15 +498,15 @@ SWITCHED_CASES = [("0", 32, 16, 768, "float32"), ("0", 3, 8, 1100, "float32"), (
 @pytest.mark.cuda
 @pytest.mark.parametrize("switch, B, C, T, dtype", SWITCHED_CASES)
 def test_gpu_switched_forward_and_grad_k(rng, monkeypatch, switch, B, C, T, dtype):
+    if switch != "0" and min(jt.flags.cuda_archs) < 80:
+        pytest.skip("the tensor-core kernels need sm_80+")
     monkeypatch.setenv(X.MMA_SWITCH, switch)
     previous = jt.flags.use_cuda
     jt.flags.use_cuda = 1
     try:
         variant = X.select_config((B, C, T), tensor_cores=X.tensor_cores_available(), dtype=dtype).variant
-        if switch == "0":
-            assert not X.tensor_cores_available() and variant != "fwd_mma"
-        else:
-            assert variant == "fwd_mma2"
+        assert variant == {"0": "fwd_single" if T <= X.FWD_SINGLE_MAX_T else "fwd_tiled", "1": "fwd_mma",
+                           "2": "fwd_mma2"}[switch]
         w, k = inputs(rng, B, C, T, dtype)
         g = random_array((B, C, T), dtype, rng)
         out = ops.timex(to_jittor(w, dtype), to_jittor(k, dtype), 0.01)
@@ -565,7 +598,7 @@ def _all_configs():
     out = [dataclasses.replace(fwd, tm=tm, index_t=it) for tm in (1, 2, 4) for it in ("int", "long long")]
     out += [dataclasses.replace(gw, index_t=it) for it in ("int", "long long")]
     out += [dataclasses.replace(X.select_config((b, 768, 768), tensor_cores=v, dtype="float16"), index_t=it)
-            for v in (1, 2) for b in (8, 16, 32) for it in ("int", "long long")]
+            for v in (X.TC_MMA, X.TC_MMA2) for b in (8, 16, 32) for it in ("int", "long long")]
     return out
 
 
