@@ -13,6 +13,7 @@
 //   * Scatter backward: windows never share an element (stride >= dilation * (k - 1) + 1 in every dim).
 //   * Tile backward: the windows cover the input exactly once (k == stride, dilation 1, padding 0,
 //     L == Lo * k in every dim), so writing every window element writes all of dx.
+//   * The gather backward (overlapping windows) is in pool3d_gather.cuh, shared with the CPU path.
 //
 // Semantics (PyTorch's): elements of a window are offered in (d, h, w) order; a larger value or a NaN takes
 // over, so ties keep the first maximum, a NaN sticks, and a later NaN moves the index to itself. A window
@@ -498,44 +499,6 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_k2s2(const T* __restrict__ x
   }
 }
 
-// Gather backward (windows overlap): each input element visits, in (od, oh, ow) order, the windows that can
-// hold it and sums dy where the window's saved argmax is this element. Fixed order: deterministic.
-template <typename T, typename I, int OPT, int BLOCK>
-__global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather(const int* __restrict__ idx, const T* __restrict__ dy,
-                                                           T* __restrict__ dx, const Pool3dArgs<I> a) {
-  const Pool3dGeom& g = a.g;
-  const I first = (I)blockIdx.x * (BLOCK * OPT) + threadIdx.x;
-#pragma unroll
-  for (int t = 0; t < OPT; ++t) {
-    const I e = first + (I)t * BLOCK;
-    if (e >= a.total) continue;
-    I plane; int id, ih, iw;
-    pool3d_split(a, e, plane, id, ih, iw);
-    const int pos = (id * g.H + ih) * g.W + iw;
-    // Windows o with o * s - p + j * dil == i for some 0 <= j < k: o in [lo, hi], (i + p - o * s) % dil == 0.
-    const int td = id + g.pd, th = ih + g.ph, tw = iw + g.pw;
-    const int dlo = td - (g.kd - 1) * g.dd, hlo = th - (g.kh - 1) * g.dh, wlo = tw - (g.kw - 1) * g.dw;
-    const int d_lo = dlo <= 0 ? 0 : ops_ceil_div(dlo, g.sd), d_hi = pool3d_min(g.Do - 1, td / g.sd);
-    const int h_lo = hlo <= 0 ? 0 : ops_ceil_div(hlo, g.sh), h_hi = pool3d_min(g.Ho - 1, th / g.sh);
-    const int w_lo = wlo <= 0 ? 0 : ops_ceil_div(wlo, g.sw), w_hi = pool3d_min(g.Wo - 1, tw / g.sw);
-    const int* __restrict__ ip = idx + plane * a.plane_out;
-    const T* __restrict__ gp = dy + plane * a.plane_out;
-    typename Pool3dAcc<T>::type acc = 0;
-    for (int od = d_lo; od <= d_hi; ++od) {
-      if (g.dd != 1 && (td - od * g.sd) % g.dd != 0) continue;
-      for (int oh = h_lo; oh <= h_hi; ++oh) {
-        if (g.dh != 1 && (th - oh * g.sh) % g.dh != 0) continue;
-        const int orow = (od * g.Ho + oh) * g.Wo;
-        for (int ow = w_lo; ow <= w_hi; ++ow) {
-          if (g.dw != 1 && (tw - ow * g.sw) % g.dw != 0) continue;
-          if (ip[orow + ow] == pos) acc += pool3d_acc(gp[orow + ow]);
-        }
-      }
-    }
-    dx[e] = pool3d_from_acc<T>(acc);
-  }
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // Host launchers (called from jt.code's cuda_src; grid: select_config's formula over the tensors' sizes,
 // rendered by ops.pool3d.grid_expression).
@@ -597,13 +560,5 @@ void pool3d_bwd_k2s2_launch(const T* x, const T* dy, T* dx, const Pool3dGeom& g,
         ((unsigned long long)dy) % (VEC / 2 * sizeof(T)) == 0);
   const Pool3dArgs<I> a = pool3d_args<I>(g, planes, g.Wo / (VEC / 2), g.Ho, g.Do);
   pool3d_bwd_k2s2<T, I, VEC, OPT, BLOCK><<<(unsigned int)grid, BLOCK>>>(x, dy, dx, a);
-  OPS_CHECK_LAUNCH();
-}
-
-template <typename T, typename I, int OPT, int BLOCK>
-void pool3d_bwd_gather_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom& g, long long planes,
-                              long long grid) {
-  const Pool3dArgs<I> a = pool3d_args<I>(g, planes, g.W, g.H, g.D);
-  pool3d_bwd_gather<T, I, OPT, BLOCK><<<(unsigned int)grid, BLOCK>>>(idx, dy, dx, a);
   OPS_CHECK_LAUNCH();
 }

@@ -45,7 +45,10 @@ bwd_tile_flat/warp  other exact tilings (kernel == stride, dilation 1, no paddin
 bwd_scatter_flat/warp  disjoint windows that do not cover dx exactly (stride >= dilation * (k - 1) + 1):
                     zero dx, recompute each window's argmax from x and write dy there.
 bwd_gather          overlapping windows: every input element sums, in a fixed order, dy of the windows that
-                    can hold it and whose saved argmax is this element. The forward saves the indices for it.
+                    can hold it and whose saved argmax is this element (the forward saves the indices for
+                    it). A thread takes a run of ``vec`` adjacent elements of a row (16 bytes) and reads
+                    each window's index once for the run; window sizes, strides and dilations are
+                    compile-time. One code (cuda_snippets/pool3d_gather.cuh) for CUDA and the CPU path.
 bwd_*_cpu           the same three algorithms (tile, scatter, gather) as CPU loop nests.
 =================== =========================================================================================
 
@@ -106,9 +109,11 @@ K2_OPT_WIDE, K2_OPT_NARROW = 2, 4
 # per loaded element instead of ~10 instructions per window element), k3s1 fp32 0.054 -> ~0.02 ms, k3s1 fp16
 # 0.059 -> ~0.02 ms, k5s2 0.046 -> ~0.015 ms, k2x3x3s2x1x1 0.049 -> ~0.025 ms (predicted; to measure).
 ROWS_MAX_KW, ROWS_MAX_SW = 8, 2
-# Gather backward: one input element per thread; its candidate loops are runtime-bounded, so more elements
-# per thread add registers (nvcc spilled at 2) without adding loads in flight.
-GATHER_OPT = 1
+# Gather backward: a thread takes a run of adjacent elements of an input row, 16 bytes (4 floats, 8 halves,
+# 2 doubles), written as one vector where W allows; it reads each window's saved index once for the run. The
+# former one-element threads spent ~250 instructions per element (k3s2p1: 0.396 ms, 0.30x PyTorch, H100
+# 2026-11-23); predicted ~30 with runs and compile-time strides (pool3d_gather.cuh; to measure).
+GATHER_RUN_BYTES = 16
 
 VARIANTS = {
     "fwd": ("fwd_k2s2_vec", "fwd_flat", "fwd_warp", "fwd_rows", "fwd_cpu"),
@@ -320,11 +325,13 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
     itemsize = _codegen.ITEMSIZE[_codegen.dtype_name(dtype)]
     if direction == "bwd":
         algo = backward_algorithm(spatial, params)
+        run = max(1, GATHER_RUN_BYTES // itemsize) if algo == "gather" else 1
         if not cuda:
-            return KernelConfig(f"bwd_{algo}_cpu", nopad=nopad, index_type=itype)
+            return KernelConfig(f"bwd_{algo}_cpu", nopad=nopad, vec=run, index_type=itype)
         if algo == "gather":
-            return KernelConfig("bwd_gather", opt=GATHER_OPT, block=BLOCK,
-                                grid=_ceil_div(inputs, BLOCK * GATHER_OPT), index_type=itype)
+            items = planes * spatial[0] * spatial[1] * _ceil_div(spatial[2], run)
+            return KernelConfig("bwd_gather", k=params.kernel, vec=run, block=BLOCK, grid=_ceil_div(items, BLOCK),
+                                index_type=itype)
         vec = _k2s2_vec(params, spatial[2], itemsize) if algo == "tile" else 0
         if vec:
             opt = K2_OPT_WIDE if vec * itemsize == MAX_VEC_BYTES else K2_OPT_NARROW
@@ -384,7 +391,7 @@ _CUDA_TEMPLATES = {
                 "(in0_p, in1_p, out0_p, ${GEOM}, in0_shape0, ${GRID});",
     "bwd_tile_k2s2_vec": "pool3d_bwd_k2s2_launch<in0_type, ${I}, ${VEC}, ${OPT}, ${BLOCK}>"
                          "(in0_p, in1_p, out0_p, ${GEOM}, in0_shape0, ${GRID});",
-    "bwd_gather": "pool3d_bwd_gather_launch<in1_type, ${I}, ${OPT}, ${BLOCK}>"
+    "bwd_gather": "pool3d_bwd_gather_launch<in1_type, ${I}, ${WINDOW}, ${VEC}, ${BLOCK}>"
                   "(in0_p, in1_p, out0_p, ${GEOM}, out0_shape0, ${GRID});",
 }
 
@@ -392,13 +399,13 @@ _CUDA_TEMPLATES = {
 def grid_expression(cfg: KernelConfig) -> str:
     """``cfg.grid`` as an expression over the launch's tensors, for the generated source.
 
-    It names ``INPUTS`` (elements of the unpooled tensor), ``OUTPUTS`` (of the pooled one) and ``WO``; the
-    rendered source replaces them with jittor's variables. Written so that C++ integer arithmetic and Python's
+    It names ``INPUTS`` (elements of the unpooled tensor), ``OUTPUTS`` (of the pooled one), ``WI`` and ``WO``
+    (their W); the rendered source replaces them with jittor's variables. Written so that C++ integer arithmetic and Python's
     ``eval`` (with ``/`` read as ``//``) agree, which the tests check against ``select_config``.
     """
     v = cfg.variant
     if v == "bwd_gather":
-        return f"ops_ceil_div(INPUTS, {cfg.block * cfg.opt}LL)"
+        return f"ops_ceil_div(INPUTS / WI * ops_ceil_div(WI, {cfg.vec}LL), {cfg.block}LL)"
     if v.endswith("k2s2_vec"):
         return f"ops_ceil_div(OUTPUTS / {cfg.vec // 2}LL, {cfg.block * cfg.opt}LL)"
     if v.endswith("_warp"):
@@ -410,11 +417,11 @@ def grid_expression(cfg: KernelConfig) -> str:
 
 def _grid_source(cfg: KernelConfig) -> str:
     if cfg.variant.startswith("fwd"):
-        names = {"INPUTS": "in0->num", "OUTPUTS": "out0->num", "WO": "out0_shape3"}
+        names = {"INPUTS": "in0->num", "OUTPUTS": "out0->num", "WI": "in0_shape3", "WO": "out0_shape3"}
     elif cfg.variant == "bwd_gather":
-        names = {"INPUTS": "out0->num", "OUTPUTS": "in1->num", "WO": "in1_shape3"}
+        names = {"INPUTS": "out0->num", "OUTPUTS": "in1->num", "WI": "out0_shape3", "WO": "in1_shape3"}
     else:
-        names = {"INPUTS": "in0->num", "OUTPUTS": "in1->num", "WO": "in1_shape3"}
+        names = {"INPUTS": "in0->num", "OUTPUTS": "in1->num", "WI": "in0_shape3", "WO": "in1_shape3"}
     expr = grid_expression(cfg)
     for k, name in names.items():
         expr = expr.replace(k, f"(long long){name}")
@@ -438,10 +445,11 @@ def render_cuda(cfg: KernelConfig, params: PoolParams, mode: int = MODE_VALUES) 
     geom = _GEOM_FWD if variant.startswith("fwd") else _GEOM_GATHER if variant == "bwd_gather" else _GEOM_WINDOW
     geom = _codegen.render(geom, PARAMS=", ".join(
         str(v) for v in params.kernel + params.stride + params.padding + params.dilation))
+    window = ", ".join(str(v) for v in params.kernel + params.stride + params.dilation)
     body = _codegen.render(
         _CUDA_TEMPLATES[key], I=cfg.index_type, KD=cfg.k[0], KH=cfg.k[1], KW=cfg.k[2],
         NOPAD=str(cfg.nopad).lower(), TILE=str(tile).lower(), MODE=mode, OPT=cfg.opt, BLOCK=cfg.block,
-        VEC=cfg.vec, SW=cfg.sw, PTRS=_FWD_PTRS.get(mode, ""), GEOM=geom, GRID=_grid_source(cfg))
+        VEC=cfg.vec, SW=cfg.sw, PTRS=_FWD_PTRS.get(mode, ""), GEOM=geom, WINDOW=window, GRID=_grid_source(cfg))
     return f"// max_pool3d {cfg.name} mode={mode} block={cfg.block} opt={cfg.opt} index={cfg.index_type}\n{body}\n"
 
 
@@ -551,37 +559,28 @@ void backward_window(const T* x, const T* dy, T* dx, long long planes, const Geo
   }
 }
 
-// Each input element sums, in (od, oh, ow) order, dy of the windows that hold it and chose it.
-template <typename T>
+// Each input element sums, in (od, oh, ow) order, dy of the windows that hold it and chose it: the CUDA
+// kernel's work items (runs of RUN elements of a row, pool3d_gather.cuh) one after another.
+template <typename T> struct GatherLoad {
+  typename Acc<T>::type operator()(const T* p) const { return (typename Acc<T>::type)*p; }
+};
+template <typename T, int RUN>
 void backward_gather(const int* idx, const T* dy, T* dx, long long planes, const Geom& g) {
   typedef typename Acc<T>::type A;
-  const long long plane_out = g.Do * g.Ho * g.Wo, total = planes * g.D * g.H * g.W;
-  for (long long e = 0; e < total; ++e) {
-    long long plane, id, ih, iw;
-    split(e, g.W, g.H, g.D, plane, id, ih, iw);
-    const long long pos = (id * g.H + ih) * g.W + iw;
-    const long long td = id + g.pd, th = ih + g.ph, tw = iw + g.pw;
-    const long long dlo = td - (long long)(g.kd - 1) * g.dd, hlo = th - (long long)(g.kh - 1) * g.dh,
-                    wlo = tw - (long long)(g.kw - 1) * g.dw;
-    const long long d_lo = dlo <= 0 ? 0 : (dlo + g.sd - 1) / g.sd, d_hi = std::min(g.Do - 1, td / g.sd);
-    const long long h_lo = hlo <= 0 ? 0 : (hlo + g.sh - 1) / g.sh, h_hi = std::min(g.Ho - 1, th / g.sh);
-    const long long w_lo = wlo <= 0 ? 0 : (wlo + g.sw - 1) / g.sw, w_hi = std::min(g.Wo - 1, tw / g.sw);
-    const int* ip = idx + plane * plane_out;
-    const T* gp = dy + plane * plane_out;
-    A acc = 0;
-    for (long long od = d_lo; od <= d_hi; ++od) {
-      if (g.dd != 1 && (td - od * g.sd) % g.dd != 0) continue;
-      for (long long oh = h_lo; oh <= h_hi; ++oh) {
-        if (g.dh != 1 && (th - oh * g.sh) % g.dh != 0) continue;
-        const long long orow = (od * g.Ho + oh) * g.Wo;
-        for (long long ow = w_lo; ow <= w_hi; ++ow) {
-          if (g.dw != 1 && (tw - ow * g.sw) % g.dw != 0) continue;
-          if (ip[orow + ow] == pos) acc = acc + (A)gp[orow + ow];
+  const Pool3dWinR win = {g.kd, g.kh, g.kw, g.sd, g.sh, g.sw, g.dd, g.dh, g.dw};
+  const Pool3dGatherDims gd = {(int)g.H, (int)g.W, (int)g.Do, (int)g.Ho, (int)g.Wo, g.pd, g.ph, g.pw};
+  const long long plane_in = g.D * g.H * g.W, plane_out = g.Do * g.Ho * g.Wo;
+  for (long long p = 0; p < planes; ++p)
+    for (int id = 0; id < (int)g.D; ++id)
+      for (int ih = 0; ih < (int)g.H; ++ih)
+        for (int w0 = 0; w0 < (int)g.W; w0 += RUN) {
+          const int n = std::min(RUN, (int)g.W - w0);
+          A acc[RUN];
+          pool3d_gather_run<A, RUN>(win, gd, idx + p * plane_out, dy + p * plane_out, id, ih, w0, n, acc,
+                                    GatherLoad<T>());
+          T* dp = dx + p * plane_in + ((long long)id * g.H + ih) * g.W + w0;
+          for (int r = 0; r < n; ++r) dp[r] = from_acc<T>(acc[r]);
         }
-      }
-    }
-    dx[e] = from_acc<T>(acc);
-  }
 }
 }  // namespace pool3d_cpu
 """
@@ -592,7 +591,7 @@ _CPU_SRC = {
     "bwd_window": "pool3d_cpu::backward_window<in0_type, ${TILE}>(in0_p, in1_p, out0_p, in0_shape0, "
                   "pool3d_cpu::geom(in0_shape1, in0_shape2, in0_shape3, in1_shape1, in1_shape2, in1_shape3, "
                   "data));",
-    "bwd_gather_cpu": "pool3d_cpu::backward_gather<in1_type>(in0_p, in1_p, out0_p, out0_shape0, "
+    "bwd_gather_cpu": "pool3d_cpu::backward_gather<in1_type, ${VEC}>(in0_p, in1_p, out0_p, out0_shape0, "
                       "pool3d_cpu::geom(out0_shape1, out0_shape2, out0_shape3, in1_shape1, in1_shape2, "
                       "in1_shape3, data));",
 }
@@ -601,7 +600,7 @@ _CPU_SRC = {
 def render_cpu(cfg: KernelConfig, mode: int = MODE_VALUES) -> str:
     """The ``cpu_src`` of one launch (CPU_HEADER holds the code)."""
     key = cfg.variant if cfg.variant in _CPU_SRC else "bwd_window"
-    return _codegen.render(_CPU_SRC[key], MODE=mode, PTRS=_FWD_PTRS.get(mode, ""),
+    return _codegen.render(_CPU_SRC[key], MODE=mode, PTRS=_FWD_PTRS.get(mode, ""), VEC=cfg.vec,
                            TILE=str(cfg.variant == "bwd_tile_cpu").lower()) + "\n"
 
 
@@ -610,16 +609,21 @@ def render_cpu(cfg: KernelConfig, mode: int = MODE_VALUES) -> str:
 _CUDA_HEADER = None
 
 
+def _cpu_header() -> str:
+    """The gather math shared with CUDA (no includes, so it may come first), then the CPU loop nests."""
+    return _codegen.snippet("pool3d_gather") + "\n" + CPU_HEADER
+
+
 def _cuda_header() -> str:
     global _CUDA_HEADER
     if _CUDA_HEADER is None:
-        _CUDA_HEADER = _codegen.header(["common", "pool3d"])
+        _CUDA_HEADER = _codegen.header(["common", "pool3d", "pool3d_gather"])
     return _CUDA_HEADER
 
 
 def _code(shapes, dtypes, inputs, cfg: KernelConfig, params: PoolParams, mode: int = MODE_VALUES):
     if cfg.variant.endswith("_cpu"):
-        return code(shapes, dtypes, inputs, cpu_header=CPU_HEADER, cpu_src=render_cpu(cfg, mode),
+        return code(shapes, dtypes, inputs, cpu_header=_cpu_header(), cpu_src=render_cpu(cfg, mode),
                     data=params.data())
     return code(shapes, dtypes, inputs, cuda_header=_cuda_header(), cuda_src=render_cuda(cfg, params, mode))
 

@@ -308,12 +308,16 @@ SELECT_TABLE = [
      dict(k=(2, 2, 2), nopad=False)),
     ((8, 32, 32, 63, 63), "float32", _kw(2), "bwd", True, "bwd_scatter_flat", dict(nopad=True)),
     ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8), ceil=True), "bwd", True, "bwd_scatter_warp", dict(nopad=False)),
-    ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "bwd", True, "bwd_gather", dict(opt=1, grid=4 * 32 * 32 ** 3 // 256)),
-    ((2, 16, 32, 32, 32), "float16", _kw(8, 1), "bwd", True, "bwd_gather", dict()),
+    # gather: runs of 16 bytes along W (4 floats, 8 halves, 2 doubles), one per thread
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "bwd", True, "bwd_gather",
+     dict(vec=4, k=(3, 3, 3), grid=4 * 32 * 32 * 32 * 8 // 256)),
+    ((2, 16, 32, 32, 30), "float16", _kw(8, 1), "bwd", True, "bwd_gather", dict(vec=8, grid=2 * 16 * 32 * 32 * 4 // 256)),
+    ((2, 3, 5, 6, 7), "float64", _kw(3, 1), "bwd", True, "bwd_gather", dict(vec=2, grid=3)),  # 720 runs
     ((64, 64, 64, 128, 128), "float32", _kw(3, 1), "bwd", True, "bwd_gather", dict(index_type="long long")),
     ((2, 3, 8, 8, 8), "float32", _kw(2), "bwd", False, "bwd_tile_cpu", dict()),
     ((2, 3, 8, 8, 9), "float32", _kw(2), "bwd", False, "bwd_scatter_cpu", dict()),
-    ((2, 3, 8, 8, 8), "float32", _kw(3, 1), "bwd", False, "bwd_gather_cpu", dict()),
+    ((2, 3, 8, 8, 8), "float32", _kw(3, 1), "bwd", False, "bwd_gather_cpu", dict(vec=4)),
+    ((2, 3, 8, 8, 8), "bfloat16", _kw(3, 1), "bwd", False, "bwd_gather_cpu", dict(vec=8)),
 ]
 
 
@@ -350,11 +354,14 @@ def test_grid_covers_every_work_item_and_the_source_computes_it():
         out = P.output_shape(spatial, P.normalize_params(**kw))
         if cfg.variant == "fwd_rows":
             items = planes * out[0] * out[1] * -(-out[2] // cfg.vec)
+        elif cfg.variant == "bwd_gather":
+            items = planes * spatial[0] * spatial[1] * -(-spatial[2] // cfg.vec)
         else:
-            items = planes * math.prod(spatial if cfg.variant == "bwd_gather" else out) // max(1, cfg.vec // 2)
+            items = planes * math.prod(out) // max(1, cfg.vec // 2)
         per_block = cfg.block // 32 if cfg.variant.endswith("warp") else cfg.block * cfg.opt
         assert (cfg.grid - 1) * per_block < items <= cfg.grid * per_block
-        names = {"INPUTS": planes * math.prod(spatial), "OUTPUTS": planes * math.prod(out), "WO": out[2],
+        names = {"INPUTS": planes * math.prod(spatial), "OUTPUTS": planes * math.prod(out), "WI": spatial[2],
+                 "WO": out[2],
                  "ops_ceil_div": lambda a, b: -(-a // b)}
         expr = P.grid_expression(cfg).replace("LL", "").replace("/", "//")
         assert eval(expr, {}, names) == cfg.grid, (s, kw, direction, expr)
@@ -484,6 +491,8 @@ GRAD_CASES = [
     ((1, 2, 12, 12, 12), _kw(8, 1)),  # gather, big windows
     ((2, 3, 10, 11, 12), _kw((1, 3, 2), (1, 2, 1), (0, 1, 1), (1, 2, 1))),  # gather with dilation
     ((3, 9, 8, 7), _kw(3, 2, ceil=True)),  # 4-D input, gather with ceil_mode
+    ((1, 2, 9, 10, 13), _kw(3, 2, 1, 2)),  # gather, dilated and strided along W: runs split windows
+    ((2, 3, 6, 5, 3), _kw(2, 1)),  # gather, a row shorter than one run
 ]
 
 
@@ -729,7 +738,7 @@ def test_nvcc_compiles_every_rendered_kernel():
     sources = _rendered_sources()
     variants = {v for v, _, _ in sources.values()}
     assert variants == {v for v in P.VARIANTS["fwd"] + P.VARIANTS["bwd"] if not v.endswith("cpu")}
-    header = "#include <map>\n#include <string>\n" + ops._codegen.header(["common", "pool3d"])
+    header = "#include <map>\n#include <string>\n" + ops._codegen.header(["common", "pool3d", "pool3d_gather"])
     body = "\n".join(_block(src, *info) for (src, _), info in sources.items())
     ok, log = compile_check(header, body)
     assert ok, log[-6000:]
