@@ -400,8 +400,9 @@ def grid_expression(cfg: KernelConfig) -> str:
     """``cfg.grid`` as an expression over the launch's tensors, for the generated source.
 
     It names ``INPUTS`` (elements of the unpooled tensor), ``OUTPUTS`` (of the pooled one), ``WI`` and ``WO``
-    (their W); the rendered source replaces them with jittor's variables. Written so that C++ integer arithmetic and Python's
-    ``eval`` (with ``/`` read as ``//``) agree, which the tests check against ``select_config``.
+    (their W); the rendered source replaces them with jittor's variables. Written so that C++ integer
+    arithmetic and Python's ``eval`` (with ``/`` read as ``//``) agree, which the tests check against
+    ``select_config``.
     """
     v = cfg.variant
     if v == "bwd_gather":

@@ -311,7 +311,8 @@ SELECT_TABLE = [
     # gather: runs of 16 bytes along W (4 floats, 8 halves, 2 doubles), one per thread
     ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "bwd", True, "bwd_gather",
      dict(vec=4, k=(3, 3, 3), grid=4 * 32 * 32 * 32 * 8 // 256)),
-    ((2, 16, 32, 32, 30), "float16", _kw(8, 1), "bwd", True, "bwd_gather", dict(vec=8, grid=2 * 16 * 32 * 32 * 4 // 256)),
+    ((2, 16, 32, 32, 30), "float16", _kw(8, 1), "bwd", True, "bwd_gather",
+     dict(vec=8, grid=2 * 16 * 32 * 32 * 4 // 256)),
     ((2, 3, 5, 6, 7), "float64", _kw(3, 1), "bwd", True, "bwd_gather", dict(vec=2, grid=3)),  # 720 runs
     ((64, 64, 64, 128, 128), "float32", _kw(3, 1), "bwd", True, "bwd_gather", dict(index_type="long long")),
     ((2, 3, 8, 8, 8), "float32", _kw(2), "bwd", False, "bwd_tile_cpu", dict()),
