@@ -12,7 +12,8 @@
 //     the last four and x's alignment).
 //   * Scatter backward: windows never share an element (stride >= dilation * (k - 1) + 1 in every dim).
 //   * Tile backward: the windows cover the input exactly once (k == stride, dilation 1, padding 0,
-//     L == Lo * k in every dim), so writing every window element writes all of dx.
+//     Lo * k >= L in every dim; with NOPAD false the partial last windows of ceil_mode are cut at the edge),
+//     so writing every window element writes all of dx.
 //   * The gather backward (overlapping windows) is in pool3d_gather.cuh, shared with the CPU path.
 //
 // Semantics (PyTorch's): elements of a window are offered in (d, h, w) order; a larger value or a NaN takes
@@ -403,7 +404,7 @@ __global__ void __launch_bounds__(BLOCK) pool3d_fwd_rows(const T* __restrict__ x
 //   !TILE: dx was zeroed by the launcher; write dy at the argmax only (windows are disjoint).
 // No two threads write one element either way: no atomics, bit-identical results.
 
-template <typename T, int KD, int KH, int KW>
+template <typename T, int KD, int KH, int KW, bool NOPAD>
 __device__ __forceinline__ void pool3d_tile_write(T* __restrict__ dp, const Pool3dGeom& g, int od, int oh, int ow,
                                                   int argpos, T gv, int first, int step) {
   const int kd = KD ? KD : g.kd, kh = KH ? KH : g.kh, kw = KW ? KW : g.kw;
@@ -413,6 +414,7 @@ __device__ __forceinline__ void pool3d_tile_write(T* __restrict__ dp, const Pool
 #pragma unroll 4
   for (int e = first; e < kvol; e += step) {
     const int i = e / khw, r = e - i * khw, j = r / kw, k = r - j * kw;
+    if (!NOPAD && (d0 + i >= g.D || h0 + j >= g.H || w0 + k >= g.W)) continue;  // ceil_mode's last windows
     const int p = ((d0 + i) * g.H + h0 + j) * g.W + w0 + k;
     dp[p] = p == argpos ? gv : zero;
   }
@@ -431,7 +433,7 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_flat(const T* __restrict__ x
       const Pool3dBest<T> b = pool3d_window_max<T, KD, KH, KW, NOPAD>(x + plane * a.plane_in, a.g, od, oh, ow);
       T* __restrict__ dp = dx + plane * a.plane_in;
       if (TILE) {
-        pool3d_tile_write<T, KD, KH, KW>(dp, a.g, od, oh, ow, b.pos, dy[o], 0, 1);
+        pool3d_tile_write<T, KD, KH, KW, NOPAD>(dp, a.g, od, oh, ow, b.pos, dy[o], 0, 1);
       } else if (b.pos >= 0) {
         dp[b.pos] = dy[o];
       }
@@ -451,7 +453,7 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_warp(const T* __restrict__ x
       pool3d_window_max_warp<T, KD, KH, KW, NOPAD>(x + plane * a.plane_in, a.g, od, oh, ow, lane);
   T* __restrict__ dp = dx + plane * a.plane_in;
   if (TILE) {
-    pool3d_tile_write<T, KD, KH, KW>(dp, a.g, od, oh, ow, b.pos, dy[o], lane, 32);
+    pool3d_tile_write<T, KD, KH, KW, NOPAD>(dp, a.g, od, oh, ow, b.pos, dy[o], lane, 32);
   } else if (lane == 0 && b.pos >= 0) {
     dp[b.pos] = dy[o];
   }

@@ -77,11 +77,15 @@ def test_window_predicates():
     assert not P.windows_tile((8, 8, 9), (4, 4, 4), p) and P.padding_free((8, 8, 9), (4, 4, 4), p)
     pc = P.normalize_params(2, ceil_mode=True)
     assert not P.padding_free((8, 8, 9), (4, 4, 5), pc)
+    assert P.windows_tile((8, 8, 9), (4, 4, 5), pc)  # the last window holds one element: still a tiling
     assert not P.windows_disjoint(P.normalize_params(3, 2)) and P.windows_disjoint(P.normalize_params(3, 3))
     assert not P.windows_disjoint(P.normalize_params(2, 2, dilation=2))
     assert P.windows_disjoint(P.normalize_params(2, 3, dilation=2))
     assert P.backward_algorithm((8, 8, 8), P.normalize_params((1, 2, 2))) == "tile"
     assert P.backward_algorithm((8, 8, 9), p) == "scatter"
+    assert P.backward_algorithm((8, 8, 9), pc) == "tile"
+    assert P.backward_algorithm((7, 8, 9), P.normalize_params(3, ceil_mode=True)) == "tile"
+    assert P.backward_algorithm((8, 8, 9), P.normalize_params(2, padding=1, ceil_mode=True)) == "scatter"
     assert P.backward_algorithm((8, 8, 8), P.normalize_params(3, 1)) == "gather"
 
 
@@ -304,10 +308,12 @@ SELECT_TABLE = [
     ((16, 32, 32, 8, 8), "float16", _kw((2, 8, 8)), "bwd", True, "bwd_tile_warp", dict(k=(2, 8, 8))),
     ((4, 32, 32, 64, 64), "float32", _kw(4), "bwd", True, "bwd_tile_flat", dict(k=(0, 0, 0), nopad=True)),
     ((4, 32, 33, 33, 33), "float32", _kw(3), "bwd", True, "bwd_tile_flat", dict(k=(3, 3, 3))),
-    ((8, 32, 31, 63, 63), "float32", _kw(2, ceil=True), "bwd", True, "bwd_scatter_flat",
-     dict(k=(2, 2, 2), nopad=False)),
+    # ceil_mode's partial last windows still tile the input (bounds-checked); floor mode leaves a remainder
+    ((8, 32, 31, 64, 64), "float32", _kw(2, ceil=True), "bwd", True, "bwd_tile_flat", dict(k=(2, 2, 2), nopad=False)),
+    ((8, 32, 31, 63, 63), "float32", _kw(2), "bwd", True, "bwd_scatter_flat", dict(k=(2, 2, 2), nopad=True)),
     ((8, 32, 32, 63, 63), "float32", _kw(2), "bwd", True, "bwd_scatter_flat", dict(nopad=True)),
-    ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8), ceil=True), "bwd", True, "bwd_scatter_warp", dict(nopad=False)),
+    ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8), ceil=True), "bwd", True, "bwd_tile_warp", dict(nopad=False)),
+    ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8)), "bwd", True, "bwd_scatter_warp", dict(nopad=True)),
     # gather: runs of 16 bytes along W (4 floats, 8 halves, 2 doubles), one per thread
     ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "bwd", True, "bwd_gather",
      dict(vec=4, k=(3, 3, 3), grid=4 * 32 * 32 * 32 * 8 // 256)),
@@ -484,7 +490,8 @@ GRAD_CASES = [
     ((2, 3, 8, 10, 12), _kw(2)),  # tile (k2s2)
     ((2, 3, 9, 9, 6), _kw(3)),  # tile (k3)
     ((2, 2, 8, 8, 8), _kw(8)),  # tile, one window per plane
-    ((2, 3, 7, 9, 11), _kw(2, ceil=True)),  # scatter with partial windows
+    ((2, 3, 7, 9, 11), _kw(2, ceil=True)),  # tile with partial last windows (bounds-checked)
+    ((2, 3, 7, 8, 11), _kw(3, ceil=True)),  # the same with k3: last windows of 1 and 2 elements
     ((2, 3, 7, 9, 11), _kw(2)),  # scatter: uncovered trailing elements
     ((2, 3, 10, 11, 12), _kw((1, 2, 2), (1, 3, 3), (0, 1, 1))),  # scatter with padding
     ((2, 3, 9, 9, 9), _kw(3, 1)),  # gather
