@@ -40,37 +40,69 @@ def _out_size(n, k, s, p, d, ceil_mode):
     return out
 
 
+# Window elements per chunk of reference_pool's work (~128 MB of float64 windows at a time).
+_REFERENCE_CHUNK = 1 << 24
+
+
 def reference_pool(x: np.ndarray, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
     """float64 values and int64 indices of PyTorch's max_pool3d on ``x`` (..., D, H, W).
 
-    The definition, vectorized over outputs: window elements are taken in (d, h, w) order; an element
-    replaces the running maximum when the window had none yet, when it is NaN, or when it is larger and the
-    maximum is not NaN. A window without elements gives -inf and index -1.
+    The definition: window elements are taken in (d, h, w) order; an element replaces the running maximum
+    when the window had none yet, when it is NaN, or when it is larger and the maximum is not NaN. A window
+    without elements gives -inf and index -1. Computed on each window laid out flat (padding = -inf):
+    * no NaN, maximum above -inf: the first maximum (``argmax``), never a pad;
+    * a NaN: value NaN, index of the last NaN (each NaN takes over);
+    * maximum -inf: the first element inside the input (all inside are -inf), or -1 when there is none.
+    ``tests/test_pool3d.py`` checks this against the definition's loop written out.
     """
     k, p, dl = _triple(kernel_size), _triple(padding), _triple(dilation)
     s = k if stride is None else _triple(stride)
-    x = np.asarray(x, dtype=np.float64)
+    x = np.asarray(x)
+    if x.dtype != np.float64:
+        x = x.astype(np.float32)  # exact for float16/bfloat16 data; max and argmax need no wider type
     lead, spatial = x.shape[:-3], x.shape[-3:]
     out = tuple(_out_size(n, *a, ceil_mode) for n, a in zip(spatial, zip(k, s, p, dl)))
-    # Pad: left by p, right far enough for the last (possibly partial) window; pads are marked invalid.
-    right = [max(0, (o - 1) * si + di * (ki - 1) + 1 - pi - n) for n, o, ki, si, pi, di in
-             zip(spatial, out, k, s, p, dl)]
-    pad = [(0, 0)] * len(lead) + [(pi, r) for pi, r in zip(p, right)]
-    xp = np.pad(x, pad)
-    valid = np.pad(np.ones(spatial, dtype=bool), pad[len(lead):])
-    pos = np.pad(np.arange(int(np.prod(spatial))).reshape(spatial), pad[len(lead):], constant_values=-1)
-    best = np.full(lead + out, -np.inf)
-    arg = np.full(lead + out, -1, dtype=np.int64)
-    for i in range(k[0]):
-        for j in range(k[1]):
-            for m in range(k[2]):
-                sl = tuple(slice(a * di, a * di + (o - 1) * si + 1, si) for a, di, o, si in
-                           zip((i, j, m), dl, out, s))
-                v, ok, ps = xp[(Ellipsis,) + sl], valid[sl], pos[sl]
-                take = ok & ((arg < 0) | np.isnan(v) | (~np.isnan(best) & (v > best)))
-                best = np.where(take, v, best)
-                arg = np.where(take, ps, arg)
-    return best, arg
+    planes = x.reshape((-1,) + spatial)
+    n_planes = planes.shape[0]
+    span = tuple(di * (ki - 1) + 1 for ki, di in zip(k, dl))
+    # Pad: left by p, right far enough for the last (possibly partial) window.
+    right = [max(0, (o - 1) * si + sp - pi - n) for n, o, si, sp, pi in zip(spatial, out, s, span, p)]
+    pad = [(0, 0)] + [(pi, r) for pi, r in zip(p, right)]
+    xp = np.pad(planes, pad, constant_values=-np.inf)
+    inside = np.pad(np.ones(spatial, dtype=bool), pad[1:])
+
+    def windows(a, first):
+        v = np.lib.stride_tricks.sliding_window_view(a, span, axis=(first, first + 1, first + 2))
+        sl = [slice(None)] * first + [slice(0, (o - 1) * si + 1, si) for o, si in zip(out, s)]
+        return v[tuple(sl) + tuple(slice(None, None, di) for di in dl)]
+
+    kvol = k[0] * k[1] * k[2]
+    # position of window element j of output o: base[o] + offset[j] (pads map outside [0, D*H*W))
+    H, W = spatial[1], spatial[2]
+    od, oh, ow = np.meshgrid(*[np.arange(o) * si - pi for o, si, pi in zip(out, s, p)], indexing="ij")
+    base = ((od * H + oh) * W + ow).reshape(-1)
+    jd, jh, jw = np.meshgrid(*[np.arange(ki) * di for ki, di in zip(k, dl)], indexing="ij")
+    offset = ((jd * H + jh) * W + jw).reshape(-1)
+    first_inside = windows(inside, 0).reshape(-1, kvol).argmax(axis=1)
+    any_inside = windows(inside, 0).reshape(-1, kvol).any(axis=1)
+
+    n_out = int(np.prod(out))
+    best = np.empty((n_planes, n_out))
+    arg = np.empty((n_planes, n_out), dtype=np.int64)
+    step = max(1, _REFERENCE_CHUNK // max(1, n_out * kvol))
+    for p0 in range(0, n_planes, step):
+        w = windows(xp[p0:p0 + step], 1).reshape(-1, n_out, kvol)
+        j = w.argmax(axis=2)
+        m = np.take_along_axis(w, j[..., None], axis=2)[..., 0].astype(np.float64)
+        isnan = np.isnan(w)
+        has_nan = isnan.any(axis=2)
+        j = np.where(has_nan, kvol - 1 - isnan[..., ::-1].argmax(axis=2), j)
+        low = ~has_nan & (m == -np.inf)
+        j = np.where(low, first_inside[None], j)
+        m = np.where(has_nan, np.nan, m)
+        best[p0:p0 + step] = m
+        arg[p0:p0 + step] = np.where(low & ~any_inside[None], -1, base[None] + offset[j])
+    return best.reshape(lead + out), arg.reshape(lead + out)
 
 
 def reference_grad(x_shape, arg: np.ndarray, dy: np.ndarray) -> np.ndarray:
@@ -79,11 +111,9 @@ def reference_grad(x_shape, arg: np.ndarray, dy: np.ndarray) -> np.ndarray:
     planes = int(np.prod(lead)) if lead else 1
     a = arg.reshape(planes, -1)
     g = np.asarray(dy, dtype=np.float64).reshape(planes, -1)
-    dx = np.zeros((planes, plane))
-    rows = np.broadcast_to(np.arange(planes)[:, None], a.shape)
     keep = a >= 0
-    np.add.at(dx, (rows[keep], a[keep]), g[keep])
-    return dx.reshape(x_shape)
+    flat = (np.arange(planes)[:, None] * plane + a)[keep]
+    return np.bincount(flat, weights=g[keep], minlength=planes * plane).reshape(x_shape)
 
 
 def windows_per_input(c: Case) -> int:

@@ -34,22 +34,31 @@ MAX_T_JITTOR_CONV = 1024  # see TimexFamily.jittor_forward
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
 
 
-# ---- float64 references (FFT of length >= 2T: a linear, not circular, convolution) ------------------------
+# ---- float64 references (FFT of length >= 2T - 1: a linear, not circular, convolution) ----------------------
 
 def _fft_len(T: int) -> int:
-    n = 1
-    while n < 2 * T:
-        n *= 2
-    return n
+    """The smallest 2^a 3^b >= 2T - 1 (sizes NumPy's FFT handles fast; 1536 for T = 768, not 2048)."""
+    need, best = max(1, 2 * T - 1), None
+    p3 = 1
+    while p3 < 2 * need:
+        n = p3
+        while n < need:
+            n *= 2
+        best = n if best is None else min(best, n)
+        p3 *= 3
+    return best
 
 
 def reference_timex(w: np.ndarray, k: np.ndarray, eps: float = 0.0) -> np.ndarray:
-    """out[b, c, t] = eps + sum_{u<=t} w[c, T-1-(t-u)] k[b, c, u], in float64."""
+    """out[b, c, t] = eps + sum_{u<=t} w[c, T-1-(t-u)] k[b, c, u], in float64 (one batch row at a time: the
+    spectra of one row stay in cache, 3x faster than the whole batch at once)."""
     T = k.shape[-1]
     n = _fft_len(T)
-    wr = np.asarray(w, dtype=np.float64)[:, ::-1]  # wr[c, s] = w[c, T-1-s]
-    spec = np.fft.rfft(np.asarray(k, dtype=np.float64), n) * np.fft.rfft(wr, n)[None]
-    return np.fft.irfft(spec, n)[..., :T] + eps
+    wr = np.fft.rfft(np.asarray(w, dtype=np.float64)[:, ::-1], n)  # wr[c, s] = w[c, T-1-s]
+    out = np.empty(k.shape)
+    for b in range(k.shape[0]):
+        out[b] = np.fft.irfft(np.fft.rfft(np.asarray(k[b], dtype=np.float64), n) * wr, n)[..., :T]
+    return out + eps
 
 
 def reference_timex_grads(w: np.ndarray, k: np.ndarray, g: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -60,11 +69,14 @@ def reference_timex_grads(w: np.ndarray, k: np.ndarray, g: np.ndarray) -> Tuple[
     """
     T = k.shape[-1]
     n = _fft_len(T)
-    wr = np.asarray(w, dtype=np.float64)[:, ::-1]
-    G = np.fft.rfft(np.asarray(g, dtype=np.float64), n)
-    grad_k = np.fft.irfft(G * np.conj(np.fft.rfft(wr, n))[None], n)[..., :T]
-    K = np.fft.rfft(np.asarray(k, dtype=np.float64), n)
-    gwr = np.fft.irfft((G * np.conj(K)).sum(axis=0), n)[..., :T]
+    wr_conj = np.conj(np.fft.rfft(np.asarray(w, dtype=np.float64)[:, ::-1], n))
+    grad_k = np.empty(k.shape)
+    gk_spec = 0
+    for b in range(k.shape[0]):
+        G = np.fft.rfft(np.asarray(g[b], dtype=np.float64), n)
+        grad_k[b] = np.fft.irfft(G * wr_conj, n)[..., :T]
+        gk_spec = gk_spec + G * np.conj(np.fft.rfft(np.asarray(k[b], dtype=np.float64), n))
+    gwr = np.fft.irfft(gk_spec, n)[..., :T]
     return gwr[:, ::-1].copy(), grad_k
 
 

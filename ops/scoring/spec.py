@@ -68,10 +68,16 @@ def random_array(shape: Shape, dtype: str, rng: np.random.Generator, low=-1.0, h
         info = np.iinfo(np.dtype(dtype))
         lo, hi = max(info.min, -1000), min(info.max, 1000)
         return rng.integers(lo, hi, size=shape, endpoint=True).astype(dtype)
-    x = rng.uniform(low, high, size=shape)
+    if dtype == "float64":
+        return rng.uniform(low, high, size=shape)
+    # narrower floats: drawn in float32 (2.4x faster than float64 then a cast for 25M values; the grader's
+    # largest inputs take seconds of host time per case otherwise)
+    x = rng.random(shape, dtype=np.float32)
+    x *= np.float32(high - low)
+    x += np.float32(low)
     if dtype == "bfloat16":
-        return round_to_bfloat16(x.astype(np.float32))
-    return x.astype(dtype)
+        return round_to_bfloat16(x)
+    return x.astype(dtype, copy=False)
 
 
 def round_to_bfloat16(x: np.ndarray) -> np.ndarray:
