@@ -552,8 +552,9 @@ void timex_fwd_mma_launch(const T* w, const T* k, T* out, const TimexFwdParams& 
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// fwd_mma2: fwd_mma reworked for accuracy at any T and for speed. Opt-in (OPS_TIMEX_MMA=2) until a GPU run
-// measures it (docs/perf-notes.md, "timex on tensor cores"). The same block, warp and fragment geometry, and:
+// fwd_mma2: fwd_mma reworked for accuracy at any T and for speed (measured 2026-11-23: float32 B32 C768 T768
+// 0.293 ms against fwd_mma's 0.345, errors 0.04-0.15 of the tolerance up to T = 8192; docs/perf-notes.md).
+// The same block, warp and fragment geometry, and:
 //   * each k-step's mmas start from a zeroed fragment, added to the float32 total with an FADD: the tensor
 //     cores' unrounded accumulation then only ever holds 8-24 products (fwd_mma lost accuracy past T ~ 1024);
 //   * operands are converted to TF32 once, when staged (big and small halves in shared memory for float32),
@@ -605,7 +606,15 @@ __device__ __forceinline__ void timex_mma2_put(unsigned int* st, const float (&k
   }
 }
 
-template <typename T, int NT, typename IT>
+// fwd_mma3 (LADDER, opt-in with OPS_TIMEX_MMA=3 until measured): fwd_mma2 with fewer shared-memory reads and
+// FADDs. fwd_mma2 reads per k-step, per thread, 16 A words and 16 B words (float32, 4 n-tiles; about as many
+// LDS cycles as the 24 mmas take) and adds 32 products to the totals (FADDs: a third of the mma time; 16-bit
+// inputs, one mma per product, paid double: 0.318 ms against fwd_mma's 0.181). A[t][u] depends on t - u
+// only, so a group of 4 k-steps of both row blocks reads 14 distinct A words per lane (a ladder, stride 4),
+// read once for the group; each fragment holds 4 k-steps (12 float32 / 4 16-bit mmas from zero) before the
+// FADD. Per k-step: 3.5 + 16 words read, 8 FADDs (float32). Predicted B32 C768 T768 float32 0.21-0.25 ms
+// (fwd_mma2 0.293), bfloat16 ~0.15 ms.
+template <typename T, int NT, typename IT, bool LADDER>
 __global__ void __launch_bounds__(TIMEX_MMA_THREADS)
 timex_fwd_mma2_kernel(const T* __restrict__ w, const T* __restrict__ k, T* __restrict__ out, const TimexFwdParams p) {
   constexpr int BT = TIMEX_MMA_TILE, KS = TIMEX_MMA_KS, BN = 8 * NT;
@@ -631,8 +640,49 @@ timex_fwd_mma2_kernel(const T* __restrict__ w, const T* __restrict__ k, T* __res
     if (ui < ti) timex_mma2_fetch<T, NT, IT>(kv, wv, w, k, p, c, b0, ti, ui + 1, tid);  // in flight meanwhile
     const unsigned int* st = sm + (ui & 1) * WORDS;
     const unsigned int* wb = st + BN * KS;
-    const int steps = ui == ti ? 4 * q + 4 : BT / 8;
-    for (int s = 0; s < steps; ++s) {
+    const int steps = ui == ti ? 4 * q + 4 : BT / 8;  // a multiple of 4
+    if (LADDER) {
+      for (int s0 = 0; s0 < steps; s0 += 4) {
+        // G[i] = wb[abase - 8 s0 - 28 + 4 i]: step s0 + e of row block m reads, as fwd_mma2's wb[a], wb[a + 8],
+        // wb[a - 4], wb[a + 4] (a = abase + 16 m - 8 (s0 + e)), G[j + 1], G[j + 3], G[j], G[j + 2] with
+        // j = 4 m + 6 - 2 e. G spans wb[abase - 8 s0 - 28 .. abase - 8 s0 + 24], inside [0, 256).
+        const unsigned int* gp = wb + abase - 8 * s0 - 28;
+        unsigned int gb[14], gs[14];
+        TIMEX_UNROLL for (int i = 0; i < 14; ++i) {
+          gb[i] = gp[4 * i];
+          gs[i] = SPLIT ? gp[HALF + 4 * i] : 0u;
+        }
+        float part[2][NT][4];
+        TIMEX_UNROLL for (int m = 0; m < 2; ++m)
+          TIMEX_UNROLL for (int n = 0; n < NT; ++n)
+            TIMEX_UNROLL for (int i = 0; i < 4; ++i) part[m][n][i] = 0.f;
+        TIMEX_UNROLL for (int e = 0; e < 4; ++e) {
+          unsigned int bb[NT][2], bs[NT][2];
+          TIMEX_UNROLL for (int n = 0; n < NT; ++n) {
+            const int o = (8 * n + g) * KS + 8 * (s0 + e) + tig;
+            bb[n][0] = st[o];
+            bb[n][1] = st[o + 4];
+            bs[n][0] = SPLIT ? st[HALF + o] : 0u;
+            bs[n][1] = SPLIT ? st[HALF + o + 4] : 0u;
+          }
+          TIMEX_UNROLL for (int m = 0; m < 2; ++m) {
+            const int j = 4 * m + 6 - 2 * e;
+            const unsigned int ab[4] = {gb[j + 1], gb[j + 3], gb[j], gb[j + 2]};
+            const unsigned int as[4] = {gs[j + 1], gs[j + 3], gs[j], gs[j + 2]};
+            TIMEX_UNROLL for (int n = 0; n < NT; ++n) {
+              if (SPLIT) {
+                timex_mma(part[m][n], as, bb[n]);
+                timex_mma(part[m][n], ab, bs[n]);
+              }
+              timex_mma(part[m][n], ab, bb[n]);
+            }
+          }
+        }
+        TIMEX_UNROLL for (int m = 0; m < 2; ++m)
+          TIMEX_UNROLL for (int n = 0; n < NT; ++n)
+            TIMEX_UNROLL for (int i = 0; i < 4; ++i) acc[m][n][i] += part[m][n][i];
+      }
+    } else for (int s = 0; s < steps; ++s) {
       unsigned int bb[NT][2], bs[NT][2];
       TIMEX_UNROLL for (int n = 0; n < NT; ++n) {
         const int o = (8 * n + g) * KS + 8 * s + tig;
@@ -668,7 +718,13 @@ timex_fwd_mma2_kernel(const T* __restrict__ w, const T* __restrict__ k, T* __res
 template <typename T, int NT, typename IT>
 void timex_fwd_mma2_launch(const T* w, const T* k, T* out, const TimexFwdParams& p) {
   static int raised = 48 * 1024;
-  timex_mma_start(timex_fwd_mma2_kernel<T, NT, IT>, raised, w, k, out, p);
+  timex_mma_start(timex_fwd_mma2_kernel<T, NT, IT, false>, raised, w, k, out, p);
+}
+
+template <typename T, int NT, typename IT>
+void timex_fwd_mma3_launch(const T* w, const T* k, T* out, const TimexFwdParams& p) {
+  static int raised = 48 * 1024;
+  timex_mma_start(timex_fwd_mma2_kernel<T, NT, IT, true>, raised, w, k, out, p);
 }
 
 #else

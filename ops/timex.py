@@ -33,6 +33,8 @@ fwd_mma2     CUDA on sm_80+, float32 at T <= MMA_MAX_T and float16/bfloat16 beyo
              products added by an FADD (accurate at any T), operands converted to TF32 once when staged, w
              staged per chunk, two stages.
              Both tensor-core kernels run only where the batch fills MMA_MIN_FILL of their padded rows.
+fwd_mma3     opt-in (OPS_TIMEX_MMA=3), not yet run on a GPU: fwd_mma2 reading each A (w) word once per group
+             of 4 k-steps (A depends on t - u only) and adding each fragment to the totals once per group.
 fwd_single   T <= FWD_SINGLE_MAX_T: one t-tile covers the sequence; one block per (channel, batch group)
              reads its k rows and w row once. Used for the forward and for grad_k (time-reversed).
 fwd_tiled    longer T: t-tiles of FWD_TILE; the block of tile i walks u-chunks 0..i (i squares, 1 triangle).
@@ -72,7 +74,8 @@ __all__ = ["timex", "TimeX", "TimeXFunction", "KernelConfig", "select_config", "
            "launch_forward", "launch_grad_w", "VARIANTS", "DTYPES"]
 
 DTYPES = ("float32", "float16", "bfloat16")
-VARIANTS = ("fwd_mma", "fwd_mma2", "fwd_single", "fwd_tiled", "gw_single", "gw_tiled")
+VARIANTS = ("fwd_mma", "fwd_mma2", "fwd_mma3", "fwd_single", "fwd_tiled", "gw_single", "gw_tiled")
+_MMA_VARIANTS = {1: "fwd_mma", 2: "fwd_mma2", 3: "fwd_mma3"}
 
 # ---- tuning constants (all predicted; to measure on the GPU) ---------------------------------------------
 
@@ -118,10 +121,11 @@ MMA_MAX_T = 1024
 MMA_MIN_FILL = {"float32": 0.8, "float16": 0.5, "bfloat16": 0.5}
 MMA_TILE, MMA_THREADS = 128, 128  # TIMEX_MMA_TILE / TIMEX_MMA_THREADS in timex.cuh
 # OPS_TIMEX_MMA: "auto" (the default) the measured choice above; "0" CUDA cores only; "1" fwd_mma and "2"
-# fwd_mma2 wherever they can run (fwd_mma up to MMA_MAX_T, fwd_mma2 at any T and B): A/B switches.
+# fwd_mma2 wherever they can run (fwd_mma up to MMA_MAX_T, fwd_mma2 at any T and B); "3" fwd_mma3 (fwd_mma2
+# with fewer shared-memory reads and FADDs; not yet run on a GPU) at any T and B: A/B switches.
 MMA_SWITCH = "OPS_TIMEX_MMA"
-TC_OFF, TC_MMA, TC_MMA2, TC_AUTO = 0, 1, 2, 3
-_SWITCH_VALUES = {"0": TC_OFF, "1": TC_MMA, "2": TC_MMA2, "auto": TC_AUTO}
+TC_OFF, TC_MMA, TC_MMA2, TC_MMA3, TC_AUTO = 0, 1, 2, 3, 4
+_SWITCH_VALUES = {"0": TC_OFF, "1": TC_MMA, "2": TC_MMA2, "3": TC_MMA3, "auto": TC_AUTO}
 # fwd_mma2's shared memory per stage, in 32-bit words (TimexMma2Stage in timex.cuh): the k chunk and the
 # 2 * 128 + 8 lag window, twice (big and small halves) for float32; two stages.
 MMA2_WINDOW = 2 * MMA_TILE + 8
@@ -185,7 +189,8 @@ def _check_shape(shape: Sequence[int]) -> Tuple[int, int, int]:
 
 def tensor_cores_available() -> int:
     """The tensor-core mode for the forward here: TC_OFF (no CUDA in use, an arch below sm_80, or switched
-    off), else what ``OPS_TIMEX_MMA`` asks: TC_AUTO (unset or "auto"), TC_MMA ("1") or TC_MMA2 ("2")."""
+    off), else what ``OPS_TIMEX_MMA`` asks: TC_AUTO (unset or "auto"), TC_MMA ("1"), TC_MMA2 ("2") or
+    TC_MMA3 ("3")."""
     import os
     switch = os.environ.get(MMA_SWITCH, "auto").strip().lower() or "auto"
     if switch not in _SWITCH_VALUES:
@@ -209,12 +214,12 @@ def _mma_config(B: int, C: int, T: int, version: int = 1, dtype: str = "float32"
     nt = _mma_n_tiles(B)
     rows = 8 * nt
     ntiles = _ceil_div(T, MMA_TILE)
-    if version == 2:
+    if version >= 2:
         halves = 2 if dtype == "float32" else 1
         smem = 4 * 2 * halves * (rows * (MMA_TILE + 4) + MMA2_WINDOW)
     else:
         smem = 4 * (rows * (MMA_TILE + 4) + (ntiles + 1) * MMA_TILE)
-    return KernelConfig(variant="fwd_mma2" if version == 2 else "fwd_mma", tm=nt, lanes_b=rows, tile=MMA_TILE,
+    return KernelConfig(variant=_MMA_VARIANTS[version], tm=nt, lanes_b=rows, tile=MMA_TILE,
                         ntiles=ntiles, groups=_ceil_div(B, rows), splits=1, threads=MMA_THREADS, smem_bytes=smem,
                         index_t=_codegen.index_type(B * C * T))
 
@@ -243,8 +248,8 @@ def select_config(k_shape: Sequence[int], kernel: str = "forward", *, single_max
     forced = single_max_t is not None or tile is not None
     if kernel == "forward" and tensor_cores and not forced:
         mode = tensor_cores
-        if mode == TC_MMA2:
-            return _mma_config(B, C, T, version=2, dtype=dtype)
+        if mode in (TC_MMA2, TC_MMA3):  # at any T
+            return _mma_config(B, C, T, version=2 if mode == TC_MMA2 else 3, dtype=dtype)
         if mode == TC_MMA and T <= MMA_MAX_T:
             return _mma_config(B, C, T)
         if mode == TC_AUTO:
@@ -302,10 +307,10 @@ _GRAD_W_CALL = ("timex_gw_${FN}<in0_type, ${IT}>(in0_p, in1_p, out0_p, out1_p, "
 
 def render_source(cfg: KernelConfig, device: str) -> str:
     """The ``cuda_src`` (device "cuda") or ``cpu_src`` (device "cpu") calling the launcher for ``cfg``."""
-    if cfg.variant in ("fwd_mma", "fwd_mma2"):
+    if cfg.variant in _MMA_VARIANTS.values():
         if device == "cpu":  # never selected off CUDA; the op's CPU half must still be valid C++
             return f'LOGf << "timex: the {cfg.variant} launch is CUDA-only";'
-        fn = "mma_launch" if cfg.variant == "fwd_mma" else "mma2_launch"
+        fn = cfg.variant[len("fwd_"):] + "_launch"
         return _codegen.render(_FORWARD_CALL, FN=fn, TM=cfg.tm, IT=cfg.index_t)
     fn = {"cuda": "launch", "cpu": "host"}[device]
     template = _FORWARD_CALL if cfg.kernel == "forward" else _GRAD_W_CALL

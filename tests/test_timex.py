@@ -144,21 +144,23 @@ def test_tensor_core_modes():
         assert X.select_config((1, 2, 1024), tensor_cores=X.TC_MMA, dtype=dtype).variant == "fwd_mma"
         assert X.select_config((1, 2, 1025), tensor_cores=X.TC_MMA, dtype=dtype).variant == "fwd_tiled"
         assert X.select_config((1, 2, 9000), tensor_cores=X.TC_MMA2, dtype=dtype).variant == "fwd_mma2"
+        assert X.select_config((1, 2, 9000), tensor_cores=X.TC_MMA3, dtype=dtype).variant == "fwd_mma3"
         assert X.select_config((32, 768, 768), tensor_cores=X.TC_OFF, dtype=dtype).variant == "fwd_single"
     # forced CUDA-core tiles (tests of fwd_tiled) keep the CUDA-core kernel
     assert X.select_config((4, 2, 300), tensor_cores=X.TC_AUTO, single_max_t=64, tile=64).variant == "fwd_tiled"
     assert X.select_config((32, 768, 768)).variant == "fwd_single"  # without a mode: CUDA cores
 
 
+@pytest.mark.parametrize("mode, variant", [(X.TC_MMA2, "fwd_mma2"), (X.TC_MMA3, "fwd_mma3")])
 @pytest.mark.parametrize("shape, dtype, tm, rows", [((32, 768, 768), "float32", 4, 32), ((3, 2, 8192), "float32", 1, 8),
                                                     ((16, 256, 4096), "bfloat16", 2, 16), ((1, 1, 1), "float16", 1, 8)])
-def test_select_config_mma2_any_length(shape, dtype, tm, rows):
-    cfg = X.select_config(shape, tensor_cores=X.TC_MMA2, dtype=dtype)
+def test_select_config_mma2_any_length(mode, variant, shape, dtype, tm, rows):
+    cfg = X.select_config(shape, tensor_cores=mode, dtype=dtype)
     halves = 2 if dtype == "float32" else 1  # big and small TF32 halves of float32 operands
     smem = 4 * 2 * halves * (rows * 132 + 264)  # two stages; independent of T
     got = (cfg.variant, cfg.tm, cfg.lanes_b, cfg.ntiles, cfg.threads, cfg.smem_bytes)
-    assert got == ("fwd_mma2", tm, rows, -(-shape[2] // 128), X.MMA_THREADS, smem)
-    assert X.select_config(shape, "grad_w", tensor_cores=X.TC_MMA2).variant.startswith("gw_")
+    assert got == (variant, tm, rows, -(-shape[2] // 128), X.MMA_THREADS, smem)
+    assert X.select_config(shape, "grad_w", tensor_cores=mode).variant.startswith("gw_")
 
 
 def test_tensor_cores_need_cuda_and_can_be_switched(monkeypatch):
@@ -170,7 +172,7 @@ def test_tensor_cores_need_cuda_and_can_be_switched(monkeypatch):
             jt.flags.use_cuda = 1
             sm80 = min(jt.flags.cuda_archs) >= 80
             for value, mode in ((None, X.TC_AUTO), ("auto", X.TC_AUTO), ("1", X.TC_MMA), ("2", X.TC_MMA2),
-                                ("0", X.TC_OFF)):
+                                ("3", X.TC_MMA3), ("0", X.TC_OFF)):
                 if value is None:
                     monkeypatch.delenv(X.MMA_SWITCH, raising=False)
                 else:
@@ -182,7 +184,7 @@ def test_tensor_cores_need_cuda_and_can_be_switched(monkeypatch):
 
 def test_tensor_core_switch_rejects_unknown_values(monkeypatch):
     monkeypatch.setenv(X.MMA_SWITCH, "yes")
-    with pytest.raises(ValueError, match="OPS_TIMEX_MMA must be one of 0, 1, 2, auto, got 'yes'"):
+    with pytest.raises(ValueError, match="OPS_TIMEX_MMA must be one of 0, 1, 2, 3, auto, got 'yes'"):
         X.tensor_cores_available()
 
 
@@ -190,6 +192,7 @@ def test_every_variant_and_constant_is_picked_by_the_table():
     cfgs = [X.select_config(s, kern) for s, kern, *_ in SELECT_TABLE]
     cfgs += [X.select_config(s, tensor_cores=X.TC_MMA, dtype=d) for s, d, *_ in MMA_TABLE]
     cfgs.append(X.select_config((32, 768, 768), tensor_cores=X.TC_MMA2))
+    cfgs.append(X.select_config((32, 768, 768), tensor_cores=X.TC_MMA3))
     assert {c.variant for c in cfgs} == set(X.VARIANTS)
     assert {c.tm for c in cfgs if c.kernel == "forward"} == {1, 2, 4}
     assert {c.tm for c in cfgs if c.variant == "fwd_mma"} == {1, 2, 4}
@@ -248,6 +251,8 @@ def test_render_source_carries_only_code_changing_values():
     assert "LOGf" in X.render_source(mma, "cpu")  # never run: fwd_mma is not selected off CUDA
     mma2 = X.select_config((32, 768, 768), tensor_cores=X.TC_MMA2)
     assert "timex_fwd_mma2_launch<in0_type, 4, int>" in X.render_source(mma2, "cuda")
+    mma3 = X.select_config((32, 768, 768), tensor_cores=X.TC_MMA3)
+    assert "timex_fwd_mma3_launch<in0_type, 4, int>" in X.render_source(mma3, "cuda")
 
 
 def test_mma_launch_constants_match_the_kernel():
@@ -492,7 +497,9 @@ def test_gpu_sized_values_and_gradients(rng, monkeypatch, B, C, T, dtype, varian
 SWITCHED_CASES = [("0", 32, 16, 768, "float32"), ("0", 3, 8, 1100, "float32"), ("0", 8, 16, 1024, "bfloat16"),
                   ("0", 16, 32, 1024, "float32"), ("1", 24, 16, 768, "float32"),
                   ("2", 32, 16, 768, "float32"), ("2", 4, 16, 4096, "float32"), ("2", 3, 8, 8192, "float32"),
-                  ("2", 16, 16, 1100, "bfloat16"), ("2", 8, 16, 777, "float16")]
+                  ("2", 16, 16, 1100, "bfloat16"), ("2", 8, 16, 777, "float16"),
+                  ("3", 32, 16, 768, "float32"), ("3", 4, 16, 4096, "float32"), ("3", 16, 16, 1100, "bfloat16"),
+                  ("3", 8, 16, 777, "float16"), ("3", 20, 8, 300, "float32")]
 
 
 @pytest.mark.cuda
@@ -506,7 +513,7 @@ def test_gpu_switched_forward_and_grad_k(rng, monkeypatch, switch, B, C, T, dtyp
     try:
         variant = X.select_config((B, C, T), tensor_cores=X.tensor_cores_available(), dtype=dtype).variant
         assert variant == {"0": "fwd_single" if T <= X.FWD_SINGLE_MAX_T else "fwd_tiled", "1": "fwd_mma",
-                           "2": "fwd_mma2"}[switch]
+                           "2": "fwd_mma2", "3": "fwd_mma3"}[switch]
         w, k = inputs(rng, B, C, T, dtype)
         g = random_array((B, C, T), dtype, rng)
         out = ops.timex(to_jittor(w, dtype), to_jittor(k, dtype), 0.01)
@@ -552,10 +559,17 @@ def emulate_mma_block(version, w_row, k_rows, ti, NT):
                         g, tig = lane >> 2, lane & 3
                         if version == 1:  # kernel: base = t0 - u0 + 32q + BT + g - tig, then + 16m - 8s
                             a = ti * 128 - ui * 128 + 32 * q + 128 + g - tig + 16 * m - 8 * s
-                        else:  # kernel: abase = 32q + BT + g - tig, then + 16m - 8s
+                            words = [a, a + 8, a - 4, a + 4]
+                        elif version == 2:  # kernel: abase = 32q + BT + g - tig, then + 16m - 8s
                             a = 32 * q + 128 + g - tig + 16 * m - 8 * s
-                        assert 0 <= a - 4 and a + 8 < len(buf)  # inside the staged w buffer
-                        A[g, tig], A[g + 8, tig], A[g, tig + 4], A[g + 8, tig + 4] = buf[[a, a + 8, a - 4, a + 4]]
+                            words = [a, a + 8, a - 4, a + 4]
+                        else:  # the ladder of the group s0 = s - e: G[i] = wb[abase - 8 s0 - 28 + 4 i]
+                            e = s % 4
+                            ladder = 32 * q + 128 + g - tig - 8 * (s - e) - 28 + 4 * np.arange(14)
+                            j = 4 * m + 6 - 2 * e
+                            words = list(ladder[[j + 1, j + 3, j, j + 2]])
+                        assert 0 <= min(words) and max(words) < len(buf)  # inside the staged w buffer
+                        A[g, tig], A[g + 8, tig], A[g, tig + 4], A[g + 8, tig + 4] = buf[words]
                         for n in range(NT):
                             row = ks[8 * n + g]
                             Bm[n, tig, g], Bm[n, tig + 4, g] = row[8 * s + tig], row[8 * s + tig + 4]
@@ -577,7 +591,7 @@ def emulate_mma_block(version, w_row, k_rows, ti, NT):
     return out
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 @pytest.mark.parametrize("B, T, NT", [(3, 130, 1), (17, 300, 4), (9, 1, 2)])
 def test_tensor_core_fragment_math_matches_the_definition(rng, version, B, T, NT):
     w, k = rng.standard_normal((1, T)), rng.standard_normal((B, 1, T))
@@ -598,7 +612,7 @@ def _all_configs():
     out = [dataclasses.replace(fwd, tm=tm, index_t=it) for tm in (1, 2, 4) for it in ("int", "long long")]
     out += [dataclasses.replace(gw, index_t=it) for it in ("int", "long long")]
     out += [dataclasses.replace(X.select_config((b, 768, 768), tensor_cores=v, dtype="float16"), index_t=it)
-            for v in (X.TC_MMA, X.TC_MMA2) for b in (8, 16, 32) for it in ("int", "long long")]
+            for v in (X.TC_MMA, X.TC_MMA2, X.TC_MMA3) for b in (8, 16, 32) for it in ("int", "long long")]
     return out
 
 
@@ -620,7 +634,7 @@ def test_nvcc_compiles_every_instantiation():
     from nvcc_util import compile_check
 
     configs = _all_configs()
-    forward = ("fwd_single", "fwd_mma", "fwd_mma2")
+    forward = ("fwd_single", "fwd_mma", "fwd_mma2", "fwd_mma3")
     assert {(c.variant, c.tm, c.index_t) for c in configs} == (
         {(v, tm, it) for v in forward for tm in (1, 2, 4) for it in ("int", "long long")}
         | {("gw_tiled", 1, it) for it in ("int", "long long")})
