@@ -155,6 +155,50 @@ def test_forward_config_index_math(x_shape, out_shape):
     assert cfg.grid == 1 or (cfg.grid - 1) * cfg.block * cfg.unroll < nvec
 
 
+def _emulate_forward_kernel(cfg, x_flat):
+    """ops_bcast_fwd_kernel vector by vector (which path, which source elements), in NumPy; returns the output
+    and how many vectors took each path."""
+    offsets = _fwd_offsets(cfg)
+    inner, vec = cfg.dims[-1], cfg.vec
+    out = np.empty(cfg.numel, dtype=x_flat.dtype)
+    paths = {"whole": 0, "split": 0, "elements": 0}
+    for v in range(cfg.numel // vec):
+        e0 = v * vec
+        off, c = offsets[e0], e0 % inner
+        if c + vec <= inner:
+            paths["whole"] += 1
+            out[e0:e0 + vec] = x_flat[off] if cfg.inner_bcast else x_flat[off:off + vec]
+        elif inner >= vec:
+            paths["split"] += 1
+            split = inner - c
+            off2 = offsets[e0 + split]
+            for k in range(vec):
+                if cfg.inner_bcast:
+                    out[e0 + k] = x_flat[off] if k < split else x_flat[off2]
+                else:
+                    out[e0 + k] = x_flat[off + k] if k < split else x_flat[off2 + k - split]
+        else:
+            paths["elements"] += 1
+            out[e0:e0 + vec] = x_flat[offsets[e0:e0 + vec]]
+    tail = cfg.numel // vec * vec
+    out[tail:] = x_flat[offsets[tail:]]
+    return out, paths
+
+
+@pytest.mark.parametrize("x_shape,out_shape,dtype", [
+    ((32, 807, 1), (32, 807, 807), "float16"), ((5, 1), (5, 13), "float32"), ((1, 13), (3, 13), "int8"),
+    ((3, 1, 9), (3, 4, 9), "float16"), ((2, 1, 3), (2, 5, 3), "float64"), ((7, 1), (7, 10), "bool"),
+])
+def test_forward_kernel_vectors_across_run_boundaries(x_shape, out_shape, dtype):
+    """The kernel's three per-vector paths (whole run, two runs, element by element) give NumPy's broadcast."""
+    cfg = B.select_config(x_shape, out_shape, dtype)
+    x = np.arange(math.prod(x_shape), dtype=np.int64)
+    got, paths = _emulate_forward_kernel(cfg, x)
+    np.testing.assert_array_equal(got, np.broadcast_to(x.reshape(x_shape), out_shape).reshape(-1))
+    if cfg.dims[-1] >= cfg.vec and cfg.dims[-1] % cfg.vec:
+        assert paths["split"] > 0  # the two-run path is exercised
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # dispatch tables
 # ---------------------------------------------------------------------------------------------------------------
