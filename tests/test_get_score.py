@@ -26,6 +26,7 @@ def test_grader_end_to_end_with_failures(tmp_path):
     ok = by_id["toy/fwd/ok"]
     assert ok["variant"] == "scale" and ok["tiers"] and ok["refs"]["naive"]["ms"] > 0
     assert ok["points"] == grading.points_for(grading.gbps(ok["nbytes"], ok["ours"]["ms"]), ok["tiers"], True)
+    assert ok["seconds"] > 0 and by_id["toy/fwd/hang"]["seconds"] is None  # the worker's time per finished case
     assert not by_id["toy/fwd/wrong"]["correct"] and "elements off" in by_id["toy/fwd/wrong"]["why"]
     assert "kernel exploded" in by_id["toy/fwd/raise"]["why"]
     assert by_id["toy/fwd/crash"]["why"] == "crashed: worker exited with code 3"

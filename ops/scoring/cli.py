@@ -161,6 +161,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     def progress(res):
         line = f"{res.case_id}: {'ok' if res.correct else 'FAIL ' + res.why} ours={res.ours.ms} " + " ".join(
             f"{k}={v.ms if v.ok else 'ERR'}" for k, v in res.refs.items())
+        if res.seconds is not None:
+            line += f" ({res.seconds:.1f} s)"
         print(line, file=sys.stderr, flush=True)  # a record even if the run is cut short
         if bar is not None:
             bar.set_postfix_str(res.case_id[-40:])

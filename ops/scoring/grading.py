@@ -41,6 +41,7 @@ class CaseResult:
     refs: Dict[str, Timing] = field(default_factory=dict)
     tiers: Optional[List[float]] = None  # GB/s
     points: int = 0
+    seconds: Optional[float] = None  # the worker's wall time on the case: inputs, references, every timing
 
 
 def gbps(nbytes: int, ms: Optional[float]) -> Optional[float]:

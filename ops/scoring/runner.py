@@ -20,7 +20,7 @@ class Interrupted(Exception):
 
 
 def _result_from_json(d: dict) -> CaseResult:
-    d = dict(d)
+    d = dict(d)  # runs saved before a field existed lack it: its default applies
     d["ours"] = Timing(**d["ours"])
     d["refs"] = {k: Timing(**v) for k, v in d["refs"].items()}
     return CaseResult(**d)

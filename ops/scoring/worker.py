@@ -12,6 +12,7 @@ import dataclasses
 import importlib
 import json
 import sys
+import time
 
 
 def emit(kind: str, payload) -> None:
@@ -73,8 +74,10 @@ def main(argv=None) -> int:
     for case_id in job["cases"]:
         fam, case = by_id[case_id]
         emit("start", case_id)
+        started = time.monotonic()
         result = run_case(fam, case, api, job["seed"], job["references"],
                           on_ours=lambda partial: emit("partial", dataclasses.asdict(partial)))
+        result.seconds = round(time.monotonic() - started, 2)
         emit("result", dataclasses.asdict(result))
         jt.gc()
     return 0
