@@ -331,12 +331,13 @@ __global__ void __launch_bounds__(BLOCK) pool3d_fwd_k2s2(const T* __restrict__ x
   }
 }
 
-// Values only (no indices), padding-free, dilation 1 along W, W % VEC == 0: a work item is the VEC adjacent
-// outputs ow = VEC * og + t (t < VEC) of one output row. They read input columns w0 .. w0 + SPAN - 1 of each of
-// the kd * kh window rows, w0 = og * VEC * SW. Each row span is loaded as NCH aligned VEC-wide chunks (w0, the
-// row starts and the plane starts are multiples of VEC, so is every chunk start; a chunk that starts inside the
-// row ends inside it because W % VEC == 0; chunks starting at or past W are skipped: no valid output reads them,
-// since (Wo - 1) * SW + KW <= W). The column-wise maximum over the rows stays in registers (separable max:
+// Values only (no indices), dilation 1 along W, W % VEC == 0, W padding PW <= VEC: a work item is the VEC
+// adjacent outputs ow = VEC * og + t (t < VEC) of one output row. They read input columns w0 - PW ..
+// w0 - PW + SPAN - 1 of each of the kd * kh window rows, w0 = og * VEC * SW. Each row span is loaded as NCH
+// aligned VEC-wide chunks from w0 - LEAD (w0, the row starts and the plane starts are multiples of VEC, so is
+// every chunk start; a chunk that starts inside the row ends inside it because W % VEC == 0). Chunks outside
+// [0, W) are not read and count as -inf: the padding (PyTorch pads with -inf), and, padding-free, columns no
+// valid output reads. Without NOPAD, window rows outside the input (padding, ceil_mode) are skipped. The column-wise maximum over the rows stays in registers (separable max:
 // each loaded element costs one max instead of one compare per window holding it), then each output takes the
 // maximum of its KW columns. The maximum propagates NaN; a value-only result does not depend on which equal
 // element is first (up to the sign of zero), so no position is tracked.
@@ -351,48 +352,55 @@ __device__ __forceinline__ float pool3d_max_nan(float a, float b) {
 }
 __device__ __forceinline__ double pool3d_max_nan(double a, double b) { return (pool3d_isnan(b) || b > a) ? b : a; }
 
-template <typename T, typename I, int VEC, int KW, int SW, int BLOCK>
+template <typename T, typename I, int VEC, int KW, int SW, int PW, bool NOPAD, int BLOCK>
 __global__ void __launch_bounds__(BLOCK) pool3d_fwd_rows(const T* __restrict__ x, T* __restrict__ y,
                                                          const Pool3dArgs<I> a) {
   typedef typename Pool3dAcc<T>::type A;
   typedef OpsVec<T, VEC> V;
   constexpr int SPAN = SW * (VEC - 1) + KW;  // input columns of the item's VEC windows
-  constexpr int NCH = (SPAN + VEC - 1) / VEC;
+  constexpr int LEAD = PW > 0 ? VEC : 0;     // one chunk before w0 holds the columns of the left padding
+  constexpr int NCH = (SPAN + LEAD + VEC - 1) / VEC;
   const I item = (I)blockIdx.x * BLOCK + threadIdx.x;
   if (item >= a.total) return;
   const Pool3dGeom& g = a.g;
   I plane; int od, oh, og;
   pool3d_split(a, item, plane, od, oh, og);
-  const int w0 = og * (VEC * SW);
-  const T* __restrict__ xp = x + plane * a.plane_in + w0;
+  const int w0 = og * (VEC * SW);  // the first window starts at column w0 - PW
+  const int c0 = w0 - LEAD;        // the first chunk loaded: a multiple of VEC
+  const T* __restrict__ xp = x + plane * a.plane_in;
   A col[NCH * VEC];
 #pragma unroll
   for (int e = 0; e < NCH * VEC; ++e) col[e] = pool3d_acc(pool3d_neg_inf<T>());
-  const int d0 = od * g.sd, h0 = oh * g.sh;
+  const int d0 = od * g.sd - g.pd, h0 = oh * g.sh - g.ph;
   for (int i = 0; i < g.kd; ++i) {
-    const int dbase = (d0 + i * g.dd) * g.H;
+    const int d = d0 + i * g.dd;
+    if (!NOPAD && (d < 0 || d >= g.D)) continue;
 #pragma unroll 4
     for (int j = 0; j < g.kh; ++j) {
-      const T* __restrict__ row = xp + (dbase + h0 + j * g.dh) * g.W;
+      const int h = h0 + j * g.dh;
+      if (!NOPAD && (h < 0 || h >= g.H)) continue;
+      const T* __restrict__ row = xp + (d * g.H + h) * g.W;
 #pragma unroll
       for (int c = 0; c < NCH; ++c) {
-        if (w0 + c * VEC < g.W) {
-          const V v = *reinterpret_cast<const V*>(row + c * VEC);
+        const int cw = c0 + c * VEC;
+        if (cw >= 0 && cw < g.W) {  // chunks in the padding (or past the last window) stay -inf
+          const V v = *reinterpret_cast<const V*>(row + cw);
 #pragma unroll
           for (int e = 0; e < VEC; ++e) col[c * VEC + e] = pool3d_max_nan(col[c * VEC + e], pool3d_acc(v.v[e]));
         }
       }
     }
   }
-  // Outputs of this item: flat (plane, od, oh) row start + VEC * og + t.
+  // Outputs of this item: flat (plane, od, oh) row start + VEC * og + t; tap k of output t is input column
+  // w0 + t * SW + k - PW, held in col[t * SW + k - PW + LEAD].
   T* __restrict__ yr = y + ((plane * g.Do + od) * g.Ho + oh) * g.Wo;
 #pragma unroll
   for (int t = 0; t < VEC; ++t) {
     const int ow = og * VEC + t;
     if (ow < g.Wo) {
-      A m = col[t * SW];
+      A m = col[t * SW - PW + LEAD];
 #pragma unroll
-      for (int k = 1; k < KW; ++k) m = pool3d_max_nan(m, col[t * SW + k]);
+      for (int k = 1; k < KW; ++k) m = pool3d_max_nan(m, col[t * SW + k - PW + LEAD]);
       yr[ow] = pool3d_from_acc<T>(m);
     }
   }
@@ -528,11 +536,12 @@ void pool3d_fwd_k2s2_launch(const T* x, T* y, int* yi, const Pool3dGeom& g, long
   OPS_CHECK_LAUNCH();
 }
 
-template <typename T, typename I, int VEC, int KW, int SW, int BLOCK>
+template <typename T, typename I, int VEC, int KW, int SW, int PW, bool NOPAD, int BLOCK>
 void pool3d_fwd_rows_launch(const T* x, T* y, const Pool3dGeom& g, long long planes, long long grid) {
-  CHECK(g.W % VEC == 0 && g.kw == KW && g.sw == SW && g.dw == 1 && ((unsigned long long)x) % (VEC * sizeof(T)) == 0);
+  CHECK(g.W % VEC == 0 && g.kw == KW && g.sw == SW && g.pw == PW && PW <= VEC && g.dw == 1 &&
+        ((unsigned long long)x) % (VEC * sizeof(T)) == 0);
   const Pool3dArgs<I> a = pool3d_args<I>(g, planes, ops_ceil_div(g.Wo, VEC), g.Ho, g.Do);
-  pool3d_fwd_rows<T, I, VEC, KW, SW, BLOCK><<<(unsigned int)grid, BLOCK>>>(x, y, a);
+  pool3d_fwd_rows<T, I, VEC, KW, SW, PW, NOPAD, BLOCK><<<(unsigned int)grid, BLOCK>>>(x, y, a);
   OPS_CHECK_LAUNCH();
 }
 

@@ -28,8 +28,8 @@ fwd_flat       one output per thread, OPT outputs per thread; window loops unrol
                is one of ``SPECIALIZED_K`` (per dim), bounds checks compiled out when padding-free.
 fwd_warp       one warp per output for big windows (>= ``WARP_MIN_WINDOW`` elements) with few outputs or
                h = w = 1 outputs: lanes read the window coalesced and merge by shuffles.
-fwd_rows       values only (no indices wanted), padding-free, dilation 1 along W, W stride <= ``ROWS_MAX_SW``,
-               W kernel <= ``ROWS_MAX_KW``, W % VEC == 0: one thread makes VEC adjacent outputs of a row; it
+fwd_rows       values only (no indices wanted), dilation 1 along W, W stride <= ``ROWS_MAX_SW``, W kernel <=
+               ``ROWS_MAX_KW``, W % VEC == 0, W padding <= VEC: one thread makes VEC adjacent outputs of a row; it
                loads each window row's span once as VEC-wide chunks, keeps the column-wise maximum over the
                kd * kh rows in registers (separable max, NaN-propagating), then reduces KW columns per output.
 fwd_cpu        the CPU loop nest.
@@ -103,13 +103,13 @@ MAX_VEC_BYTES = 16
 # loads (16 loads of 4-8 B); more would cost occupancy: the 16-byte kernels already take 40-95 registers at
 # 2 (nvcc -v), 118 for the backward at 4 (predicted; to measure).
 K2_OPT_WIDE, K2_OPT_NARROW = 2, 4
-# fwd_rows limits: the span an item loads, SW * (VEC - 1) + KW columns rounded up to whole chunks, lives in
-# registers (at most 24 floats for half, 16 for float, 10 doubles); KW and SW are template arguments (one
-# compile per (dtype, KW, SW) in use),
-# kd and kh are runtime loops. Larger strides (k4s4, k8s8) already read each element once in fwd_flat /
-# fwd_warp. Predicted (to measure): k8s1 fp32 0.111 -> ~0.03 ms and 0.217 -> ~0.06 ms (one max and 1/4 load
-# per loaded element instead of ~10 instructions per window element), k3s1 fp32 0.054 -> ~0.02 ms, k3s1 fp16
-# 0.059 -> ~0.02 ms, k5s2 0.046 -> ~0.015 ms, k2x3x3s2x1x1 0.049 -> ~0.025 ms (predicted; to measure).
+# fwd_rows limits: the span an item loads, SW * (VEC - 1) + KW columns rounded up to whole chunks (one chunk
+# more with W padding), lives in registers (at most 32 floats for half, 20 for float, 12 doubles); KW, SW and
+# the W padding are template arguments (one compile per (dtype, KW, SW, padding) in use), kd and kh are runtime
+# loops. Larger strides (k4s4, k8s8) already read each element once in fwd_flat / fwd_warp. Measured on the
+# H100 (2026-11-23, padding-free): k8s1 fp32 0.035 ms (was 0.111 in fwd_flat), k3s1 fp32 0.018 (0.054), k5s2
+# 0.011 (0.046), k2x3x3s2x1x1 0.026 (0.049). Padded (k3s2p1, k1x3x3s1x2x2p0x1x1) not yet measured: predicted
+# k3s2p1 fp32 0.092 -> ~0.05 ms, bf16 0.095 -> ~0.04 ms.
 ROWS_MAX_KW, ROWS_MAX_SW = 8, 2
 # Gather backward: a thread takes a run of adjacent elements of an input row, 16 bytes (4 floats, 8 halves,
 # 2 doubles), written as one vector where W allows; it reads each window's saved index once for the run. The
@@ -290,13 +290,14 @@ def _flat_opt(volume: int) -> int:
 def _rows_vec(params: PoolParams, width: int, itemsize: int) -> int:
     """The fwd_rows vector width (elements, the outputs per thread); 0 when fwd_rows does not apply.
 
-    Needs dilation 1 and stride/kernel within the register limits along W; the caller checks padding-free.
+    Needs dilation 1 and stride/kernel within the register limits along W, and a W padding of at most one
+    vector (the chunk loaded before the first window holds it).
     """
     if params.dilation[2] != 1 or params.stride[2] > ROWS_MAX_SW or params.kernel[2] > ROWS_MAX_KW:
         return 0
     for vec in (8, 4, 2):
         if vec * itemsize <= MAX_VEC_BYTES and width % vec == 0:
-            return vec
+            return vec if params.padding[2] <= vec else 0
     return 0
 
 
@@ -356,10 +357,10 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
     if _use_warp(params, outputs, out):
         return KernelConfig("fwd_warp", k=_spec_k(params.kernel), nopad=nopad, block=BLOCK,
                             grid=_ceil_div(outputs, BLOCK // 32), index_type=itype)
-    vec = _rows_vec(params, spatial[2], itemsize) if nopad and not indices else 0
+    vec = _rows_vec(params, spatial[2], itemsize) if not indices else 0
     if vec:
         items = planes * out[0] * out[1] * _ceil_div(out[2], vec)
-        return KernelConfig("fwd_rows", k=(0, 0, params.kernel[2]), nopad=True, vec=vec, sw=params.stride[2],
+        return KernelConfig("fwd_rows", k=(0, 0, params.kernel[2]), nopad=nopad, vec=vec, sw=params.stride[2],
                             block=BLOCK, grid=_ceil_div(items, BLOCK), index_type=itype)
     opt = _flat_opt(params.volume)
     return KernelConfig("fwd_flat", k=_spec_k(params.kernel), nopad=nopad, opt=opt, block=BLOCK,
@@ -384,7 +385,7 @@ _CUDA_TEMPLATES = {
                 "(${PTRS}, ${GEOM}, in0_shape0, ${GRID});",
     "fwd_warp": "pool3d_fwd_warp_launch<in0_type, ${I}, ${KD}, ${KH}, ${KW}, ${NOPAD}, ${MODE}, ${BLOCK}>"
                 "(${PTRS}, ${GEOM}, in0_shape0, ${GRID});",
-    "fwd_rows": "pool3d_fwd_rows_launch<in0_type, ${I}, ${VEC}, ${KW}, ${SW}, ${BLOCK}>"
+    "fwd_rows": "pool3d_fwd_rows_launch<in0_type, ${I}, ${VEC}, ${KW}, ${SW}, ${PW}, ${NOPAD}, ${BLOCK}>"
                 "(in0_p, out0_p, ${GEOM}, in0_shape0, ${GRID});",
     "fwd_k2s2_vec": "pool3d_fwd_k2s2_launch<in0_type, ${I}, ${VEC}, ${MODE}, ${OPT}, ${BLOCK}>"
                     "(${PTRS}, ${GEOM}, in0_shape0, ${GRID});",
@@ -453,7 +454,8 @@ def render_cuda(cfg: KernelConfig, params: PoolParams, mode: int = MODE_VALUES) 
     body = _codegen.render(
         _CUDA_TEMPLATES[key], I=cfg.index_type, KD=cfg.k[0], KH=cfg.k[1], KW=cfg.k[2],
         NOPAD=str(cfg.nopad).lower(), TILE=str(tile).lower(), MODE=mode, OPT=cfg.opt, BLOCK=cfg.block,
-        VEC=cfg.vec, SW=cfg.sw, PTRS=_FWD_PTRS.get(mode, ""), GEOM=geom, WINDOW=window, GRID=_grid_source(cfg))
+        VEC=cfg.vec, SW=cfg.sw, PW=params.padding[2], PTRS=_FWD_PTRS.get(mode, ""), GEOM=geom, WINDOW=window,
+        GRID=_grid_source(cfg))
     return f"// max_pool3d {cfg.name} mode={mode} block={cfg.block} opt={cfg.opt} index={cfg.index_type}\n{body}\n"
 
 

@@ -182,10 +182,12 @@ def _emulate_rows(x, cfg, params):
     and inside its row)."""
     P_, D, H, W = x.shape
     Do, Ho, Wo = P.output_shape((D, H, W), params)
-    vec, kw, sw = cfg.vec, cfg.k[2], cfg.sw
-    (kd, kh, _), (sd, sh, _), (dd, dh, _) = params.kernel, params.stride, params.dilation
+    vec, kw, sw, pw = cfg.vec, cfg.k[2], cfg.sw, params.padding[2]
+    (kd, kh, _), (sd, sh, _), (dd, dh, _), (pd, ph, _) = params.kernel, params.stride, params.dilation, params.padding
+    assert pw <= vec
     span = sw * (vec - 1) + kw
-    nch = -(-span // vec)
+    lead = vec if pw > 0 else 0
+    nch = -(-(span + lead) // vec)
     flat = x.reshape(-1)
     y = np.full((P_, Do, Ho, Wo), np.nan)
     groups = -(-Wo // vec)
@@ -194,15 +196,23 @@ def _emulate_rows(x, cfg, params):
         q1, oh = divmod(q0, Ho)
         plane, od = divmod(q1, Do)
         w0 = og * vec * sw
-        base = plane * D * H * W + w0
+        c0 = w0 - lead
         col = [-math.inf] * (nch * vec)
         for i in range(kd):
-            dbase = (od * sd + i * dd) * H
+            d = od * sd - pd + i * dd
+            if not cfg.nopad and not 0 <= d < D:
+                continue
+            assert 0 <= d < D
             for j in range(kh):
-                row = base + (dbase + oh * sh + j * dh) * W
+                h = oh * sh - ph + j * dh
+                if not cfg.nopad and not 0 <= h < H:
+                    continue
+                assert 0 <= h < H
+                row = plane * D * H * W + (d * H + h) * W
                 for c in range(nch):
-                    if w0 + c * vec < W:
-                        start = row + c * vec
+                    cw = c0 + c * vec
+                    if 0 <= cw < W:
+                        start = row + cw
                         first = start - plane * D * H * W
                         assert start % vec == 0 and first // W == (first + vec - 1) // W  # one row
                         for e in range(vec):
@@ -210,9 +220,9 @@ def _emulate_rows(x, cfg, params):
         for t in range(vec):
             ow = og * vec + t
             if ow < Wo:
-                m = col[t * sw]
+                m = col[t * sw - pw + lead]
                 for k in range(1, kw):
-                    m = _max_nan(m, col[t * sw + k])
+                    m = _max_nan(m, col[t * sw + k - pw + lead])
                 y[plane, od, oh, ow] = m
     return y
 
@@ -225,6 +235,13 @@ def _emulate_rows(x, cfg, params):
     ((2, 8, 9, 16), "float16", _kw((3, 2, 7), (1, 2, 2), d=(2, 3, 1))),
     ((3, 5, 6, 10), "float64", _kw((1, 2, 1), (2, 1, 1))),
     ((2, 4, 4, 12), "float32", _kw((2, 2, 4), (1, 1, 2))),
+    # padded and ceil_mode windows (rows outside the input skipped, W padding in the chunk before w0)
+    ((2, 9, 10, 16), "float32", _kw(3, 2, 1)),
+    ((2, 9, 10, 16), "float16", _kw(3, 2, 1)),
+    ((2, 7, 9, 12), "float32", _kw((3, 3, 4), (2, 2, 2), (1, 1, 2))),
+    ((2, 7, 9, 12), "float64", _kw((2, 3, 4), (1, 2, 1), (1, 1, 2), (2, 1, 1))),
+    ((2, 7, 9, 16), "bfloat16", _kw(3, 2, ceil=True)),
+    ((2, 7, 9, 16), "float32", _kw((3, 3, 5), (2, 2, 2), (1, 0, 2), ceil=True)),
 ])
 def test_rows_kernel_math_matches_the_reference(shape, dtype, kw, rng):
     """The fwd_rows index math (emulated) gives the reference values, NaN included, reading only in-row chunks."""
@@ -243,7 +260,9 @@ def test_rows_values_on_gpu(dtype, rng):
     """fwd_rows (values only, no grad) on the GPU, with NaNs, against the reference."""
     cases = [((2, 3, 12, 10, 16), _kw(3, 1)), ((2, 3, 9, 8, 12), _kw((2, 3, 1), (2, 1, 1))),
              ((64, 32, 8, 9, 16), _kw((3, 2, 7), (1, 2, 2), d=(2, 3, 1))), ((2, 16, 32, 32, 32), _kw(8, 1)),
-             ((4, 32, 32, 32, 32), _kw(5, 2)), ((4, 32, 16, 16, 24), _kw(3, 1))]
+             ((4, 32, 32, 32, 32), _kw(5, 2)), ((4, 32, 16, 16, 24), _kw(3, 1)),
+             ((8, 16, 16, 28, 32), _kw(3, 2, 1)), ((2, 8, 7, 9, 16), _kw(3, 2, ceil=True)),
+             ((4, 8, 8, 16, 32), _kw((1, 3, 3), (1, 2, 2), (0, 1, 1)))]
     previous = jt.flags.use_cuda
     jt.flags.use_cuda = 1
     try:
@@ -288,13 +307,20 @@ SELECT_TABLE = [
     ((4, 32, 32, 32, 32), "float32", _kw(3, 1, d=2), "fwd", True, "fwd_flat", dict(k=(3, 3, 3))),  # W dilation
     ((4, 32, 32, 32, 31), "float32", _kw(3, 1), "fwd", True, "fwd_flat", dict(k=(3, 3, 3))),  # W % 2 != 0
     ((4, 32, 32, 64, 64), "float32", _kw(4), "fwd", True, "fwd_flat", dict(k=(0, 0, 0))),  # W stride 4
-    ((8, 64, 16, 56, 56), "float32", _kw(3, 2, 1), "fwd", True, "fwd_flat", dict(k=(3, 3, 3), nopad=False)),
+    # padded: fwd_rows (values only) while the W padding fits the chunk before the first window
+    ((8, 64, 16, 56, 56), "float32", _kw(3, 2, 1), "fwd", True, "fwd_rows", dict(k=(0, 0, 3), vec=4, nopad=False)),
+    ((8, 64, 16, 56, 56), "float32", _kw(3, 2, 1), "fwd_idx", True, "fwd_flat", dict(k=(3, 3, 3), nopad=False)),
+    ((8, 32, 31, 64, 64), "bfloat16", _kw(2, ceil=True), "fwd", True, "fwd_rows", dict(vec=8, sw=2, nopad=False)),
+    ((4, 32, 16, 16, 16), "float64", _kw((1, 1, 7), (1, 1, 2), (0, 0, 3)), "fwd", True, "fwd_flat",
+     dict(nopad=False)),  # W padding 3 > vec 2
     ((2, 16, 32, 32, 32), "float32", _kw(8, 1), "fwd_idx", True, "fwd_flat", dict(k=(8, 8, 8), opt=1)),
     ((2, 16, 32, 32, 32), "float32", _kw(8, 1), "fwd", True, "fwd_rows", dict(k=(0, 0, 8), vec=4, grid=547)),
     ((4, 32, 32, 32, 32), "float32", _kw(5, 2), "fwd_idx", True, "fwd_flat", dict(k=(0, 0, 0), nopad=True)),
     ((4, 32, 32, 32, 32), "float32", _kw(5, 2), "fwd", True, "fwd_rows", dict(k=(0, 0, 5), sw=2, vec=4)),
     ((64, 64, 64, 128, 128), "float32", _kw(3, 1), "fwd", True, "fwd_rows", dict(index_type="long long")),
-    ((8, 32, 16, 64, 64), "float32", _kw((1, 3, 3), (1, 2, 2), (0, 1, 1)), "fwd", True, "fwd_flat",
+    ((8, 32, 16, 64, 64), "float32", _kw((1, 3, 3), (1, 2, 2), (0, 1, 1)), "fwd", True, "fwd_rows",
+     dict(k=(0, 0, 3), nopad=False)),
+    ((8, 32, 16, 64, 64), "float32", _kw((1, 3, 3), (1, 2, 2), (0, 1, 1)), "fwd_idx", True, "fwd_flat",
      dict(k=(1, 3, 3), nopad=False)),
     ((64, 64, 8, 8, 8), "float32", _kw(8), "fwd", True, "fwd_warp", dict(k=(8, 8, 8), nopad=True, grid=512)),
     ((16, 32, 32, 8, 8), "float32", _kw((2, 8, 8)), "fwd", True, "fwd_warp", dict(k=(2, 8, 8))),
@@ -384,7 +410,7 @@ def test_render_cuda_names_the_launcher_and_only_compile_time_values():
     assert P.render_cuda(other, params, P.MODE_BOTH) == src  # shapes and grid are not in the text: one compile
     rows = P.select_config((2, 16, 32, 32, 32), "float32", params, "fwd", on_cuda=True)
     src = P.render_cuda(rows, params)
-    assert "pool3d_fwd_rows_launch<in0_type, int, 4, 8, 1, 256>(in0_p, out0_p," in src
+    assert "pool3d_fwd_rows_launch<in0_type, int, 4, 8, 1, 0, true, 256>(in0_p, out0_p," in src
     rows_other = P.select_config((64, 3, 12, 20, 40), "float32", params, "fwd", on_cuda=True)
     assert P.render_cuda(rows_other, params) == src  # the shapes are runtime: one compile
     with pytest.raises(ValueError, match="mode"):
