@@ -337,9 +337,9 @@ __global__ void __launch_bounds__(BLOCK) pool3d_fwd_k2s2(const T* __restrict__ x
 // aligned VEC-wide chunks from w0 - LEAD (w0, the row starts and the plane starts are multiples of VEC, so is
 // every chunk start; a chunk that starts inside the row ends inside it because W % VEC == 0). Chunks outside
 // [0, W) are not read and count as -inf: the padding (PyTorch pads with -inf), and, padding-free, columns no
-// valid output reads. Without NOPAD, window rows outside the input (padding, ceil_mode) are skipped. The column-wise maximum over the rows stays in registers (separable max:
-// each loaded element costs one max instead of one compare per window holding it), then each output takes the
-// maximum of its KW columns. The maximum propagates NaN; a value-only result does not depend on which equal
+// valid output reads. Without NOPAD, window rows outside the input (padding, ceil_mode) are skipped. The
+// column-wise maximum over the rows stays in registers (separable max: each loaded element costs one max
+// instead of one compare per window holding it), then each output takes the maximum of its KW columns. The maximum propagates NaN; a value-only result does not depend on which equal
 // element is first (up to the sign of zero), so no position is tracked.
 __device__ __forceinline__ float pool3d_max_nan(float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800

@@ -450,6 +450,18 @@ __device__ __forceinline__ void timex_mma(float (&d)[4], const unsigned int (&a)
 #endif
 }
 
+// d += A * B with TF32 operands; float32 (SPLIT): the 3xTF32 product small*big + big*small + big*big.
+template <bool SPLIT>
+__device__ __forceinline__ void timex_mma_product(float (&d)[4], const unsigned int (&ab)[4],
+                                                  const unsigned int (&as)[4], const unsigned int (&bb)[2],
+                                                  const unsigned int (&bs)[2]) {
+  if (SPLIT) {
+    timex_mma(d, as, bb);
+    timex_mma(d, ab, bs);
+  }
+  timex_mma(d, ab, bb);
+}
+
 // Both tensor-core kernels end alike: the accumulator fragments go through shared memory (os: 8 * NT rows of
 // KS floats, free by then) so that consecutive threads store consecutive t of each output row; eps is added.
 // C fragment: d0, d1 at (row g, columns 2 tig, 2 tig + 1), d2, d3 at row g + 8; rows are t, columns b.
@@ -531,13 +543,7 @@ timex_fwd_mma_kernel(const T* __restrict__ w, const T* __restrict__ k, T* __rest
         const TimexTf32<SPLIT> a0(ap[0]), a1(ap[8]), a2(ap[-4]), a3(ap[4]);
         const unsigned int ab[4] = {a0.big, a1.big, a2.big, a3.big};
         const unsigned int as[4] = {a0.small, a1.small, a2.small, a3.small};
-        TIMEX_UNROLL for (int n = 0; n < NT; ++n) {
-          if (SPLIT) {
-            timex_mma(acc[m][n], as, bb[n]);
-            timex_mma(acc[m][n], ab, bs[n]);
-          }
-          timex_mma(acc[m][n], ab, bb[n]);
-        }
+        TIMEX_UNROLL for (int n = 0; n < NT; ++n) timex_mma_product<SPLIT>(acc[m][n], ab, as, bb[n], bs[n]);
       }
     }
   }
@@ -606,6 +612,22 @@ __device__ __forceinline__ void timex_mma2_put(unsigned int* st, const float (&k
   }
 }
 
+// The B fragments (k values) of k-step s for every n-tile, read from a stage: the big halves and, for float32,
+// the small ones.
+template <typename T, int NT>
+__device__ __forceinline__ void timex_mma2_b(const unsigned int* st, int s, int g, int tig, unsigned int (&bb)[NT][2],
+                                             unsigned int (&bs)[NT][2]) {
+  constexpr int HALF = TimexMma2Stage<T, NT>::HALF;
+  constexpr bool SPLIT = sizeof(T) == 4;
+  TIMEX_UNROLL for (int n = 0; n < NT; ++n) {
+    const int o = (8 * n + g) * TIMEX_MMA_KS + 8 * s + tig;
+    bb[n][0] = st[o];
+    bb[n][1] = st[o + 4];
+    bs[n][0] = SPLIT ? st[HALF + o] : 0u;
+    bs[n][1] = SPLIT ? st[HALF + o + 4] : 0u;
+  }
+}
+
 // fwd_mma3 (LADDER, opt-in with OPS_TIMEX_MMA=3 until measured): fwd_mma2 with fewer shared-memory reads and
 // FADDs. fwd_mma2 reads per k-step, per thread, 16 A words and 16 B words (float32, 4 n-tiles; about as many
 // LDS cycles as the 24 mmas take) and adds 32 products to the totals (FADDs: a third of the mma time; 16-bit
@@ -658,24 +680,12 @@ timex_fwd_mma2_kernel(const T* __restrict__ w, const T* __restrict__ k, T* __res
             TIMEX_UNROLL for (int i = 0; i < 4; ++i) part[m][n][i] = 0.f;
         TIMEX_UNROLL for (int e = 0; e < 4; ++e) {
           unsigned int bb[NT][2], bs[NT][2];
-          TIMEX_UNROLL for (int n = 0; n < NT; ++n) {
-            const int o = (8 * n + g) * KS + 8 * (s0 + e) + tig;
-            bb[n][0] = st[o];
-            bb[n][1] = st[o + 4];
-            bs[n][0] = SPLIT ? st[HALF + o] : 0u;
-            bs[n][1] = SPLIT ? st[HALF + o + 4] : 0u;
-          }
+          timex_mma2_b<T, NT>(st, s0 + e, g, tig, bb, bs);
           TIMEX_UNROLL for (int m = 0; m < 2; ++m) {
             const int j = 4 * m + 6 - 2 * e;
             const unsigned int ab[4] = {gb[j + 1], gb[j + 3], gb[j], gb[j + 2]};
             const unsigned int as[4] = {gs[j + 1], gs[j + 3], gs[j], gs[j + 2]};
-            TIMEX_UNROLL for (int n = 0; n < NT; ++n) {
-              if (SPLIT) {
-                timex_mma(part[m][n], as, bb[n]);
-                timex_mma(part[m][n], ab, bs[n]);
-              }
-              timex_mma(part[m][n], ab, bb[n]);
-            }
+            TIMEX_UNROLL for (int n = 0; n < NT; ++n) timex_mma_product<SPLIT>(part[m][n], ab, as, bb[n], bs[n]);
           }
         }
         TIMEX_UNROLL for (int m = 0; m < 2; ++m)
@@ -684,13 +694,7 @@ timex_fwd_mma2_kernel(const T* __restrict__ w, const T* __restrict__ k, T* __res
       }
     } else for (int s = 0; s < steps; ++s) {
       unsigned int bb[NT][2], bs[NT][2];
-      TIMEX_UNROLL for (int n = 0; n < NT; ++n) {
-        const int o = (8 * n + g) * KS + 8 * s + tig;
-        bb[n][0] = st[o];
-        bb[n][1] = st[o + 4];
-        bs[n][0] = SPLIT ? st[HALF + o] : 0u;
-        bs[n][1] = SPLIT ? st[HALF + o + 4] : 0u;
-      }
+      timex_mma2_b<T, NT>(st, s, g, tig, bb, bs);
       TIMEX_UNROLL for (int m = 0; m < 2; ++m) {
         const int a = abase + 16 * m - 8 * s;
         const unsigned int ab[4] = {wb[a], wb[a + 8], wb[a - 4], wb[a + 4]};
@@ -700,11 +704,7 @@ timex_fwd_mma2_kernel(const T* __restrict__ w, const T* __restrict__ k, T* __res
         }
         TIMEX_UNROLL for (int n = 0; n < NT; ++n) {
           float part[4] = {0.f, 0.f, 0.f, 0.f};
-          if (SPLIT) {
-            timex_mma(part, as, bb[n]);
-            timex_mma(part, ab, bs[n]);
-          }
-          timex_mma(part, ab, bb[n]);
+          timex_mma_product<SPLIT>(part, ab, as, bb[n], bs[n]);
           TIMEX_UNROLL for (int i = 0; i < 4; ++i) acc[m][n][i] += part[i];
         }
       }

@@ -83,8 +83,8 @@ def reference_pool(x: np.ndarray, kernel_size, stride=None, padding=0, dilation=
     base = ((od * H + oh) * W + ow).reshape(-1)
     jd, jh, jw = np.meshgrid(*[np.arange(ki) * di for ki, di in zip(k, dl)], indexing="ij")
     offset = ((jd * H + jh) * W + jw).reshape(-1)
-    first_inside = windows(inside, 0).reshape(-1, kvol).argmax(axis=1)
-    any_inside = windows(inside, 0).reshape(-1, kvol).any(axis=1)
+    inside_windows = windows(inside, 0).reshape(-1, kvol)
+    first_inside, any_inside = inside_windows.argmax(axis=1), inside_windows.any(axis=1)
 
     n_out = int(np.prod(out))
     best = np.empty((n_planes, n_out))

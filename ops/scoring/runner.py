@@ -26,6 +26,13 @@ def _result_from_json(d: dict) -> CaseResult:
     return CaseResult(**d)
 
 
+def _stop(proc) -> None:
+    """Kill a worker that is still running and reap it."""
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
 def _reader(stream, q):
     for line in stream:
         q.put(line)
@@ -104,8 +111,7 @@ def run_cases(case_ids: Sequence[str], *, device: str, impl: str, seed: int, ref
                     env.update(json.loads(payload))  # a restarted worker does not measure the copy again
                 elif kind == "start":
                     if deadline is not None and time.monotonic() > deadline:
-                        proc.kill()
-                        proc.wait()
+                        _stop(proc)
                         give_up_rest()
                         break
                     current, started = payload, time.monotonic()
@@ -118,13 +124,9 @@ def run_cases(case_ids: Sequence[str], *, device: str, impl: str, seed: int, ref
                     current = None
                     if on_result:
                         on_result(res)
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            _stop(proc)
     except Interrupted as stop:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
         give_up_rest(f"not run: interrupted ({stop})")
     return env, [results[c] for c in case_ids]
 
@@ -149,13 +151,10 @@ def warm_compile(groups: Sequence[Sequence[str]], *, device: str, impl: str, see
             try:
                 p.wait(timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+                _stop(p)
     except Interrupted:
         for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+            _stop(p)
         raise
 
 
