@@ -29,12 +29,12 @@ block by block and thread by thread, so it exercises the GPU index math):
 fwd_mma      CUDA on sm_80+, float16/bfloat16, T <= MMA_MAX_T: tensor cores (mma.sync TF32, exact for 16-bit
              inputs; 3xTF32 for float32 behind the A/B switch only), one block per (channel, batch group of
              8/16/32 rows, t-tile of 128). Forward and grad_k. CUDA only.
-fwd_mma2     CUDA on sm_80+, float32 at T <= MMA_MAX_T and float16/bfloat16 beyond: fwd_mma with each k-step's
-             products added by an FADD (accurate at any T), operands converted to TF32 once when staged, w
-             staged per chunk, two stages.
-             Both tensor-core kernels run only where the batch fills MMA_MIN_FILL of their padded rows.
-fwd_mma3     opt-in (OPS_TIMEX_MMA=3), not yet run on a GPU: fwd_mma2 reading each A (w) word once per group
-             of 4 k-steps (A depends on t - u only) and adding each fragment to the totals once per group.
+fwd_mma2     CUDA on sm_80+, behind the A/B switch: fwd_mma with each k-step's products added by an FADD
+             (accurate at any T), operands converted to TF32 once when staged, w staged per chunk, two stages.
+fwd_mma3     CUDA on sm_80+, float32 at any T and float16/bfloat16 past MMA_MAX_T: fwd_mma2 reading each A (w)
+             word once per group of 4 k-steps (A depends on t - u only) and adding each fragment to the
+             totals once per group. The tensor-core kernels run only where the batch fills MMA_MIN_FILL of
+             their padded rows.
 fwd_single   T <= FWD_SINGLE_MAX_T: one t-tile covers the sequence; one block per (channel, batch group)
              reads its k rows and w row once. Used for the forward and for grad_k (time-reversed).
 fwd_tiled    longer T: t-tiles of FWD_TILE; the block of tile i walks u-chunks 0..i (i squares, 1 triangle).
@@ -53,8 +53,8 @@ alignment and the time-reversed reads of grad_k. That traffic is ~T/2 times smal
 wider global loads are predicted not to matter (to measure).
 
 Performance, B32 C768 T768 on an H100 (docs/perf-notes.md): the CUDA-core forward 0.468 ms (31 TFLOP/s,
-about half the FP32 FMA peak), fwd_mma2 0.293 ms in float32 (49 TFLOP/s) and fwd_mma 0.181 ms in bfloat16;
-the float32 backward (grad_k on fwd_mma2 + grad_w) 0.862 ms.
+about half the FP32 FMA peak), fwd_mma2 0.293 ms and fwd_mma3 0.291 ms in float32 (50 TFLOP/s), fwd_mma 0.181
+ms in bfloat16; the float32 backward (grad_k on fwd_mma2 + grad_w) 0.862 ms.
 
 Only the variant, ``tm`` (1, 2 or 4), the dtype and the index type change the generated code: one compile
 per (dtype, tm, index type) for each forward kernel (also grad_k) and per (dtype, index type) for grad_w;
@@ -109,10 +109,16 @@ GW_MAX_LANES = 8
 #   every T measured (up to 8192).
 # * float32 (3xTF32, three mmas per product): fwd_mma2 beat the CUDA cores at every T <= 1024 (B32 C768
 #   T768 0.293 ms against 0.468; B8 C512 T1024 0.099 against 0.134; B16 C256 T777 0.075 against 0.095) and
-#   fwd_mma (0.345). Past MMA_MAX_T the CUDA cores stay (B4 C256 T4096: fwd_tiled 0.625, fwd_mma2 0.690;
-#   B4 C64 T8192: 0.736 against 0.691, a draw).
-# * float16/bfloat16 (exact in TF32, one mma per product): fwd_mma up to MMA_MAX_T (B32 C768 T768 bf16 0.181
-#   ms; fwd_mma2 0.318, CUDA cores 0.482), fwd_mma2 beyond (B4 C256 T4096 bf16 0.343 against 0.626).
+#   fwd_mma (0.345).
+# * fwd_mma3 (scores/runs/h100-2026-11-23-night-run2-b.log, the same process and inputs) beat fwd_mma2 on
+#   every shape, by 2-15%: float32 B32 C768 T768 0.291 (fwd_mma2 0.298), B16 C768 T768 0.144 (0.162), B8 C512
+#   T1024 0.091 (0.099), B64 C256 T256 0.031 (0.034), B16 C256 T777 0.065 (0.075); past MMA_MAX_T, with the
+#   batch filling only half its 8 rows, it matched the CUDA cores at B4 C256 T4096 (0.627 against fwd_tiled
+#   0.630) and beat them at B4 C64 T8192 (0.622 against 0.731), so at full fill it runs at any T.
+# * float16/bfloat16 (exact in TF32, one mma per product): fwd_mma up to MMA_MAX_T (B32 C768 T768 bf16 0.180
+#   ms; fwd_mma3 0.268, fwd_mma2 0.318, CUDA cores 0.480; at B8 C512 T1024 f16 fwd_mma3 was ahead, 0.049
+#   against 0.055), fwd_mma3 beyond (fwd_mma2 measured at B4 C256 T4096 bf16: 0.343 against 0.626; fwd_mma3
+#   is ahead of fwd_mma2 wherever both ran).
 # * Either kernel computes whole n-tiles of 8 batch rows, so its cost follows the padded rows (8, 16 or 32 per
 #   block). It runs only where the batch fills at least MMA_MIN_FILL of them: the measured time per padded row
 #   against the CUDA cores' time per row was 0.63-0.79 for float32 (fwd_mma2) and 0.38-0.42 for 16-bit
@@ -120,9 +126,9 @@ GW_MAX_LANES = 8
 MMA_MAX_T = 1024
 MMA_MIN_FILL = {"float32": 0.8, "float16": 0.5, "bfloat16": 0.5}
 MMA_TILE, MMA_THREADS = 128, 128  # TIMEX_MMA_TILE / TIMEX_MMA_THREADS in timex.cuh
-# OPS_TIMEX_MMA: "auto" (the default) the measured choice above; "0" CUDA cores only; "1" fwd_mma and "2"
-# fwd_mma2 wherever they can run (fwd_mma up to MMA_MAX_T, fwd_mma2 at any T and B); "3" fwd_mma3 (fwd_mma2
-# with fewer shared-memory reads and FADDs; not yet run on a GPU) at any T and B: A/B switches.
+# OPS_TIMEX_MMA: "auto" (the default) the measured choice above; "0" CUDA cores only; "1" fwd_mma, "2"
+# fwd_mma2 and "3" fwd_mma3 wherever they can run (fwd_mma up to MMA_MAX_T, the others at any T and B): A/B
+# switches.
 MMA_SWITCH = "OPS_TIMEX_MMA"
 TC_OFF, TC_MMA, TC_MMA2, TC_MMA3, TC_AUTO = 0, 1, 2, 3, 4
 _SWITCH_VALUES = {"0": TC_OFF, "1": TC_MMA, "2": TC_MMA2, "3": TC_MMA3, "auto": TC_AUTO}
@@ -225,13 +231,13 @@ def _mma_config(B: int, C: int, T: int, version: int = 1, dtype: str = "float32"
 
 
 def _auto_tensor_core_version(B: int, T: int, dtype: str) -> int:
-    """The tensor-core kernel TC_AUTO picks (1 fwd_mma, 2 fwd_mma2) or 0 for the CUDA cores (see MMA_MAX_T)."""
+    """The tensor-core kernel TC_AUTO picks (1 fwd_mma, 3 fwd_mma3) or 0 for the CUDA cores (see MMA_MAX_T)."""
     rows = 8 * _mma_n_tiles(B)
     if B / (_ceil_div(B, rows) * rows) < MMA_MIN_FILL[dtype]:
         return 0
     if dtype == "float32":
-        return 2 if T <= MMA_MAX_T else 0
-    return 1 if T <= MMA_MAX_T else 2
+        return 3
+    return 1 if T <= MMA_MAX_T else 3
 
 
 def select_config(k_shape: Sequence[int], kernel: str = "forward", *, single_max_t: int = None,

@@ -119,15 +119,16 @@ def test_select_config_tensor_core_table(shape, dtype, tm, rows, ntiles, groups,
     assert smem <= 227 * 1024
 
 
-# TC_AUTO, the default on sm_80+: (B, T, dtype, variant) from the 2026-11-23 measurements (ops/timex.py)
+# TC_AUTO, the default on sm_80+: (B, T, dtype, variant) from the 2026-11-23 measurements (ops/timex.py);
+# (4, 4096, float32): the batch fills half of the 8 padded rows, below float32's 0.8
 AUTO_TABLE = [
-    (32, 768, "float32", "fwd_mma2"), (8, 1024, "float32", "fwd_mma2"), (16, 777, "float32", "fwd_mma2"),
-    (64, 256, "float32", "fwd_mma2"), (4, 4096, "float32", "fwd_tiled"), (32, 1025, "float32", "fwd_tiled"),
-    (32, 768, "bfloat16", "fwd_mma"), (8, 1024, "float16", "fwd_mma"), (32, 1025, "float16", "fwd_mma2"),
-    (4, 4096, "bfloat16", "fwd_mma2"),
+    (32, 768, "float32", "fwd_mma3"), (8, 1024, "float32", "fwd_mma3"), (16, 777, "float32", "fwd_mma3"),
+    (64, 256, "float32", "fwd_mma3"), (4, 4096, "float32", "fwd_tiled"), (32, 1025, "float32", "fwd_mma3"),
+    (32, 768, "bfloat16", "fwd_mma"), (8, 1024, "float16", "fwd_mma"), (32, 1025, "float16", "fwd_mma3"),
+    (4, 4096, "bfloat16", "fwd_mma3"),
     # the batch must fill MMA_MIN_FILL of the padded rows: float32 0.8, 16-bit 0.5
-    (6, 768, "float32", "fwd_single"), (7, 768, "float32", "fwd_mma2"), (12, 768, "float32", "fwd_single"),
-    (17, 768, "float32", "fwd_single"), (20, 768, "float32", "fwd_mma2"), (3, 768, "bfloat16", "fwd_single"),
+    (6, 768, "float32", "fwd_single"), (7, 768, "float32", "fwd_mma3"), (12, 768, "float32", "fwd_single"),
+    (17, 768, "float32", "fwd_single"), (20, 768, "float32", "fwd_mma3"), (3, 768, "bfloat16", "fwd_single"),
     (4, 768, "bfloat16", "fwd_mma"), (1, 1, "float16", "fwd_single"), (3, 2000, "float16", "fwd_tiled"),
 ]
 
@@ -453,15 +454,15 @@ def test_builtin_reference_is_skipped_past_its_length_limit():
 # ---- GPU-sized dispatch paths (run with -m cuda) -----------------------------------------------------------
 
 GPU_CASES = [  # (B, C, T, dtype, the default forward on sm_80+ GPUs; grad_k takes the same), then grad_w
-    (32, 64, 768, "float32", "fwd_mma2"),    # tm4 (the seed's shape with fewer channels), gw_tiled
-    (8, 64, 1024, "float32", "fwd_mma2"),    # tm1, gw_tiled
-    (64, 32, 256, "float32", "fwd_mma2"),    # 2 batch groups; gw_single with 4 batch splits
-    (20, 16, 640, "float32", "fwd_mma2"),    # 3 groups of 8 rows, the last one partly padding
-    (4, 16, 4096, "float32", "fwd_tiled"),   # T > MMA_MAX_T; gw_tiled with 16 tiles
+    (32, 64, 768, "float32", "fwd_mma3"),    # tm4 (the seed's shape with fewer channels), gw_tiled
+    (8, 64, 1024, "float32", "fwd_mma3"),    # tm1, gw_tiled
+    (64, 32, 256, "float32", "fwd_mma3"),    # 2 batch groups; gw_single with 4 batch splits
+    (20, 16, 640, "float32", "fwd_mma3"),    # 3 groups of 8 rows, the last one partly padding
+    (4, 16, 4096, "float32", "fwd_tiled"),   # half-filled rows: CUDA cores; gw_tiled with 16 tiles
     (6, 32, 1024, "float32", "fwd_single"),  # the batch fills 6 of 8 mma rows: CUDA cores
     (32, 64, 768, "bfloat16", "fwd_mma"),    # tm4, one exact mma per product
     (8, 64, 1024, "float16", "fwd_mma"),     # tm1
-    (12, 16, 2000, "bfloat16", "fwd_mma2"),  # 16-bit past MMA_MAX_T, tm2
+    (12, 16, 2000, "bfloat16", "fwd_mma3"),  # 16-bit past MMA_MAX_T, tm2
     (3, 8, 8192, "float32", "fwd_tiled"),    # the longest T the issue names, odd B
 ]
 
@@ -493,7 +494,8 @@ def test_gpu_sized_values_and_gradients(rng, monkeypatch, B, C, T, dtype, varian
 
 # The forward kernels the default does not pick on an sm_80+ GPU, through the switch: the CUDA-core kernels
 # (the tensor cores replace them there; "0": 16 rows in the largest single tile, 74 KB of shared memory),
-# fwd_mma's float32 3xTF32 ("1") and fwd_mma2 at every length ("2").
+# fwd_mma's float32 3xTF32 ("1"), fwd_mma2 at every length ("2") and fwd_mma3 ("3") on 16-bit inputs up to
+# MMA_MAX_T and on batches that fill few of its padded rows.
 SWITCHED_CASES = [("0", 32, 16, 768, "float32"), ("0", 3, 8, 1100, "float32"), ("0", 8, 16, 1024, "bfloat16"),
                   ("0", 16, 32, 1024, "float32"), ("1", 24, 16, 768, "float32"),
                   ("2", 32, 16, 768, "float32"), ("2", 4, 16, 4096, "float32"), ("2", 3, 8, 8192, "float32"),
