@@ -408,7 +408,9 @@ __global__ void __launch_bounds__(BLOCK) pool3d_fwd_rows(const T* __restrict__ x
 
 // ---------------------------------------------------------------------------------------------------------
 // Backward over windows (tile or scatter): recompute each window's argmax from x, then
-//   TILE:  write every element of the window: dy at the argmax, 0 elsewhere (the windows cover dx once);
+//   TILE:  write every element the window owns: dy at the argmax, 0 elsewhere (the windows partition dx;
+//          the last window of a dim owns up to the input's edge: ceil_mode's stop short of their size,
+//          floor mode's also own the remainder no window holds, which gets 0);
 //   !TILE: dx was zeroed by the launcher; write dy at the argmax only (windows are disjoint).
 // No two threads write one element either way: no atomics, bit-identical results.
 
@@ -425,6 +427,16 @@ __device__ __forceinline__ void pool3d_tile_write(T* __restrict__ dp, const Pool
     if (!NOPAD && (d0 + i >= g.D || h0 + j >= g.H || w0 + k >= g.W)) continue;  // ceil_mode's last windows
     const int p = ((d0 + i) * g.H + h0 + j) * g.W + w0 + k;
     dp[p] = p == argpos ? gv : zero;
+  }
+  // Floor mode: the elements after a dim's last window (fewer than one window) belong to it.
+  const int ed = od == g.Do - 1 ? g.D - d0 : kd, eh = oh == g.Ho - 1 ? g.H - h0 : kh;
+  const int ew = ow == g.Wo - 1 ? g.W - w0 : kw;
+  if (ed > kd || eh > kh || ew > kw) {
+    const int ehw = eh * ew, evol = ed * ehw;
+    for (int e = first; e < evol; e += step) {
+      const int i = e / ehw, r = e - i * ehw, j = r / ew, k = r - j * ew;
+      if (i >= kd || j >= kh || k >= kw) dp[((d0 + i) * g.H + h0 + j) * g.W + w0 + k] = zero;
+    }
   }
 }
 

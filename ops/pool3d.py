@@ -10,7 +10,7 @@ positions ``(d * H + h) * W + w`` in each (n, c) plane.
 Layers (top to bottom):
 
 * shape algebra, pure Python: :func:`normalize_params`, :func:`pool_output_size`, :func:`output_shape`,
-  :func:`padding_free`, :func:`windows_disjoint`, :func:`windows_tile`;
+  :func:`padding_free`, :func:`windows_disjoint`, :func:`windows_tile`, :func:`windows_cover_exactly`;
 * dispatch: :func:`select_config` -> :class:`KernelConfig` (variant, template constants, launch geometry,
   index type);
 * launch: :func:`render_cuda` (the few lines of ``cuda_src`` that call a launcher of
@@ -38,13 +38,15 @@ fwd_cpu        the CPU loop nest.
 Backward (dx; never atomics, bit-identical across runs):
 
 =================== =========================================================================================
-bwd_tile_k2s2_vec   k2s2 windows that tile the input exactly: recompute the argmax from x with the forward's
+bwd_tile_k2s2_vec   k2s2 windows that cover the input exactly: recompute the argmax from x with the forward's
                     vector loads, write the whole window (dy at the argmax, 0 elsewhere) as vector stores.
-bwd_tile_flat/warp  other tilings (kernel == stride, dilation 1, no padding, Lo * k >= L: ceil_mode's
-                    partial last windows included, with bounds checks): the same, one window per thread /
-                    per warp. Moves x + dy + dx, the minimum. (k2s2 with ceil_mode: 0.184 ms as a scatter,
-                    0.85x PyTorch, H100 2026-11-23; predicted ~0.11 ms as a tile, not yet measured.)
-bwd_scatter_flat/warp  disjoint windows that do not cover dx exactly (stride >= dilation * (k - 1) + 1):
+bwd_tile_flat/warp  other tilings (kernel == stride, dilation 1, no padding; each dim's last window owns up
+                    to the input's edge: ceil_mode's partial windows, bounds-checked, and floor mode's
+                    remainder, zeroed by the last window): the same, one window per thread / per warp.
+                    Moves x + dy + dx, the minimum. Measured on the H100 (2026-11-23, k2s2 (8,32,31,63,63)):
+                    ceil_mode 0.184 ms as a scatter -> 0.113 ms as a tile (1.74x PyTorch); floor mode 0.185
+                    ms as a scatter (0.80x), predicted ~0.115 ms as a tile, not yet measured.
+bwd_scatter_flat/warp  disjoint windows that are no tiling (stride > dilation * (k - 1) + 1, or padding):
                     zero dx, recompute each window's argmax from x and write dy there.
 bwd_gather          overlapping windows: every input element sums, in a fixed order, dy of the windows that
                     can hold it and whose saved argmax is this element (the forward saves the indices for
@@ -71,8 +73,8 @@ from ._jittor import code, has_cuda, jt
 
 __all__ = ["max_pool3d", "MaxPool3d", "MaxPool3dFunction", "PoolParams", "KernelConfig", "normalize_params",
            "pool_output_size", "output_shape", "padding_free", "windows_disjoint", "windows_tile",
-           "backward_algorithm", "select_config", "grid_expression", "render_cuda", "render_cpu", "CPU_HEADER",
-           "launch_forward", "launch_backward", "VARIANTS"]
+           "windows_cover_exactly", "backward_algorithm", "select_config", "grid_expression", "render_cuda",
+           "render_cpu", "CPU_HEADER", "launch_forward", "launch_backward", "VARIANTS"]
 
 Triple = Tuple[int, int, int]
 
@@ -220,10 +222,18 @@ def windows_disjoint(params: PoolParams) -> bool:
 
 
 def windows_tile(spatial: Sequence[int], out: Sequence[int], params: PoolParams) -> bool:
-    """The windows cover every input element exactly once (kernel == stride, dilation 1, no padding, and
-    Lo * k >= L: ceil_mode's partial last windows cover the rest, whose starts PyTorch's rule keeps inside)."""
-    return all((k == 1 or d == 1) and k == s and p == 0 and o * k >= n for n, o, k, s, p, d in
-               zip(spatial, out, params.kernel, params.stride, params.padding, params.dilation))
+    """The windows partition the input once each dim's last window owns up to the input's edge: kernel ==
+    stride, dilation 1 and no padding. ceil_mode's partial last windows stop short of their size (PyTorch's
+    rule keeps their starts inside); in floor mode the last window also owns the remainder of fewer than k
+    elements that no window holds (its gradient is 0)."""
+    return all((k == 1 or d == 1) and k == s and p == 0 for k, s, p, d in
+               zip(params.kernel, params.stride, params.padding, params.dilation))
+
+
+def windows_cover_exactly(spatial: Sequence[int], out: Sequence[int], params: PoolParams) -> bool:
+    """A tiling (:func:`windows_tile`) whose windows are all whole and leave no remainder: Lo * k == L."""
+    return windows_tile(spatial, out, params) and all(
+        o * k == n for n, o, k in zip(spatial, out, params.kernel))
 
 
 # ---- dispatch ---------------------------------------------------------------------------------------------
@@ -336,7 +346,7 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
             items = planes * spatial[0] * spatial[1] * _ceil_div(spatial[2], run)
             return KernelConfig("bwd_gather", k=params.kernel, vec=run, block=BLOCK, grid=_ceil_div(items, BLOCK),
                                 index_type=itype)
-        vec = _k2s2_vec(params, spatial[2], itemsize) if algo == "tile" and nopad else 0
+        vec = _k2s2_vec(params, spatial[2], itemsize) if windows_cover_exactly(spatial, out, params) else 0
         if vec:
             opt = K2_OPT_WIDE if vec * itemsize == MAX_VEC_BYTES else K2_OPT_NARROW
             return KernelConfig("bwd_tile_k2s2_vec", k=(2, 2, 2), nopad=True, vec=vec, opt=opt, block=BLOCK,
@@ -541,8 +551,9 @@ void forward(const T* x, T* y, int* yi, long long planes, const Geom& g) {
   }
 }
 
-// TILE: the windows cover dx exactly once; write each whole window. Otherwise windows are disjoint: zero dx,
-// then write dy at each argmax.
+// TILE: the windows partition dx; each writes what it owns, the last window of a dim up to the input's edge
+// (ceil_mode's partial windows stop short, floor mode's also own the remainder, which no window holds: 0).
+// Otherwise windows are disjoint: zero dx, then write dy at each argmax.
 template <typename T, bool TILE>
 void backward_window(const T* x, const T* dy, T* dx, long long planes, const Geom& g) {
   const long long plane_in = g.D * g.H * g.W, total = planes * g.Do * g.Ho * g.Wo;
@@ -552,11 +563,14 @@ void backward_window(const T* x, const T* dy, T* dx, long long planes, const Geo
     split(o, g.Wo, g.Ho, g.Do, plane, od, oh, ow);
     const long long pos = window_argmax(x + plane * plane_in, g, od, oh, ow);
     T* dp = dx + plane * plane_in;
-    if (TILE) {  // partial last windows (ceil_mode) end at the input's edge
-      for (int i = 0; i < g.kd && od * g.kd + i < g.D; ++i)
-        for (int j = 0; j < g.kh && oh * g.kh + j < g.H; ++j)
-          for (int k = 0; k < g.kw && ow * g.kw + k < g.W; ++k) {
-            const long long p = ((od * g.kd + i) * g.H + oh * g.kh + j) * g.W + ow * g.kw + k;
+    if (TILE) {
+      const long long d0 = od * g.kd, h0 = oh * g.kh, w0 = ow * g.kw;
+      const long long ed = od == g.Do - 1 ? g.D - d0 : g.kd, eh = oh == g.Ho - 1 ? g.H - h0 : g.kh;
+      const long long ew = ow == g.Wo - 1 ? g.W - w0 : g.kw;
+      for (long long i = 0; i < ed; ++i)
+        for (long long j = 0; j < eh; ++j)
+          for (long long k = 0; k < ew; ++k) {
+            const long long p = ((d0 + i) * g.H + h0 + j) * g.W + w0 + k;
             dp[p] = p == pos ? dy[o] : T(0.0f);
           }
     } else if (pos >= 0) {

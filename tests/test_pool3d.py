@@ -1,6 +1,7 @@
 """max_pool3d: shape algebra, dispatch table, values and indices for every dtype (CPU; GPU under -m cuda),
 NaN and empty windows, deterministic gradients of the three backward algorithms, errors, the case table, and an
 nvcc compile of every kernel the dispatcher renders."""
+import itertools
 import math
 
 import numpy as np
@@ -74,15 +75,21 @@ def test_normalize_params():
 def test_window_predicates():
     p = P.normalize_params(2)
     assert P.padding_free((8, 8, 8), (4, 4, 4), p) and P.windows_disjoint(p) and P.windows_tile((8, 8, 8), (4, 4, 4), p)
-    assert not P.windows_tile((8, 8, 9), (4, 4, 4), p) and P.padding_free((8, 8, 9), (4, 4, 4), p)
+    assert P.windows_cover_exactly((8, 8, 8), (4, 4, 4), p)
+    # floor mode's remainder belongs to the last window: still a tiling, not an exact cover
+    assert P.windows_tile((8, 8, 9), (4, 4, 4), p) and P.padding_free((8, 8, 9), (4, 4, 4), p)
+    assert not P.windows_cover_exactly((8, 8, 9), (4, 4, 4), p)
     pc = P.normalize_params(2, ceil_mode=True)
     assert not P.padding_free((8, 8, 9), (4, 4, 5), pc)
     assert P.windows_tile((8, 8, 9), (4, 4, 5), pc)  # the last window holds one element: still a tiling
+    assert not P.windows_cover_exactly((8, 8, 9), (4, 4, 5), pc)
+    assert not P.windows_tile((8, 8, 9), (3, 3, 3), P.normalize_params(2, 3))  # gaps between windows
     assert not P.windows_disjoint(P.normalize_params(3, 2)) and P.windows_disjoint(P.normalize_params(3, 3))
     assert not P.windows_disjoint(P.normalize_params(2, 2, dilation=2))
     assert P.windows_disjoint(P.normalize_params(2, 3, dilation=2))
     assert P.backward_algorithm((8, 8, 8), P.normalize_params((1, 2, 2))) == "tile"
-    assert P.backward_algorithm((8, 8, 9), p) == "scatter"
+    assert P.backward_algorithm((8, 8, 9), p) == "tile"
+    assert P.backward_algorithm((8, 8, 9), P.normalize_params(2, 3)) == "scatter"
     assert P.backward_algorithm((8, 8, 9), pc) == "tile"
     assert P.backward_algorithm((7, 8, 9), P.normalize_params(3, ceil_mode=True)) == "tile"
     assert P.backward_algorithm((8, 8, 9), P.normalize_params(2, padding=1, ceil_mode=True)) == "scatter"
@@ -334,12 +341,18 @@ SELECT_TABLE = [
     ((16, 32, 32, 8, 8), "float16", _kw((2, 8, 8)), "bwd", True, "bwd_tile_warp", dict(k=(2, 8, 8))),
     ((4, 32, 32, 64, 64), "float32", _kw(4), "bwd", True, "bwd_tile_flat", dict(k=(0, 0, 0), nopad=True)),
     ((4, 32, 33, 33, 33), "float32", _kw(3), "bwd", True, "bwd_tile_flat", dict(k=(3, 3, 3))),
-    # ceil_mode's partial last windows still tile the input (bounds-checked); floor mode leaves a remainder
+    # ceil_mode's partial last windows still tile the input (bounds-checked); floor mode's remainder belongs to
+    # the last windows (no bounds checks: every window is whole), and only an exact cover takes the vectors
     ((8, 32, 31, 64, 64), "float32", _kw(2, ceil=True), "bwd", True, "bwd_tile_flat", dict(k=(2, 2, 2), nopad=False)),
-    ((8, 32, 31, 63, 63), "float32", _kw(2), "bwd", True, "bwd_scatter_flat", dict(k=(2, 2, 2), nopad=True)),
-    ((8, 32, 32, 63, 63), "float32", _kw(2), "bwd", True, "bwd_scatter_flat", dict(nopad=True)),
+    ((8, 32, 31, 63, 63), "float32", _kw(2), "bwd", True, "bwd_tile_flat", dict(k=(2, 2, 2), nopad=True)),
+    ((8, 32, 31, 64, 64), "float32", _kw(2), "bwd", True, "bwd_tile_flat", dict(k=(2, 2, 2), nopad=True)),
+    ((8, 32, 32, 63, 63), "float32", _kw(2), "bwd", True, "bwd_tile_flat", dict(nopad=True)),
     ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8), ceil=True), "bwd", True, "bwd_tile_warp", dict(nopad=False)),
-    ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8)), "bwd", True, "bwd_scatter_warp", dict(nopad=True)),
+    ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8)), "bwd", True, "bwd_tile_warp", dict(nopad=True)),
+    # scatter: disjoint windows with gaps between them, or padding
+    ((8, 32, 32, 63, 63), "float32", _kw(2, 3), "bwd", True, "bwd_scatter_flat", dict(k=(2, 2, 2), nopad=True)),
+    ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8), (3, 8, 8)), "bwd", True, "bwd_scatter_warp", dict(nopad=True)),
+    ((8, 32, 16, 64, 64), "float32", _kw(2, 2, 1), "bwd", True, "bwd_scatter_flat", dict(nopad=False)),
     # gather: runs of 16 bytes along W (4 floats, 8 halves, 2 doubles), one per thread
     ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "bwd", True, "bwd_gather",
      dict(vec=4, k=(3, 3, 3), grid=4 * 32 * 32 * 32 * 8 // 256)),
@@ -348,7 +361,8 @@ SELECT_TABLE = [
     ((2, 3, 5, 6, 7), "float64", _kw(3, 1), "bwd", True, "bwd_gather", dict(vec=2, grid=3)),  # 720 runs
     ((64, 64, 64, 128, 128), "float32", _kw(3, 1), "bwd", True, "bwd_gather", dict(index_type="long long")),
     ((2, 3, 8, 8, 8), "float32", _kw(2), "bwd", False, "bwd_tile_cpu", dict()),
-    ((2, 3, 8, 8, 9), "float32", _kw(2), "bwd", False, "bwd_scatter_cpu", dict()),
+    ((2, 3, 8, 8, 9), "float32", _kw(2), "bwd", False, "bwd_tile_cpu", dict()),
+    ((2, 3, 8, 8, 9), "float32", _kw(2, 3), "bwd", False, "bwd_scatter_cpu", dict()),
     ((2, 3, 8, 8, 8), "float32", _kw(3, 1), "bwd", False, "bwd_gather_cpu", dict(vec=4)),
     ((2, 3, 8, 8, 8), "bfloat16", _kw(3, 1), "bwd", False, "bwd_gather_cpu", dict(vec=8)),
 ]
@@ -518,7 +532,9 @@ GRAD_CASES = [
     ((2, 2, 8, 8, 8), _kw(8)),  # tile, one window per plane
     ((2, 3, 7, 9, 11), _kw(2, ceil=True)),  # tile with partial last windows (bounds-checked)
     ((2, 3, 7, 8, 11), _kw(3, ceil=True)),  # the same with k3: last windows of 1 and 2 elements
-    ((2, 3, 7, 9, 11), _kw(2)),  # scatter: uncovered trailing elements
+    ((2, 3, 7, 9, 11), _kw(2)),  # tile: floor mode's remainder, zeroed by the last windows
+    ((2, 3, 7, 8, 11), _kw(3)),  # the same with k3: remainders of 1 and 2 elements
+    ((2, 3, 8, 9, 11), _kw(2, 3)),  # scatter: gaps between windows
     ((2, 3, 10, 11, 12), _kw((1, 2, 2), (1, 3, 3), (0, 1, 1))),  # scatter with padding
     ((2, 3, 9, 9, 9), _kw(3, 1)),  # gather
     ((2, 2, 9, 12, 11), _kw(3, 2, 1)),  # gather with padding
@@ -562,6 +578,46 @@ def test_gradient_with_returned_indices(device, rng):
         dy = random_array(tuple(y.shape), "float32", rng)
         got = jt.grad(_InjectGrad.apply(y, jt.array(dy)).sum(), x).numpy()
         assert_grad_close(got, F.reference_grad(x_np.shape, F.reference_pool(x_np, **kw)[1], dy), "float32")
+
+
+def _emulate_tile_writes(spatial, params, lanes):
+    """pool3d_tile_write of pool3d.cuh, transcribed: every window, its ``lanes`` lanes (1: the flat kernel, 32:
+    the warp kernel) each walking the window and then, for a dim's last window, the remainder after it.
+    Returns how often each element of one plane was written."""
+    D, H, W = spatial
+    Do, Ho, Wo = P.output_shape(spatial, params)
+    kd, kh, kw = params.kernel
+    nopad = P.padding_free(spatial, (Do, Ho, Wo), params)
+    writes = np.zeros(spatial, np.int64)
+    for od, oh, ow in itertools.product(range(Do), range(Ho), range(Wo)):
+        d0, h0, w0 = od * kd, oh * kh, ow * kw
+        for first in range(lanes):
+            for e in range(first, kd * kh * kw, lanes):
+                i, r = divmod(e, kh * kw)
+                j, k = divmod(r, kw)
+                if not nopad and (d0 + i >= D or h0 + j >= H or w0 + k >= W):
+                    continue
+                writes[d0 + i, h0 + j, w0 + k] += 1
+            ed = D - d0 if od == Do - 1 else kd
+            eh = H - h0 if oh == Ho - 1 else kh
+            ew = W - w0 if ow == Wo - 1 else kw
+            if ed > kd or eh > kh or ew > kw:
+                for e in range(first, ed * eh * ew, lanes):
+                    i, r = divmod(e, eh * ew)
+                    j, k = divmod(r, ew)
+                    if i >= kd or j >= kh or k >= kw:
+                        writes[d0 + i, h0 + j, w0 + k] += 1
+    return writes
+
+
+@pytest.mark.parametrize("spatial, kw", [((8, 8, 8), _kw(2)), ((7, 9, 11), _kw(2)), ((7, 9, 11), _kw(2, ceil=True)),
+                                         ((7, 8, 11), _kw(3)), ((7, 8, 11), _kw(3, ceil=True)),
+                                         ((5, 17, 19), _kw((1, 8, 8))), ((5, 17, 19), _kw((2, 8, 8), ceil=True))])
+@pytest.mark.parametrize("lanes", [1, 32])
+def test_tile_kernels_write_every_element_once(spatial, kw, lanes):
+    params = P.normalize_params(**kw)
+    assert P.backward_algorithm(spatial, params) == "tile"
+    np.testing.assert_array_equal(_emulate_tile_writes(spatial, params, lanes), 1)
 
 
 # ---- errors -----------------------------------------------------------------------------------------------
@@ -696,8 +752,12 @@ GPU_CASES = [
     ((8, 64, 16, 56, 56), "float16", _kw(3, 2, 1)),  # fwd_flat k3 padded
     ((2, 16, 32, 32, 32), "float32", _kw(8, 1)),  # fwd_flat k8, gather with 512 candidates
     ((64, 64, 8, 8, 8), "bfloat16", _kw(8)),  # fwd_warp, bwd_tile_warp
-    ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8), ceil=True)),  # fwd_warp padded, bwd_scatter_warp
-    ((8, 32, 31, 63, 63), "float32", _kw(2, ceil=True)),  # fwd_flat padded, bwd_scatter_flat
+    ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8), ceil=True)),  # fwd_warp padded, bwd_tile_warp partial
+    ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8))),  # bwd_tile_warp with floor mode's remainder
+    ((8, 32, 31, 63, 63), "float32", _kw(2, ceil=True)),  # fwd_flat padded, bwd_tile_flat partial
+    ((8, 32, 31, 64, 64), "float16", _kw(2)),  # bwd_tile_flat, a remainder along D only (no vectors)
+    ((8, 32, 32, 63, 63), "float32", _kw(2, 3)),  # bwd_scatter_flat
+    ((16, 32, 33, 8, 8), "bfloat16", _kw((2, 8, 8), (3, 8, 8))),  # bwd_scatter_warp
     ((4, 32, 32, 64, 64), "float32", _kw(4)),  # generic window, bwd_tile_flat
     ((4, 16, 32, 32, 32), "float32", _kw(3, 2, 1, 2)),  # dilation
 ]

@@ -265,9 +265,12 @@ _CUDA_BWD = [
     _c("hw1_k2x8x8_16x32x32x8x8", "bwd", (16, 32, 32, 8, 8), kernel_size=(2, 8, 8), stride=(2, 8, 8)),
     _c("hw1ceil_k2x8x8_16x32x33x8x8", "bwd", (16, 32, 33, 8, 8), kernel_size=(2, 8, 8), stride=(2, 8, 8),
        ceil_mode=True),
-    # floor mode on odd sizes: trailing elements in no window (the scatter kernels; ceil_mode tiles them)
+    # floor mode on odd sizes: trailing elements in no window (zeroed by the last windows of the tile kernels)
     _c("k2s2floor_8x32x31x63x63", "bwd", (8, 32, 31, 63, 63), kernel_size=2, stride=2),
     _c("hw1floor_k2x8x8_16x32x33x8x8", "bwd", (16, 32, 33, 8, 8), kernel_size=(2, 8, 8), stride=(2, 8, 8)),
+    # disjoint windows with gaps between them: the scatter kernels (zeroed dx, dy written at each argmax)
+    _c("k2s3_8x32x32x63x63", "bwd", (8, 32, 32, 63, 63), kernel_size=2, stride=3),
+    _c("hw1gaps_k2x8x8s3x8x8_16x32x33x8x8", "bwd", (16, 32, 33, 8, 8), kernel_size=(2, 8, 8), stride=(3, 8, 8)),
     _c("k3s1d2_4x32x32x32x32", "bwd", (4, 32, 32, 32, 32), kernel_size=3, stride=1, dilation=2),
     _c("k1x3x3s1x2x2p0x1x1_bf16_8x32x16x64x64", "bwd", (8, 32, 16, 64, 64), "bfloat16", kernel_size=(1, 3, 3),
        stride=(1, 2, 2), padding=(0, 1, 1)),
@@ -292,7 +295,8 @@ _CPU_CASES = [
     _c("cpu_k3s1", "bwd", (2, 3, 9, 9, 9), devices=_CPU, kernel_size=3, stride=1),
     _c("cpu_k3s2p1_bf16", "bwd", (2, 4, 9, 12, 11), "bfloat16", devices=_CPU, kernel_size=3, stride=2, padding=1),
     _c("cpu_ceil_tile", "bwd", (2, 3, 7, 9, 11), devices=_CPU, kernel_size=2, stride=2, ceil_mode=True),
-    _c("cpu_floor_scatter", "bwd", (2, 3, 7, 9, 11), devices=_CPU, kernel_size=2, stride=2),
+    _c("cpu_floor_tile", "bwd", (2, 3, 7, 9, 11), devices=_CPU, kernel_size=2, stride=2),
+    _c("cpu_gaps_scatter", "bwd", (2, 3, 8, 9, 11), devices=_CPU, kernel_size=2, stride=3),
 ]
 
 FAMILY = MaxPool3dFamily(NAME, _CUDA_FWD + _CUDA_BWD + _CPU_CASES)
