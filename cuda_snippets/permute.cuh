@@ -15,7 +15,7 @@
 //  * ops_tile_transpose_kernel: the last dim moves. A tile of the plane (A = input last dim, B = output last
 //    dim) goes through shared memory for every index of the remaining "batch" dims; P > 1 packs P elements of
 //    E bytes into one 4-byte word on both the global read and the global write (the 2-byte pair / 1-byte quad
-//    path).
+//    path), or 4 elements of 2 bytes into an 8-byte word.
 //  Both take an epilogue: OpsStoreEpi (plain permute) or OpsAddEpi<T> (transpose + add: out = x^T + y, y read
 //  with the same wide word as the store).
 #pragma once
@@ -156,29 +156,40 @@ template <int BR, typename IndexT> struct OpsTileParams {
 };
 
 // The tile in shared memory: row = local b (T = 32 * P rows), 32 words of P elements along a, plus one pad
-// word. Word index row * 33 + col sits in bank (row + col) % 32.
-//  * P == 1: thread tx of a warp reads tile[tx][al]: bank (tx + al) % 32 for 4-byte elements; for 1-, 2-, 8-
+// word. Shared memory serves a warp's request in wavefronts of 128 bytes: L = 128 / W threads of W-byte words
+// each (the whole warp for 4-byte words, each half warp for 8-byte words), conflict-free when their word
+// indices are distinct mod L. With the 33-word pitch, word row * 33 + col sits in slot (row + col) % L.
+//  * P == 1: thread tx of a warp reads tile[tx][al]: slot (tx + al) % L for 4-byte elements; for 1-, 2-, 8-
 //    and 16-byte elements the 33-element pitch also puts the accesses of a warp (1, 2 bytes: distinct words;
 //    8, 16 bytes: per half / quarter warp) in distinct banks.
-//  * P > 1: thread tx needs element al of rows tx * P + j (j < P). Visiting j in the order
-//    (i + tx / (32 / P)) % P makes the 32 threads of each load hit 32 distinct banks (conflict-free), and
-//    the P elements are recombined with shifts into the 4-byte output word.
-template <int E, int P> struct OpsTileGather {  // P > 1: 4-byte words of P elements
-  static_assert(E * P == 4, "packed words are 4 bytes");
-  static __device__ __forceinline__ OpsBytes<4> get(const OpsBytes<4> (*tile)[33], int tx, int al) {
+//  * P > 1: thread tx needs element al of rows tx * P + j (j < P), words in slots (P * tx + j + col) % L:
+//    P * tx repeats every L / P threads of a wavefront, so visiting j in the order (i + tx / (L / P)) % P
+//    gives each thread of the L a distinct slot at every step i (conflict-free); the P elements are then
+//    recombined with shifts into the output word.
+template <int W> struct OpsWordBits;
+template <> struct OpsWordBits<4> { typedef unsigned int type; };
+template <> struct OpsWordBits<8> { typedef unsigned long long type; };
+
+template <int E, int P> struct OpsTileGather {  // P > 1: words of P elements, 4 or 8 bytes
+  static constexpr int W = E * P;
+  static constexpr int L = 128 / W;  // threads per shared-memory wavefront
+  static_assert(W == 4 || W == 8, "packed words are 4 or 8 bytes");
+  typedef typename OpsWordBits<W>::type U;
+  static __device__ __forceinline__ OpsBytes<W> get(const OpsBytes<W> (*tile)[33], int tx, int al) {
     constexpr int BITS = 8 * E;
-    constexpr unsigned int MASK = (1u << BITS) - 1u;
-    const int rot = tx / (32 / P);
+    constexpr U MASK = (U(1) << BITS) - U(1);
+    const int rot = (tx / (L / P)) % P;
     const int col = al / P, lane = al % P;
-    unsigned int r = 0;
+    U r = 0;
 #pragma unroll
     for (int i = 0; i < P; ++i) {
       const int j = (i + rot) % P;
-      const unsigned int w = tile[tx * P + j][col].v;
+      U w;
+      memcpy(&w, &tile[tx * P + j][col], W);
       r |= ((w >> (BITS * lane)) & MASK) << (BITS * j);
     }
-    OpsBytes<4> o;
-    o.v = r;
+    OpsBytes<W> o;
+    memcpy(&o, &r, W);
     return o;
   }
 };

@@ -322,8 +322,10 @@ def _emulator(cfg):
 
 def emulate_tiled(cfg, src):
     """ops_tile_transpose_kernel on elements ``src`` (1-D array of moved elements): every block and thread,
-    packed words as groups of P elements; also checks that each packed gather is bank-conflict-free."""
+    packed words as groups of P elements; also checks that each packed gather is bank-conflict-free (word
+    indices distinct mod L within each wavefront of L = 128 / W threads, W the word's bytes)."""
     d, pk, rows = cfg.data, cfg.pack, P.TILE_ROWS
+    lanes = 128 // (cfg.chunk * pk)  # threads per shared-memory wavefront
     tile_edge, k_steps = 32 * pk, 32 * pk // rows
     br = cfg.batch_rank
     A, B, isb, osa = d["A"], d["B"], d["isb"], d["osa"]
@@ -346,7 +348,7 @@ def emulate_tiled(cfg, src):
         for ty in range(rows):
             for k in range(k_steps):
                 al = ty + rows * k
-                banks = [set() for _ in range(pk)]
+                slots = [[set() for _ in range(32 // lanes)] for _ in range(pk)]
                 for tx in range(32):
                     b, a_left = b0 + tx * pk, A - a0 - ty
                     if not (b < B and rows * k < a_left):
@@ -354,19 +356,19 @@ def emulate_tiled(cfg, src):
                     if pk == 1:
                         elems = [tile[tx, al, 0]]
                     else:
-                        rot, col, lane = tx // (32 // pk), al // pk, al % pk
+                        rot, col, lane = (tx // (lanes // pk)) % pk, al // pk, al % pk
                         elems = [None] * pk
                         for i in range(pk):
                             j = (i + rot) % pk
-                            banks[i].add((tx * pk + j) * 33 + col)
+                            slots[i][tx // lanes].add((tx * pk + j) * 33 + col)
                             elems[j] = tile[tx * pk + j, col, lane]
                     o = db + (a0 + al) * osa + b
                     assert o % pk == 0 and all(e >= 0 for e in elems)
                     dst[o:o + pk] = src[np.array(elems)]
                     written[o:o + pk] += 1
                 if pk > 1:
-                    full = [s for s in banks if len(s) == 32]
-                    assert all(len({w % 32 for w in s}) == 32 for s in full)
+                    full = [w for step in slots for w in step if len(w) == lanes]
+                    assert all(len({word % lanes for word in w}) == lanes for w in full)
     assert (written == 1).all()
     return dst
 
@@ -411,6 +413,36 @@ def test_emulated_cuda_kernels(shape, perm, dtype, rng):
         got = moved[got_ids].reshape(-1)
         want = np.transpose(x.reshape(shape), perm).reshape(-1)
         np.testing.assert_array_equal(got, want)
+
+
+WORD8_EMULATED = [
+    ((2, 128, 192), (0, 2, 1), "float16"),   # 8-byte words of 4 halves, full 128-element tiles
+    ((3, 132, 68), (0, 2, 1), "bfloat16"),   # partial tiles
+    ((200, 260), (1, 0), "float16"),         # 2-D, partial tiles on both sides
+]
+
+
+@pytest.mark.parametrize("shape, perm, dtype", WORD8_EMULATED)
+def test_emulated_eight_byte_words(shape, perm, dtype, rng, monkeypatch):
+    monkeypatch.setenv(P.PACK_WORD_SWITCH, "8")
+    cfg = P.select_config(shape, perm, dtype)
+    assert (cfg.variant, cfg.pack) == ("tiled_packed", 4)
+    test_emulated_cuda_kernels(shape, perm, dtype, rng)
+
+
+def test_pack_word_switch(monkeypatch):
+    shape, perm = (32, 1024, 1024), (0, 2, 1)
+    monkeypatch.delenv(P.PACK_WORD_SWITCH, raising=False)
+    assert P.pack_word_bytes() == 4 and P.select_config(shape, perm, "float16").pack == 2
+    monkeypatch.setenv(P.PACK_WORD_SWITCH, "8")
+    assert P.pack_word_bytes() == 8
+    assert P.select_config(shape, perm, "bfloat16", "transpose_add").pack == 4
+    assert P.select_config(shape, perm, "int8").pack == 4  # 1-byte elements keep 4-byte words
+    assert P.select_config((32, 60, 1024), perm, "float16").pack == 1  # 60 halves: below half a 128 tile
+    assert "ops_permute_tiled<2, 4, 1, int, 8>" in P.render(P.select_config(shape, perm, "float16"))
+    monkeypatch.setenv(P.PACK_WORD_SWITCH, "16")
+    with pytest.raises(ValueError, match=P.PACK_WORD_SWITCH):
+        P.select_config(shape, perm, "float16")
 
 
 def test_random_plans_and_emulation(rng):
@@ -690,6 +722,32 @@ def test_cuda_large_transpose_add(shape, d0, d1, dtype, rng):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("shape, perm, dtype, op", [
+    ((32, 1024, 1024), (0, 2, 1), "float16", "permute"),
+    ((8192, 4096), (1, 0), "bfloat16", "transpose_add"),
+    ((3, 132, 260), (0, 2, 1), "bfloat16", "permute"),         # partial tiles on both sides
+    ((2, 200, 4, 68), (0, 3, 2, 1), "float16", "transpose_add"),  # batch rank 2, partial tiles
+])
+def test_cuda_eight_byte_words(shape, perm, dtype, op, rng, monkeypatch):
+    """The A/B switch OPS_PERMUTE_PACK_WORD=8: 2-byte elements moved 4 to a word."""
+    monkeypatch.setenv(P.PACK_WORD_SWITCH, "8")
+    jt.flags.use_cuda = 1
+    try:
+        assert P.select_config(shape, perm, dtype, op).pack == 4
+        x = random_array(shape, dtype, rng)
+        want = np.transpose(x, perm)
+        if op == "transpose_add":
+            d0, d1 = [k for k, p in enumerate(perm) if k != p]
+            y = random_array(want.shape, dtype, rng)
+            got = to_np(ops.transpose_add(to_var(x, dtype), to_var(y, dtype), d0, d1))
+            assert_close_add(got, add_reference(x, y, d0, d1, dtype), dtype)
+        else:
+            np.testing.assert_array_equal(to_np(ops.permute(to_var(x, dtype), perm)), want)
+    finally:
+        jt.flags.use_cuda = 0
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape, perm, dtype, op", [
     ((3, 70, 37), (0, 2, 1), "float32", "permute"),
     ((2, 64, 96), (0, 2, 1), "float16", "permute"),
     ((136, 68), (1, 0), "int8", "permute"),
@@ -733,7 +791,7 @@ def _instantiations():
     for r in range(1, P.MAX_RANK + 1):
         for i, it in enumerate(idx):
             calls.append(f"ops_permute_nd<{r}, {P.CHUNKS[(r + i) % 5]}, {it}, {nd}>(src, dst, data);")
-    for n, (e, pk) in enumerate([(1, 1), (2, 1), (4, 1), (8, 1), (16, 1), (1, 4), (2, 2)]):
+    for n, (e, pk) in enumerate([(1, 1), (2, 1), (4, 1), (8, 1), (16, 1), (1, 4), (2, 2), (2, 4)]):
         calls.append(f"ops_permute_tiled<{e}, {pk}, {n}, {idx[n % 2]}, {rows}>(src, dst, data);")
     for br in range(P.MAX_RANK - 1):
         calls.append(f"ops_permute_tiled<4, 1, {br}, {idx[(br + 1) % 2]}, {rows}>(src, dst, data);")
@@ -750,6 +808,8 @@ def _instantiations():
                      "(src, src, dst, data);")
         if e < 4:
             calls.append(f"ops_transpose_add_tiled<{ct}, {e}, {4 // e}, {n % 2}, {it}, {rows}>(src, src, dst, data);")
+        if e == 2:  # 8-byte words (OPS_PERMUTE_PACK_WORD=8)
+            calls.append(f"ops_transpose_add_tiled<{ct}, 2, 4, {n % 2}, {it}, {rows}>(src, src, dst, data);")
     return calls
 
 
