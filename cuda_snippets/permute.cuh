@@ -15,7 +15,7 @@
 //  * ops_tile_transpose_kernel: the last dim moves. A tile of the plane (A = input last dim, B = output last
 //    dim) goes through shared memory for every index of the remaining "batch" dims; P > 1 packs P elements of
 //    E bytes into one 4-byte word on both the global read and the global write (the 2-byte pair / 1-byte quad
-//    path), or 4 elements of 2 bytes into an 8-byte word.
+//    path), or 4 elements of 2 bytes or 2 of 4 bytes into an 8-byte word.
 //  Both take an epilogue: OpsStoreEpi (plain permute) or OpsAddEpi<T> (transpose + add: out = x^T + y, y read
 //  with the same wide word as the store).
 #pragma once

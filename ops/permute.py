@@ -25,8 +25,9 @@ general    the N-d kernel: rank R <= 8 after simplification, OpsDivisor index ar
 tiled      the last dim moves: 32x32-element shared-memory tile of the (input last dim, output last dim)
            plane for every index of the other dims (covers (1,0), (0,2,1) and N-d cases like (0,4,2,1,3)).
 tiled_packed  as tiled for 1- and 2-byte elements, with 4 bytes (P = 2 or 4 elements) per global access on
-           both sides of the tile: the fp16/bf16 pair path and the int8/bool quad path; 8-byte words of
-           4 halves behind the ``OPS_PERMUTE_PACK_WORD`` switch (a 128-element tile edge).
+           both sides of the tile: the fp16/bf16 pair path and the int8/bool quad path; behind the
+           ``OPS_PERMUTE_PACK_WORD`` switch, 8-byte words of 4 halves or 2 floats (128- and 64-element tile
+           edges).
 tiled_grouped  the last dim stays but holds only G = 2, 4 or 8 chunks (e.g. 64 bytes): a tile whose
            elements are those groups, so reads and writes both move runs of 512 bytes or more where the
            general kernel reads runs of G chunks ((1,0,2) on (2048,1024,16) float32, attention layouts).
@@ -74,12 +75,13 @@ TILE_MIN_DIM = 16
 # (predicted; to measure).
 PACK_MIN_FILL = 16
 # Packed words of the tiled path: 4 bytes (P = 2 halves, a 64-element tile edge; P = 4 bytes, 128) by default.
-# OPS_PERMUTE_PACK_WORD=8 (A/B switch, not yet run on a GPU) packs 2-byte elements 4 to an 8-byte word: a
-# 128-element tile edge (33 KB of shared memory), 256-byte row segments on the global reads, writes and (for
-# transpose_add) the y reads where the 4-byte words move 128. The (24300, 11520) bfloat16 transpose_add ran at
-# 70% of the copy roofline with 4-byte words (torch.compile 92%), the pure fp16 (0,2,1) permute at 83-84%;
-# predicted 85-90% with 8-byte words. 1-byte elements keep 4-byte words (8 per 8-byte word would need a
-# 256-element tile edge, 67 KB of shared memory).
+# OPS_PERMUTE_PACK_WORD=8 (A/B switch, not yet run on a GPU) moves 2-byte elements 4 and 4-byte elements 2 to an
+# 8-byte word: tile edges of 128 and 64 elements (33 KB / 17 KB of shared memory), 256-byte row segments on the
+# global reads, writes and (for transpose_add) the y reads where the 4-byte words move 128. The (24300, 11520)
+# bfloat16 transpose_add ran at 70% of the copy roofline with 4-byte words (torch.compile 92%), the pure fp16
+# (0,2,1) permute at 83-84%, the (8192, 8192) float32 transpose_add at 93% (compile 96%); predicted 85-90% and
+# ~96% with 8-byte words. 1-byte elements keep 4-byte words (8 per 8-byte word would need a 256-element tile
+# edge, 67 KB of shared memory).
 PACK_WORD_SWITCH = "OPS_PERMUTE_PACK_WORD"
 PACK_WORDS = ("4", "8")
 # Grouped tile: the last dim stays and holds G chunks; taken for G in GROUPS (a warp covers whole groups:
@@ -248,12 +250,14 @@ def pack_word_bytes() -> int:
 
 
 def _pack_for(plan: PermutePlan, a: int, b: int) -> int:
-    """Elements per packed word (4 bytes; 8 for 2-byte elements under the switch) for the packed tile path; 1
-    where it does not apply."""
-    if plan.chunk >= 4:
+    """Elements per packed word (4 bytes; 8 for 2- and 4-byte elements under the switch) for the packed tile
+    path; 1 where it does not apply."""
+    if plan.chunk > 4:
         return 1
-    word = pack_word_bytes() if plan.chunk == 2 else 4
+    word = pack_word_bytes() if plan.chunk > 1 else 4
     pack = word // plan.chunk
+    if pack == 1:
+        return 1
     if a % pack or b % pack or min(a, b) < PACK_MIN_FILL * pack:
         return 1
     return pack

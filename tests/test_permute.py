@@ -419,6 +419,7 @@ WORD8_EMULATED = [
     ((2, 128, 192), (0, 2, 1), "float16"),   # 8-byte words of 4 halves, full 128-element tiles
     ((3, 132, 68), (0, 2, 1), "bfloat16"),   # partial tiles
     ((200, 260), (1, 0), "float16"),         # 2-D, partial tiles on both sides
+    ((3, 70, 100), (0, 2, 1), "float32"),    # 2 floats per 8-byte word, 64-element tiles, partial
 ]
 
 
@@ -426,7 +427,7 @@ WORD8_EMULATED = [
 def test_emulated_eight_byte_words(shape, perm, dtype, rng, monkeypatch):
     monkeypatch.setenv(P.PACK_WORD_SWITCH, "8")
     cfg = P.select_config(shape, perm, dtype)
-    assert (cfg.variant, cfg.pack) == ("tiled_packed", 4)
+    assert (cfg.variant, cfg.pack) == ("tiled_packed", 8 // cfg.chunk)
     test_emulated_cuda_kernels(shape, perm, dtype, rng)
 
 
@@ -438,6 +439,8 @@ def test_pack_word_switch(monkeypatch):
     assert P.pack_word_bytes() == 8
     assert P.select_config(shape, perm, "bfloat16", "transpose_add").pack == 4
     assert P.select_config(shape, perm, "int8").pack == 4  # 1-byte elements keep 4-byte words
+    assert P.select_config(shape, perm, "float32").pack == 2
+    assert P.select_config(shape, perm, "float64").pack == 1
     assert P.select_config((32, 60, 1024), perm, "float16").pack == 1  # 60 halves: below half a 128 tile
     assert "ops_permute_tiled<2, 4, 1, int, 8>" in P.render(P.select_config(shape, perm, "float16"))
     monkeypatch.setenv(P.PACK_WORD_SWITCH, "16")
@@ -726,13 +729,15 @@ def test_cuda_large_transpose_add(shape, d0, d1, dtype, rng):
     ((8192, 4096), (1, 0), "bfloat16", "transpose_add"),
     ((3, 132, 260), (0, 2, 1), "bfloat16", "permute"),         # partial tiles on both sides
     ((2, 200, 4, 68), (0, 3, 2, 1), "float16", "transpose_add"),  # batch rank 2, partial tiles
+    ((4096, 4096), (1, 0), "float32", "transpose_add"),            # 2 floats per word
+    ((3, 130, 100), (0, 2, 1), "float32", "permute"),
 ])
 def test_cuda_eight_byte_words(shape, perm, dtype, op, rng, monkeypatch):
-    """The A/B switch OPS_PERMUTE_PACK_WORD=8: 2-byte elements moved 4 to a word."""
+    """The A/B switch OPS_PERMUTE_PACK_WORD=8: 2-byte elements moved 4 to a word, 4-byte elements 2."""
     monkeypatch.setenv(P.PACK_WORD_SWITCH, "8")
     jt.flags.use_cuda = 1
     try:
-        assert P.select_config(shape, perm, dtype, op).pack == 4
+        assert P.select_config(shape, perm, dtype, op).pack == 8 // _codegen.ITEMSIZE[dtype]
         x = random_array(shape, dtype, rng)
         want = np.transpose(x, perm)
         if op == "transpose_add":
@@ -791,7 +796,7 @@ def _instantiations():
     for r in range(1, P.MAX_RANK + 1):
         for i, it in enumerate(idx):
             calls.append(f"ops_permute_nd<{r}, {P.CHUNKS[(r + i) % 5]}, {it}, {nd}>(src, dst, data);")
-    for n, (e, pk) in enumerate([(1, 1), (2, 1), (4, 1), (8, 1), (16, 1), (1, 4), (2, 2), (2, 4)]):
+    for n, (e, pk) in enumerate([(1, 1), (2, 1), (4, 1), (8, 1), (16, 1), (1, 4), (2, 2), (2, 4), (4, 2)]):
         calls.append(f"ops_permute_tiled<{e}, {pk}, {n}, {idx[n % 2]}, {rows}>(src, dst, data);")
     for br in range(P.MAX_RANK - 1):
         calls.append(f"ops_permute_tiled<4, 1, {br}, {idx[(br + 1) % 2]}, {rows}>(src, dst, data);")
@@ -808,8 +813,8 @@ def _instantiations():
                      "(src, src, dst, data);")
         if e < 4:
             calls.append(f"ops_transpose_add_tiled<{ct}, {e}, {4 // e}, {n % 2}, {it}, {rows}>(src, src, dst, data);")
-        if e == 2:  # 8-byte words (OPS_PERMUTE_PACK_WORD=8)
-            calls.append(f"ops_transpose_add_tiled<{ct}, 2, 4, {n % 2}, {it}, {rows}>(src, src, dst, data);")
+        if e in (2, 4):  # 8-byte words (OPS_PERMUTE_PACK_WORD=8)
+            calls.append(f"ops_transpose_add_tiled<{ct}, {e}, {8 // e}, {n % 2}, {it}, {rows}>(src, src, dst, data);")
     return calls
 
 
