@@ -139,6 +139,17 @@ def test_auto_tensor_cores_where_they_were_measured_accurate_and_faster(B, T, dt
     assert X.select_config((B, 4, T), "grad_w", tensor_cores=X.TC_AUTO).variant.startswith("gw_")
 
 
+@pytest.mark.parametrize("B, T, dtype", [(32, 768, "float32"), (20, 640, "float32"), (12, 2000, "bfloat16")])
+def test_auto_runs_the_kernel_the_switch_runs(B, T, dtype):
+    """Where TC_AUTO picks fwd_mma3 it renders the very source that OPS_TIMEX_MMA=3 runs (the GPU tests of the
+    switch cover the default's kernel)."""
+    auto = X.select_config((B, 16, T), tensor_cores=X.TC_AUTO, dtype=dtype)
+    assert auto.variant == "fwd_mma3"
+    assert auto == X.select_config((B, 16, T), tensor_cores=X.TC_MMA3, dtype=dtype)
+    assert X.render_source(auto, "cuda") == X.render_source(
+        X.select_config((B, 16, T), tensor_cores=X.TC_MMA3, dtype=dtype), "cuda")
+
+
 def test_tensor_core_modes():
     assert X.MMA_MAX_T == 1024  # fwd_mma's float32 accumulation error past it (docs/perf-notes.md)
     for dtype in DTYPES:  # the A/B switches: a kernel wherever it can run, whatever the batch fill
