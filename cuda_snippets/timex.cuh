@@ -628,14 +628,15 @@ __device__ __forceinline__ void timex_mma2_b(const unsigned int* st, int s, int 
   }
 }
 
-// fwd_mma3 (LADDER, opt-in with OPS_TIMEX_MMA=3 until measured): fwd_mma2 with fewer shared-memory reads and
-// FADDs. fwd_mma2 reads per k-step, per thread, 16 A words and 16 B words (float32, 4 n-tiles; about as many
+// fwd_mma3 (LADDER; the default for float32, and for 16-bit past T = 1024): fwd_mma2 with fewer shared-memory
+// reads and FADDs. fwd_mma2 reads per k-step, per thread, 16 A words and 16 B words (float32, 4 n-tiles; about as many
 // LDS cycles as the 24 mmas take) and adds 32 products to the totals (FADDs: a third of the mma time; 16-bit
 // inputs, one mma per product, paid double: 0.318 ms against fwd_mma's 0.181). A[t][u] depends on t - u
 // only, so a group of 4 k-steps of both row blocks reads 14 distinct A words per lane (a ladder, stride 4),
 // read once for the group; each fragment holds 4 k-steps (12 float32 / 4 16-bit mmas from zero) before the
-// FADD. Per k-step: 3.5 + 16 words read, 8 FADDs (float32). Predicted B32 C768 T768 float32 0.21-0.25 ms
-// (fwd_mma2 0.293), bfloat16 ~0.15 ms.
+// FADD. Per k-step: 3.5 + 16 words read, 8 FADDs (float32). Predicted B32 C768 T768 float32 0.21-0.25 ms;
+// measured 0.291 (fwd_mma2 0.298 in the same process; H100, 2026-11-23 night): those reads and FADDs were not
+// what bounds the kernel. bfloat16 0.268 (fwd_mma 0.180).
 template <typename T, int NT, typename IT, bool LADDER>
 __global__ void __launch_bounds__(TIMEX_MMA_THREADS)
 timex_fwd_mma2_kernel(const T* __restrict__ w, const T* __restrict__ k, T* __restrict__ out, const TimexFwdParams p) {
