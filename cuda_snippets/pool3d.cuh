@@ -11,9 +11,10 @@
 //   * fwd_rows: values only, NOPAD, dilation 1 along W, kw == KW, sw == SW, W % VEC == 0 (the launcher checks
 //     the last four and x's alignment).
 //   * Scatter backward: windows never share an element (stride >= dilation * (k - 1) + 1 in every dim).
-//   * Tile backward: the windows cover the input exactly once (k == stride, dilation 1, padding 0,
-//     Lo * k >= L in every dim; with NOPAD false the partial last windows of ceil_mode are cut at the edge),
-//     so writing every window element writes all of dx.
+//   * Tile backward: k == stride, dilation 1, padding 0 in every dim: the windows partition the input once
+//     each dim's last window owns up to the edge (ceil_mode's partial windows are cut there, with NOPAD
+//     false; in floor mode the last window also zeroes the remainder no window holds), so writing what every
+//     window owns writes all of dx.
 //   * The gather backward (overlapping windows) is in pool3d_gather.cuh, shared with the CPU path.
 //
 // Semantics (PyTorch's): elements of a window are offered in (d, h, w) order; a larger value or a NaN takes
@@ -339,8 +340,9 @@ __global__ void __launch_bounds__(BLOCK) pool3d_fwd_k2s2(const T* __restrict__ x
 // [0, W) are not read and count as -inf: the padding (PyTorch pads with -inf), and, padding-free, columns no
 // valid output reads. Without NOPAD, window rows outside the input (padding, ceil_mode) are skipped. The
 // column-wise maximum over the rows stays in registers (separable max: each loaded element costs one max
-// instead of one compare per window holding it), then each output takes the maximum of its KW columns. The maximum propagates NaN; a value-only result does not depend on which equal
-// element is first (up to the sign of zero), so no position is tracked.
+// instead of one compare per window holding it), then each output takes the maximum of its KW columns. The
+// maximum propagates NaN; a value-only result does not depend on which equal element is first (up to the sign
+// of zero), so no position is tracked.
 __device__ __forceinline__ float pool3d_max_nan(float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   float r;

@@ -10,8 +10,8 @@
 //
 // Cost model (k3s2p1, (8,64,16,56,56) float32, H100): the former one-element-per-thread kernel spent ~250
 // instructions per element on run-time divisions and window loops (0.396 ms, 18% of the copy roofline);
-// with compile-time strides and one range per run, ~30 per element, under the memory time (predicted
-// 0.05-0.07 ms against PyTorch's 0.117 ms; not yet measured).
+// with compile-time strides and one range per run, ~30 per element: predicted 0.05-0.07 ms, measured 0.098 ms
+// (75% of the roofline counting dy, indices and dx once; PyTorch 0.117 ms; H100, 2026-11-23 night).
 //
 // On CUDA the window parameters are compile-time (Pool3dWinC: every quotient and remainder by a stride is a
 // multiply-shift); on the CPU they are run-time (Pool3dWinR: one compile serves every layer).

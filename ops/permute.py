@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 import operator
+import os
 from dataclasses import dataclass
 from typing import Dict, Sequence, Tuple
 
@@ -242,7 +243,6 @@ class KernelConfig:
 
 def pack_word_bytes() -> int:
     """The packed tile path's word: 4 bytes, or 8 where ``OPS_PERMUTE_PACK_WORD`` asks for it."""
-    import os
     word = os.environ.get(PACK_WORD_SWITCH, "4").strip() or "4"
     if word not in PACK_WORDS:
         raise ValueError(f"{PACK_WORD_SWITCH} must be one of {', '.join(PACK_WORDS)}, got {word!r}")

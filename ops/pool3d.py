@@ -110,13 +110,14 @@ K2_OPT_WIDE, K2_OPT_NARROW = 2, 4
 # the W padding are template arguments (one compile per (dtype, KW, SW, padding) in use), kd and kh are runtime
 # loops. Larger strides (k4s4, k8s8) already read each element once in fwd_flat / fwd_warp. Measured on the
 # H100 (2026-11-23, padding-free): k8s1 fp32 0.035 ms (was 0.111 in fwd_flat), k3s1 fp32 0.018 (0.054), k5s2
-# 0.011 (0.046), k2x3x3s2x1x1 0.026 (0.049). Padded (k3s2p1, k1x3x3s1x2x2p0x1x1) not yet measured: predicted
-# k3s2p1 fp32 0.092 -> ~0.05 ms, bf16 0.095 -> ~0.04 ms.
+# 0.011 (0.046), k2x3x3s2x1x1 0.026 (0.049); padded: k3s2p1 fp32 0.050 (0.092), bf16 0.036 (0.095),
+# k1x3x3s1x2x2p0x1x1 0.032 (0.047).
 ROWS_MAX_KW, ROWS_MAX_SW = 8, 2
 # Gather backward: a thread takes a run of adjacent elements of an input row, 16 bytes (4 floats, 8 halves,
 # 2 doubles), written as one vector where W allows; it reads each window's saved index once for the run. The
 # former one-element threads spent ~250 instructions per element (k3s2p1: 0.396 ms, 0.30x PyTorch, H100
-# 2026-11-23); predicted ~30 with runs and compile-time strides (pool3d_gather.cuh; to measure).
+# 2026-11-23); with runs and compile-time strides (pool3d_gather.cuh) 0.098 ms, 1.19x PyTorch (predicted
+# 0.05-0.07).
 GATHER_RUN_BYTES = 16
 
 VARIANTS = {
@@ -221,7 +222,7 @@ def windows_disjoint(params: PoolParams) -> bool:
     return all(s >= d * (k - 1) + 1 for k, s, d in zip(params.kernel, params.stride, params.dilation))
 
 
-def windows_tile(spatial: Sequence[int], out: Sequence[int], params: PoolParams) -> bool:
+def windows_tile(params: PoolParams) -> bool:
     """The windows partition the input once each dim's last window owns up to the input's edge: kernel ==
     stride, dilation 1 and no padding. ceil_mode's partial last windows stop short of their size (PyTorch's
     rule keeps their starts inside); in floor mode the last window also owns the remainder of fewer than k
@@ -232,7 +233,7 @@ def windows_tile(spatial: Sequence[int], out: Sequence[int], params: PoolParams)
 
 def windows_cover_exactly(spatial: Sequence[int], out: Sequence[int], params: PoolParams) -> bool:
     """A tiling (:func:`windows_tile`) whose windows are all whole and leave no remainder: Lo * k == L."""
-    return windows_tile(spatial, out, params) and all(
+    return windows_tile(params) and all(
         o * k == n for n, o, k in zip(spatial, out, params.kernel))
 
 
@@ -311,10 +312,10 @@ def _rows_vec(params: PoolParams, width: int, itemsize: int) -> int:
     return 0
 
 
-def backward_algorithm(spatial: Sequence[int], params: PoolParams) -> str:
-    """'tile', 'scatter' or 'gather' (the backward's algorithm; same on CPU and CUDA)."""
-    out = output_shape(spatial, params)
-    if windows_tile(spatial, out, params):
+def backward_algorithm(params: PoolParams) -> str:
+    """'tile', 'scatter' or 'gather' (the backward's algorithm; same on CPU and CUDA; it depends on the
+    window parameters only, since tilings take any input size)."""
+    if windows_tile(params):
         return "tile"
     return "scatter" if windows_disjoint(params) else "gather"
 
@@ -338,7 +339,7 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
     nopad = padding_free(spatial, out, params)
     itemsize = _codegen.ITEMSIZE[_codegen.dtype_name(dtype)]
     if direction == "bwd":
-        algo = backward_algorithm(spatial, params)
+        algo = backward_algorithm(params)
         run = max(1, GATHER_RUN_BYTES // itemsize) if algo == "gather" else 1
         if not cuda:
             return KernelConfig(f"bwd_{algo}_cpu", nopad=nopad, vec=run, index_type=itype)
@@ -677,7 +678,7 @@ class MaxPool3dFunction(jt.Function):
 
     def execute(self, x, params, return_indices, need_grad):
         self.x, self.params = x, params
-        gather = need_grad and backward_algorithm(x.shape[1:], params) == "gather"
+        gather = need_grad and backward_algorithm(params) == "gather"
         with_indices = bool(return_indices or gather)
         cfg = select_config(x.shape, x.dtype, params, "fwd", indices=with_indices)
         if with_indices:

@@ -244,8 +244,8 @@ def select_config(k_shape: Sequence[int], kernel: str = "forward", *, single_max
                   tile: int = None, tensor_cores: int = 0, dtype: str = "float32") -> KernelConfig:
     """The launch for k of shape (B, C, T) and ``dtype``: ``kernel`` "forward" (also grad_k) or "grad_w".
 
-    ``tensor_cores``: the forward's tensor-core mode (TC_AUTO: the measured choice; TC_MMA, TC_MMA2: that
-    kernel wherever it can run; TC_OFF: CUDA cores); the caller knows the device
+    ``tensor_cores``: the forward's tensor-core mode (TC_AUTO: the measured choice; TC_MMA, TC_MMA2, TC_MMA3:
+    that kernel wherever it can run; TC_OFF: CUDA cores); the caller knows the device
     (:func:`tensor_cores_available`).
     ``single_max_t``/``tile`` override the tuning constants (tests use them to reach the tiled paths with
     small, fast shapes); ``tile`` is rounded up to the kernel's thread granularity.
@@ -254,8 +254,8 @@ def select_config(k_shape: Sequence[int], kernel: str = "forward", *, single_max
     forced = single_max_t is not None or tile is not None
     if kernel == "forward" and tensor_cores and not forced:
         mode = tensor_cores
-        if mode in (TC_MMA2, TC_MMA3):  # at any T
-            return _mma_config(B, C, T, version=2 if mode == TC_MMA2 else 3, dtype=dtype)
+        if mode in (TC_MMA2, TC_MMA3):  # at any T; the mode is the version
+            return _mma_config(B, C, T, version=mode, dtype=dtype)
         if mode == TC_MMA and T <= MMA_MAX_T:
             return _mma_config(B, C, T)
         if mode == TC_AUTO:

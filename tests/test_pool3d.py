@@ -74,26 +74,26 @@ def test_normalize_params():
 
 def test_window_predicates():
     p = P.normalize_params(2)
-    assert P.padding_free((8, 8, 8), (4, 4, 4), p) and P.windows_disjoint(p) and P.windows_tile((8, 8, 8), (4, 4, 4), p)
+    assert P.padding_free((8, 8, 8), (4, 4, 4), p) and P.windows_disjoint(p) and P.windows_tile(p)
     assert P.windows_cover_exactly((8, 8, 8), (4, 4, 4), p)
     # floor mode's remainder belongs to the last window: still a tiling, not an exact cover
-    assert P.windows_tile((8, 8, 9), (4, 4, 4), p) and P.padding_free((8, 8, 9), (4, 4, 4), p)
+    assert P.windows_tile(p) and P.padding_free((8, 8, 9), (4, 4, 4), p)
     assert not P.windows_cover_exactly((8, 8, 9), (4, 4, 4), p)
     pc = P.normalize_params(2, ceil_mode=True)
     assert not P.padding_free((8, 8, 9), (4, 4, 5), pc)
-    assert P.windows_tile((8, 8, 9), (4, 4, 5), pc)  # the last window holds one element: still a tiling
+    assert P.windows_tile(pc)  # the last window of (8, 8, 9) holds one element: still a tiling
     assert not P.windows_cover_exactly((8, 8, 9), (4, 4, 5), pc)
-    assert not P.windows_tile((8, 8, 9), (3, 3, 3), P.normalize_params(2, 3))  # gaps between windows
+    assert not P.windows_tile(P.normalize_params(2, 3))  # gaps between windows
     assert not P.windows_disjoint(P.normalize_params(3, 2)) and P.windows_disjoint(P.normalize_params(3, 3))
     assert not P.windows_disjoint(P.normalize_params(2, 2, dilation=2))
     assert P.windows_disjoint(P.normalize_params(2, 3, dilation=2))
-    assert P.backward_algorithm((8, 8, 8), P.normalize_params((1, 2, 2))) == "tile"
-    assert P.backward_algorithm((8, 8, 9), p) == "tile"
-    assert P.backward_algorithm((8, 8, 9), P.normalize_params(2, 3)) == "scatter"
-    assert P.backward_algorithm((8, 8, 9), pc) == "tile"
-    assert P.backward_algorithm((7, 8, 9), P.normalize_params(3, ceil_mode=True)) == "tile"
-    assert P.backward_algorithm((8, 8, 9), P.normalize_params(2, padding=1, ceil_mode=True)) == "scatter"
-    assert P.backward_algorithm((8, 8, 8), P.normalize_params(3, 1)) == "gather"
+    assert P.backward_algorithm(P.normalize_params((1, 2, 2))) == "tile"
+    assert P.backward_algorithm(p) == "tile"
+    assert P.backward_algorithm(P.normalize_params(2, 3)) == "scatter"
+    assert P.backward_algorithm(pc) == "tile"
+    assert P.backward_algorithm(P.normalize_params(3, ceil_mode=True)) == "tile"
+    assert P.backward_algorithm(P.normalize_params(2, padding=1, ceil_mode=True)) == "scatter"
+    assert P.backward_algorithm(P.normalize_params(3, 1)) == "gather"
 
 
 def _brute_force(x, k, s, p, d, ceil):
@@ -616,7 +616,7 @@ def _emulate_tile_writes(spatial, params, lanes):
 @pytest.mark.parametrize("lanes", [1, 32])
 def test_tile_kernels_write_every_element_once(spatial, kw, lanes):
     params = P.normalize_params(**kw)
-    assert P.backward_algorithm(spatial, params) == "tile"
+    assert P.backward_algorithm(params) == "tile"
     np.testing.assert_array_equal(_emulate_tile_writes(spatial, params, lanes), 1)
 
 
