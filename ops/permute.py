@@ -24,10 +24,10 @@ general    the N-d kernel: rank R <= 8 after simplification, OpsDivisor index ar
            the last dim moves but a tile dim is below ``TILE_MIN_DIM``.
 tiled      the last dim moves: 32x32-element shared-memory tile of the (input last dim, output last dim)
            plane for every index of the other dims (covers (1,0), (0,2,1) and N-d cases like (0,4,2,1,3)).
-tiled_packed  as tiled for 1- and 2-byte elements, with 4 bytes (P = 2 or 4 elements) per global access on
-           both sides of the tile: the fp16/bf16 pair path and the int8/bool quad path; behind the
-           ``OPS_PERMUTE_PACK_WORD`` switch, 8-byte words of 4 halves or 2 floats (128- and 64-element tile
-           edges).
+tiled_packed  as tiled for 1-, 2- and 4-byte elements, with P elements in one 4- or 8-byte word per global
+           access on both sides of a 32P-element tile: int8/bool quads (P = 4, 4 bytes), fp16/bf16 pairs
+           (P = 2) or quads (P = 4, 8 bytes), float32 pairs (P = 2, 8 bytes); the word is chosen by the
+           measured rule at ``WORD8_MIN_ROW_BYTES``.
 tiled_grouped  the last dim stays but holds only G = 2, 4 or 8 chunks (e.g. 64 bytes): a tile whose
            elements are those groups, so reads and writes both move runs of 512 bytes or more where the
            general kernel reads runs of G chunks ((1,0,2) on (2048,1024,16) float32, attention layouts).
@@ -52,7 +52,7 @@ from ._jittor import code, has_cuda, jt
 
 __all__ = ["permute", "transpose", "transpose_add", "Permute", "TransposeAdd", "PermuteFunction",
            "TransposeAddFunction", "KernelConfig", "PermutePlan", "normalize_dims", "simplify_permutation",
-           "movement_size", "plan_permute", "pack_word_bytes", "select_config", "render", "VARIANTS"]
+           "movement_size", "plan_permute", "pack_word_mode", "select_config", "render", "VARIANTS"]
 
 # ---- tuning constants -------------------------------------------------------------------------------------
 
@@ -72,19 +72,29 @@ TILE_ROWS = 8
 # Both tile-plane dims must be at least this for the tiled kernels: below it most of the 32-wide tile is
 # empty and the general kernel's strided reads are served from L1/L2 anyway (predicted; to measure).
 TILE_MIN_DIM = 16
-# The packed tile is 32 * P elements wide; take it only when both plane dims fill at least half of it
-# (predicted; to measure).
+# The packed tile is 32 * P elements wide; with 4-byte words take it only when both plane dims fill at least
+# half of it (not measured on its own). 8-byte words need a whole tile edge on both dims: the (0,4,2,1,3) float32
+# case (a = b = 32 in a 64-float tile) ran at 60% of the copy roofline with them against 84% with 32x32 tiles
+# (H100, 2026-11-23).
 PACK_MIN_FILL = 16
-# Packed words of the tiled path: 4 bytes (P = 2 halves, a 64-element tile edge; P = 4 bytes, 128) by default.
-# OPS_PERMUTE_PACK_WORD=8 (A/B switch, not yet run on a GPU) moves 2-byte elements 4 and 4-byte elements 2 to an
-# 8-byte word: tile edges of 128 and 64 elements (33 KB / 17 KB of shared memory), 256-byte row segments on the
-# global reads, writes and (for transpose_add) the y reads where the 4-byte words move 128. The (24300, 11520)
-# bfloat16 transpose_add ran at 70% of the copy roofline with 4-byte words (torch.compile 92%), the pure fp16
-# (0,2,1) permute at 83-84%, the (8192, 8192) float32 transpose_add at 93% (compile 96%); predicted 85-90% and
-# ~96% with 8-byte words. 1-byte elements keep 4-byte words (8 per 8-byte word would need a 256-element tile
-# edge, 67 KB of shared memory).
+# Packed words of the tiled path: 4 bytes (P = 2 halves or 4 bytes: 64- and 128-element tile edges) or 8 bytes
+# (P = 4 halves or 2 floats: 128- and 64-element edges, 33 KB / 17 KB of shared memory, 256-byte row segments on
+# every global access where 4-byte words move 128). 1-byte elements always take 4-byte words (8 per word would
+# need a 256-element edge, 67 KB of shared memory). Sweep of both words on an H100 (2026-11-23, 23 shapes,
+# .devrun/sweep_permute.py in docs/gpu-runs.md), % of the copy roofline, 4-byte -> 8-byte words:
+#  * 4-byte elements: 8-byte words level or ahead on every fully tiled shape: (8192, 8192) transpose_add
+#    93.4 -> 96.4, (2,3,0,1) 92.1 -> 95.4, (0,2,1) 128 MB 94.7 -> 95.9; the one loss 95.6 -> 94.5
+#    (batched (16,1024,1024) transpose_add). So: 8-byte words.
+#  * 2-byte elements: ahead where the tile's rows lie 16 KB or more apart on both sides ((24300, 11520) bf16
+#    transpose_add 70.2 -> 82.1, permute 60.1 -> 72.1; (8192, 8192) f16 transpose_add 80.7 -> 87.6, permute
+#    84.3 -> 85.6) and where the op touches at most 32 MB (in the 50 MB L2 across the timing loop: (0,2,1) on
+#    (32,512,512) and (128,256,256) 84 -> 96); behind by 1-5 points at row strides of 2-8 KB above 32 MB
+#    ((0,2,1) on 1024-, 2048- and 4096-wide planes, 4096x4096 (1,0), batched transpose_add 88.7 -> 83.5).
+WORD8_MIN_ROW_BYTES = 16 << 10
+WORD8_L2_BYTES = 32 << 20
+# OPS_PERMUTE_PACK_WORD: "auto" (default, the rule above), "4" or "8" (forced where the tile allows; A/B switch).
 PACK_WORD_SWITCH = "OPS_PERMUTE_PACK_WORD"
-PACK_WORDS = ("4", "8")
+PACK_WORD_MODES = ("auto", "4", "8")
 # Grouped tile: the last dim stays and holds G chunks; taken for G in GROUPS (a warp covers whole groups:
 # G divides 32) when the a dim fills a tile row (32 / G groups) and the b dim at least TILE_MIN_DIM. Predicted
 # (1,0,2) on (2048,1024,16) float32 from 79% (general, 64-byte runs) to ~90% of copy on an H100.
@@ -219,8 +229,8 @@ def _strides(dims: Sequence[int]) -> Tuple[int, ...]:
 class KernelConfig:
     """What ``select_config`` decided for one call.
 
-    ``chunk`` is the byte size of a moved element (E of the tiled kernels), ``pack`` the elements per 4-byte
-    word of ``tiled_packed`` (1 otherwise), ``batch_rank`` the dims outside the tile plane, ``block``/``grid``
+    ``chunk`` is the byte size of a moved element (E of the tiled kernels), ``pack`` the elements per 4- or
+    8-byte word of ``tiled_packed`` (1 otherwise), ``batch_rank`` the dims outside the tile plane, ``block``/``grid``
     the launch geometry and ``params`` the runtime values passed as ``data`` (never in the source text).
     """
 
@@ -241,24 +251,35 @@ class KernelConfig:
         return dict(self.params)
 
 
-def pack_word_bytes() -> int:
-    """The packed tile path's word: 4 bytes, or 8 where ``OPS_PERMUTE_PACK_WORD`` asks for it."""
-    word = os.environ.get(PACK_WORD_SWITCH, "4").strip() or "4"
-    if word not in PACK_WORDS:
-        raise ValueError(f"{PACK_WORD_SWITCH} must be one of {', '.join(PACK_WORDS)}, got {word!r}")
-    return int(word)
+def pack_word_mode() -> str:
+    """``OPS_PERMUTE_PACK_WORD``: "auto" (default), "4" or "8"."""
+    mode = os.environ.get(PACK_WORD_SWITCH, "auto").strip().lower() or "auto"
+    if mode not in PACK_WORD_MODES:
+        raise ValueError(f"{PACK_WORD_SWITCH} must be one of {', '.join(PACK_WORD_MODES)}, got {mode!r}")
+    return mode
 
 
-def _pack_for(plan: PermutePlan, a: int, b: int) -> int:
-    """Elements per packed word (4 bytes; 8 for 2- and 4-byte elements under the switch) for the packed tile
-    path; 1 where it does not apply."""
+def _word8_wins(plan: PermutePlan, op: str, row_elems: int) -> bool:
+    """Whether 8-byte words beat 4-byte ones (the measured rule above); ``row_elems`` is the smaller of the
+    input and output strides of the tile's rows."""
+    if plan.chunk == 4:
+        return True
+    touched = plan.count * plan.chunk * (3 if op == "transpose_add" else 2)
+    return row_elems * plan.chunk >= WORD8_MIN_ROW_BYTES or touched <= WORD8_L2_BYTES
+
+
+def _pack_for(plan: PermutePlan, op: str, a: int, b: int, row_elems: int) -> int:
+    """Elements per packed word for the tiled path (1: the plain 32x32 tile): 8-byte words for 2- and 4-byte
+    elements where they win (or are forced) and the tile is whole, else 4-byte words where those fit."""
     if plan.chunk > 4:
         return 1
-    word = pack_word_bytes() if plan.chunk > 1 else 4
-    pack = word // plan.chunk
-    if pack == 1:
-        return 1
-    if a % pack or b % pack or min(a, b) < PACK_MIN_FILL * pack:
+    mode = pack_word_mode()
+    if plan.chunk > 1 and mode != "4" and (mode == "8" or _word8_wins(plan, op, row_elems)):
+        pack = 8 // plan.chunk
+        if a % pack == 0 and b % pack == 0 and min(a, b) >= 32 * pack:
+            return pack
+    pack = 4 // plan.chunk
+    if pack == 1 or a % pack or b % pack or min(a, b) < PACK_MIN_FILL * pack:
         return 1
     return pack
 
@@ -279,7 +300,9 @@ def _choose_variant(plan: PermutePlan, op: str) -> Tuple[str, int]:
         return "general", 1
     if min(a_size, b_size) < TILE_MIN_DIM:
         return "general", 1
-    pack = _pack_for(plan, a_size, b_size)
+    in_strides, out_strides = _strides(plan.in_dims), _strides(plan.out_dims)
+    row_elems = min(in_strides[plan.perm[-1]], out_strides[plan.perm.index(plan.rank - 1)])
+    pack = _pack_for(plan, op, a_size, b_size, row_elems)
     return ("tiled_packed" if pack > 1 else "tiled"), pack
 
 

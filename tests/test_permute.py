@@ -120,15 +120,22 @@ SELECT_TABLE = [
     ((10, 20, 3), (1, 0, 2), "float32", "permute", ("general", 1, 4)),
     ((64, 8, 100), (0, 2, 1), "float32", "permute", ("general", 1, 4)),          # a tile dim below 16
     ((8, 24, 40, 16, 64), (3, 1, 4, 2, 0), "float16", "permute", ("general", 1, 2)),
-    ((32, 1024, 1024), (0, 2, 1), "float32", "permute", ("tiled", 1, 4)),
-    ((4097, 3071), (1, 0), "float32", "permute", ("tiled", 1, 4)),
-    ((4097, 3071), (1, 0), "float16", "permute", ("tiled", 1, 2)),               # odd: no pairs
-    ((64, 64, 128, 128), (2, 3, 0, 1), "float32", "permute", ("tiled", 1, 4)),
-    ((16, 32, 16, 32, 32), (0, 4, 2, 1, 3), "float32", "permute", ("tiled", 1, 4)),
+    ((32, 1024, 1024), (0, 2, 1), "float32", "permute", ("tiled_packed", 2, 4)),  # 8-byte words of 2 floats
+    ((4097, 3071), (1, 0), "float32", "permute", ("tiled", 1, 4)),               # odd: no pairs
+    ((4097, 3071), (1, 0), "float16", "permute", ("tiled", 1, 2)),
+    ((64, 64, 128, 128), (2, 3, 0, 1), "float32", "permute", ("tiled_packed", 2, 4)),
+    ((16, 32, 16, 32, 32), (0, 4, 2, 1, 3), "float32", "permute", ("tiled", 1, 4)),  # 32 < a 64-float edge
+    ((100, 62), (1, 0), "float32", "permute", ("tiled", 1, 4)),                  # 62 < 64
     ((4096, 4096), (1, 0), "int64", "permute", ("tiled", 1, 8)),
     ((1024, 1024, 4), (1, 0, 2), "float32", "permute", ("tiled", 1, 16)),
-    ((32, 1024, 1024), (0, 2, 1), "float16", "permute", ("tiled_packed", 2, 2)),
+    ((32, 1024, 1024), (0, 2, 1), "float16", "permute", ("tiled_packed", 2, 2)),   # 2 KB rows, 128 MB
     ((32, 1024, 1024), (0, 2, 1), "bfloat16", "permute", ("tiled_packed", 2, 2)),
+    ((4096, 4096), (1, 0), "float16", "permute", ("tiled_packed", 2, 2)),          # 8 KB rows, 64 MB
+    ((8192, 8192), (1, 0), "float16", "permute", ("tiled_packed", 4, 2)),          # 16 KB rows
+    ((32, 512, 512), (0, 2, 1), "float16", "permute", ("tiled_packed", 4, 2)),     # 32 MB touched (L2)
+    ((16, 512, 512), (0, 2, 1), "float16", "transpose_add", ("tiled_packed", 4, 2)),  # 24 MB touched
+    ((32, 512, 512), (0, 2, 1), "float16", "transpose_add", ("tiled_packed", 2, 2)),  # 48 MB touched
+    ((24, 8192, 60), (0, 2, 1), "float16", "permute", ("tiled_packed", 2, 2)),     # 60 < a 128-half edge
     ((64, 1024, 1024), (0, 2, 1), "int8", "permute", ("tiled_packed", 4, 1)),
     ((32, 1024, 1024), (0, 2, 1), "bool", "permute", ("tiled_packed", 4, 1)),
     ((30, 30), (1, 0), "float16", "permute", ("tiled", 1, 2)),                   # too small to fill pairs
@@ -140,10 +147,12 @@ SELECT_TABLE = [
     ((6, 5, 3), (1, 0, 2), "float16", "transpose_add", ("general", 1, 2)),
     ((40, 33, 8), (1, 0, 2), "float32", "transpose_add", ("tiled_grouped", 1, 16)),
     ((100, 8), (1, 0), "float32", "transpose_add", ("general", 1, 4)),
-    ((8192, 8192), (1, 0), "float32", "transpose_add", ("tiled", 1, 4)),
+    ((8192, 8192), (1, 0), "float32", "transpose_add", ("tiled_packed", 2, 4)),
     ((4097, 3071), (1, 0), "float16", "transpose_add", ("tiled", 1, 2)),
-    ((16, 1024, 1024), (0, 2, 1), "float32", "transpose_add", ("tiled", 1, 4)),
-    ((24300, 11520), (1, 0), "bfloat16", "transpose_add", ("tiled_packed", 2, 2)),
+    ((16, 1024, 1024), (0, 2, 1), "float32", "transpose_add", ("tiled_packed", 2, 4)),
+    ((16, 1024, 62), (0, 2, 1), "float32", "transpose_add", ("tiled", 1, 4)),
+    ((24300, 11520), (1, 0), "bfloat16", "transpose_add", ("tiled_packed", 4, 2)),
+    ((32, 1024, 1024), (0, 2, 1), "float16", "transpose_add", ("tiled_packed", 2, 2)),
     ((512, 256), (1, 0), "int8", "transpose_add", ("tiled_packed", 4, 1)),
 ]
 
@@ -187,16 +196,16 @@ def test_tiled_geometry():
 
 
 def test_render_depends_only_on_code_constants():
-    a = P.select_config((32, 1024, 1024), (0, 2, 1), "float32")
-    b = P.select_config((3, 70, 37), (0, 2, 1), "float32")
+    a = P.select_config((32, 1024, 1024), (0, 2, 1), "float64")
+    b = P.select_config((3, 70, 37), (0, 2, 1), "float64")
     assert a.params != b.params and P.render(a) == P.render(b)
-    assert P.render(a) == "ops_permute_tiled<4, 1, 1, int, 8>(in0_p, out0_p, data);"
+    assert P.render(a) == "ops_permute_tiled<8, 1, 1, int, 8>(in0_p, out0_p, data);"
     g = P.select_config((2048, 1024, 12), (1, 0, 2), "float32")
     assert P.render(g) == "ops_permute_nd<3, 16, int, 256, 4>(in0_p, out0_p, data);"
     grouped = P.select_config((2048, 1024, 16), (1, 0, 2), "float16")
     assert P.render(grouped) == "ops_permute_grouped<16, 2, 0, int, 8>(in0_p, out0_p, data);"
     t = P.select_config((24300, 11520), (1, 0), "bfloat16", "transpose_add")
-    assert P.render(t) == "ops_transpose_add_tiled<in0_type, 2, 2, 0, int, 8>(in0_p, in1_p, out0_p, data);"
+    assert P.render(t) == "ops_transpose_add_tiled<in0_type, 2, 4, 0, int, 8>(in0_p, in1_p, out0_p, data);"
     s = P.select_config((4, 5), (0, 1), "float32", "transpose_add")
     assert P.render(s) == "ops_transpose_add_nd<in0_type, 1, 16, int, 256, 4>(in0_p, in1_p, out0_p, data);"
     assert P.render(P.select_config((3, 4), (0, 1), "int8")) == "ops_permute_copy(in0_p, out0_p, data);"
@@ -417,7 +426,7 @@ def test_emulated_cuda_kernels(shape, perm, dtype, rng):
 
 WORD8_EMULATED = [
     ((2, 128, 192), (0, 2, 1), "float16"),   # 8-byte words of 4 halves, full 128-element tiles
-    ((3, 132, 68), (0, 2, 1), "bfloat16"),   # partial tiles
+    ((3, 132, 136), (0, 2, 1), "bfloat16"),  # partial tiles
     ((200, 260), (1, 0), "float16"),         # 2-D, partial tiles on both sides
     ((3, 70, 100), (0, 2, 1), "float32"),    # 2 floats per 8-byte word, 64-element tiles, partial
 ]
@@ -434,14 +443,18 @@ def test_emulated_eight_byte_words(shape, perm, dtype, rng, monkeypatch):
 def test_pack_word_switch(monkeypatch):
     shape, perm = (32, 1024, 1024), (0, 2, 1)
     monkeypatch.delenv(P.PACK_WORD_SWITCH, raising=False)
-    assert P.pack_word_bytes() == 4 and P.select_config(shape, perm, "float16").pack == 2
-    monkeypatch.setenv(P.PACK_WORD_SWITCH, "8")
-    assert P.pack_word_bytes() == 8
+    assert P.pack_word_mode() == "auto" and P.select_config(shape, perm, "float16").pack == 2
+    monkeypatch.setenv(P.PACK_WORD_SWITCH, "4")
+    assert P.select_config((8192, 8192), (1, 0), "float16").pack == 2
+    assert P.select_config(shape, perm, "float32").pack == 1
+    monkeypatch.setenv(P.PACK_WORD_SWITCH, " 8 ")
+    assert P.pack_word_mode() == "8"
     assert P.select_config(shape, perm, "bfloat16", "transpose_add").pack == 4
     assert P.select_config(shape, perm, "int8").pack == 4  # 1-byte elements keep 4-byte words
     assert P.select_config(shape, perm, "float32").pack == 2
     assert P.select_config(shape, perm, "float64").pack == 1
-    assert P.select_config((32, 60, 1024), perm, "float16").pack == 1  # 60 halves: below half a 128 tile
+    assert P.select_config((32, 60, 1024), perm, "float16").pack == 2  # 60 < a 128-half edge: 4-byte words
+    assert P.select_config((32, 30, 1024), perm, "float16").pack == 1  # below half a 64-half edge too
     assert "ops_permute_tiled<2, 4, 1, int, 8>" in P.render(P.select_config(shape, perm, "float16"))
     monkeypatch.setenv(P.PACK_WORD_SWITCH, "16")
     with pytest.raises(ValueError, match=P.PACK_WORD_SWITCH):
@@ -728,12 +741,13 @@ def test_cuda_large_transpose_add(shape, d0, d1, dtype, rng):
     ((32, 1024, 1024), (0, 2, 1), "float16", "permute"),
     ((8192, 4096), (1, 0), "bfloat16", "transpose_add"),
     ((3, 132, 260), (0, 2, 1), "bfloat16", "permute"),         # partial tiles on both sides
-    ((2, 200, 4, 68), (0, 3, 2, 1), "float16", "transpose_add"),  # batch rank 2, partial tiles
+    ((2, 200, 4, 136), (0, 3, 2, 1), "float16", "transpose_add"),  # batch rank 2, partial tiles
     ((4096, 4096), (1, 0), "float32", "transpose_add"),            # 2 floats per word
     ((3, 130, 100), (0, 2, 1), "float32", "permute"),
 ])
 def test_cuda_eight_byte_words(shape, perm, dtype, op, rng, monkeypatch):
-    """The A/B switch OPS_PERMUTE_PACK_WORD=8: 2-byte elements moved 4 to a word, 4-byte elements 2."""
+    """8-byte words forced (OPS_PERMUTE_PACK_WORD=8; the default takes them by the measured rule): 2-byte
+    elements moved 4 to a word, 4-byte elements 2."""
     monkeypatch.setenv(P.PACK_WORD_SWITCH, "8")
     jt.flags.use_cuda = 1
     try:
@@ -813,7 +827,7 @@ def _instantiations():
                      "(src, src, dst, data);")
         if e < 4:
             calls.append(f"ops_transpose_add_tiled<{ct}, {e}, {4 // e}, {n % 2}, {it}, {rows}>(src, src, dst, data);")
-        if e in (2, 4):  # 8-byte words (OPS_PERMUTE_PACK_WORD=8)
+        if e in (2, 4):  # 8-byte words
             calls.append(f"ops_transpose_add_tiled<{ct}, {e}, {8 // e}, {n % 2}, {it}, {rows}>(src, src, dst, data);")
     return calls
 
