@@ -43,16 +43,19 @@ bwd_tile_k2s2_vec   k2s2 windows that cover the input exactly: recompute the arg
 bwd_tile_flat/warp  other tilings (kernel == stride, dilation 1, no padding; each dim's last window owns up
                     to the input's edge: ceil_mode's partial windows, bounds-checked, and floor mode's
                     remainder, zeroed by the last window): the same, one window per thread / per warp.
-                    Moves x + dy + dx, the minimum. Measured on the H100 (2026-11-23, k2s2 (8,32,31,63,63)):
-                    ceil_mode 0.184 ms as a scatter -> 0.113 ms as a tile (1.74x PyTorch); floor mode 0.185
-                    ms as a scatter (0.80x), predicted ~0.115 ms as a tile, not yet measured.
+                    Moves x + dy + dx, the least a recompute can. Measured on the H100 (2026-11-23, k2s2
+                    (8,32,31,63,63)): ceil_mode 0.184 ms as a scatter -> 0.113 ms as a tile (1.74x PyTorch);
+                    floor mode 0.185 ms as a scatter (0.80x) -> 0.142 ms as a tile (1.00x; predicted 0.115).
+                    k4s4 0.107 ms (0.77x): reading x to recompute costs more than the indices would
+                    (``OPS_POOL3D_BWD``).
 bwd_scatter_flat/warp  disjoint windows that are no tiling (stride > dilation * (k - 1) + 1, or padding):
                     zero dx, recompute each window's argmax from x and write dy there.
-bwd_gather          overlapping windows: every input element sums, in a fixed order, dy of the windows that
-                    can hold it and whose saved argmax is this element (the forward saves the indices for
-                    it). A thread takes a run of ``vec`` adjacent elements of a row (16 bytes) and reads
-                    each window's index once for the run; window sizes, strides and dilations are
-                    compile-time. One code (cuda_snippets/pool3d_gather.cuh) for CUDA and the CPU path.
+bwd_gather          overlapping windows (every layout under ``OPS_POOL3D_BWD=gather``, an A/B switch): every
+                    input element sums, in a fixed order, dy of the windows that can hold it and whose saved
+                    argmax is this element (the forward saves the indices for it). A thread takes a run of
+                    ``vec`` adjacent elements of a row (16 bytes) and reads each window's index once for the
+                    run; window sizes, strides and dilations are compile-time. One code
+                    (cuda_snippets/pool3d_gather.cuh) for CUDA and the CPU path.
 bwd_*_cpu           the same three algorithms (tile, scatter, gather) as CPU loop nests.
 =================== =========================================================================================
 
@@ -65,6 +68,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
@@ -119,6 +123,17 @@ ROWS_MAX_KW, ROWS_MAX_SW = 8, 2
 # 2026-11-23); with runs and compile-time strides (pool3d_gather.cuh) 0.098 ms, 1.19x PyTorch (predicted
 # 0.05-0.07).
 GATHER_RUN_BYTES = 16
+# OPS_POOL3D_BWD (A/B switch, not yet measured on a GPU): "auto" (default) takes the backward algorithm from the
+# window parameters (tile and scatter recompute each argmax from x, so the forward writes no indices); "gather"
+# takes bwd_gather for every layer, the forward saving the int32 indices when a backward may follow. Why: the
+# recompute reads all of x where the gather reads one index per window, and the H100 run of 2026-11-23 (late)
+# left three disjoint-window backwards at or below PyTorch: k4s4 (4,32,32,64,64) f32 tile 0.107 ms (0.77x;
+# moves x + dx, 134 MB), k2s3 scatter 0.118 ms (0.78x; a memset of dx, then the windows), k2s2 floor mode
+# (8,32,31,63,63) tile 0.142 ms (1.00x). Gathering moves dx + indices + dy: 69, 140 and 156 MB; at the 75% of
+# roofline the k3s2p1 gather reaches, predicted 0.031 ms (2.7x PyTorch), 0.062 ms (1.5x), 0.069 ms (2.0x).
+# The forward of a layer with grad then writes 4 bytes of index per output (+1-12% bytes for these cases).
+BWD_SWITCH = "OPS_POOL3D_BWD"
+BWD_MODES = ("auto", "gather")
 
 VARIANTS = {
     "fwd": ("fwd_k2s2_vec", "fwd_flat", "fwd_warp", "fwd_rows", "fwd_cpu"),
@@ -312,20 +327,32 @@ def _rows_vec(params: PoolParams, width: int, itemsize: int) -> int:
     return 0
 
 
+def backward_mode() -> str:
+    """``OPS_POOL3D_BWD``: "auto" (default) or "gather"."""
+    mode = os.environ.get(BWD_SWITCH, "auto").strip().lower() or "auto"
+    if mode not in BWD_MODES:
+        raise ValueError(f"{BWD_SWITCH} must be one of {', '.join(BWD_MODES)}, got {mode!r}")
+    return mode
+
+
 def backward_algorithm(params: PoolParams) -> str:
     """'tile', 'scatter' or 'gather' (the backward's algorithm; same on CPU and CUDA; it depends on the
-    window parameters only, since tilings take any input size)."""
+    window parameters only, since tilings take any input size, and on ``OPS_POOL3D_BWD``)."""
+    if backward_mode() == "gather":
+        return "gather"
     if windows_tile(params):
         return "tile"
     return "scatter" if windows_disjoint(params) else "gather"
 
 
 def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: str = "fwd",
-                  on_cuda: Optional[bool] = None, indices: bool = False) -> KernelConfig:
+                  on_cuda: Optional[bool] = None, indices: bool = False,
+                  algorithm: Optional[str] = None) -> KernelConfig:
     """The kernel for pooling a tensor of ``x_shape`` (any leading dims, then D, H, W) of ``dtype``.
 
     ``direction`` is "fwd" or "bwd"; ``on_cuda`` defaults to where jittor runs now; ``indices``: the forward
-    must also write the argmax indices (mode 3), which rules out the values-only ``fwd_rows``.
+    must also write the argmax indices (mode 3), which rules out the values-only ``fwd_rows``;
+    ``algorithm``: the backward's, as the forward chose it (default :func:`backward_algorithm`).
     """
     if direction not in ("fwd", "bwd"):
         raise ValueError(f"direction must be 'fwd' or 'bwd', got {direction!r}")
@@ -339,7 +366,9 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
     nopad = padding_free(spatial, out, params)
     itemsize = _codegen.ITEMSIZE[_codegen.dtype_name(dtype)]
     if direction == "bwd":
-        algo = backward_algorithm(params)
+        algo = algorithm or backward_algorithm(params)
+        if algo not in ("tile", "scatter", "gather"):
+            raise ValueError(f"algorithm must be 'tile', 'scatter' or 'gather', got {algo!r}")
         run = max(1, GATHER_RUN_BYTES // itemsize) if algo == "gather" else 1
         if not cuda:
             return KernelConfig(f"bwd_{algo}_cpu", nopad=nopad, vec=run, index_type=itype)
@@ -672,13 +701,15 @@ class MaxPool3dFunction(jt.Function):
 
     Arguments: ``x`` (planes, D, H, W); ``params`` (:class:`PoolParams`); ``return_indices``; ``need_grad``
     (whether a backward may follow). The indices are saved (the forward writes them) only when they are
-    returned or the backward will gather (overlapping windows); the tile and scatter backwards recompute each
+    returned or the backward will gather (overlapping windows, or ``OPS_POOL3D_BWD=gather``); the tile and
+    scatter backwards recompute each
     window's argmax from x instead, so a forward of disjoint windows writes only the values.
     """
 
     def execute(self, x, params, return_indices, need_grad):
         self.x, self.params = x, params
-        gather = need_grad and backward_algorithm(params) == "gather"
+        self.algorithm = backward_algorithm(params)  # fixed here: the indices are saved for it or not
+        gather = need_grad and self.algorithm == "gather"
         with_indices = bool(return_indices or gather)
         cfg = select_config(x.shape, x.dtype, params, "fwd", indices=with_indices)
         if with_indices:
@@ -694,7 +725,7 @@ class MaxPool3dFunction(jt.Function):
         x = self.x
         if dy.dtype != x.dtype:
             dy = dy.cast(x.dtype)
-        cfg = select_config(x.shape, x.dtype, self.params, "bwd")
+        cfg = select_config(x.shape, x.dtype, self.params, "bwd", algorithm=self.algorithm)
         return launch_backward(x, dy, self.idx, self.params, cfg), None, None, None
 
 

@@ -570,6 +570,54 @@ def test_gradients_are_deterministic(device, rng):
         assert_grad_close(first, F.reference_grad(x.shape, arg, dy), "float32", kw)
 
 
+# The disjoint-window layouts of GRAD_CASES (tilings with ceil_mode's partial windows and floor mode's
+# remainders, gaps, padding): the ones OPS_POOL3D_BWD=gather moves from the recompute to the saved indices.
+DISJOINT_GRAD_CASES = [c for c in GRAD_CASES if P.backward_algorithm(P.normalize_params(**c[1])) != "gather"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gather_switch_matches_the_recompute(device, dtype, rng, monkeypatch):
+    """OPS_POOL3D_BWD=gather: every disjoint layout gathers from the saved indices, and dx is the recompute's
+    bit for bit (one window per element: no sums) and the reference's."""
+    assert len(DISJOINT_GRAD_CASES) >= 8
+    cases = DISJOINT_GRAD_CASES
+    xs = [random_array(shape, dtype, rng) for shape, _ in cases]
+    refs = [F.reference_pool(x, **kw) for x, (_, kw) in zip(xs, cases)]
+    dys = [random_array(want.shape, dtype, rng) for want, _ in refs]
+    monkeypatch.delenv(P.BWD_SWITCH, raising=False)
+    recomputed = [grad(x, dy, dtype, **kw) for x, dy, (_, kw) in zip(xs, dys, cases)]
+    jt.sync(recomputed)
+    monkeypatch.setenv(P.BWD_SWITCH, "gather")
+    for shape, kw in cases:
+        cfg = P.select_config(shape, dtype, P.normalize_params(**kw), "bwd")
+        assert cfg.variant == ("bwd_gather" if device == "cuda" else "bwd_gather_cpu")
+    gathered = [grad(x, dy, dtype, **kw) for x, dy, (_, kw) in zip(xs, dys, cases)]
+    jt.sync(gathered)
+    for (shape, kw), (_, arg), dy, r, g in zip(cases, refs, dys, recomputed, gathered):
+        assert r.numpy().tobytes() == g.numpy().tobytes(), (shape, kw)
+        assert_grad_close(to_numpy64(g), F.reference_grad(shape, arg, dy), dtype, (shape, kw))
+
+
+def test_backward_switch_is_read_at_the_forward(monkeypatch, rng):
+    """The algorithm is fixed when the forward runs (it decides whether the indices are saved): a switch set
+    between forward and backward changes nothing; an unknown value is an error naming the switch."""
+    x_np = random_array((2, 3, 8, 10, 12), "float32", rng)
+    want, arg = F.reference_pool(x_np, **_kw(2))
+    dy_np = random_array(want.shape, "float32", rng)
+    monkeypatch.delenv(P.BWD_SWITCH, raising=False)
+    x = to_jittor(x_np, "float32")
+    y = ops.max_pool3d(x, 2)
+    monkeypatch.setenv(P.BWD_SWITCH, "gather")
+    dx = jt.grad(_InjectGrad.apply(y, to_jittor(dy_np, "float32")).sum(), x)
+    assert_grad_close(dx.numpy(), F.reference_grad(x_np.shape, arg, dy_np), "float32")
+    assert P.backward_algorithm(P.normalize_params(2)) == "gather"
+    monkeypatch.setenv(P.BWD_SWITCH, "scatter")
+    with pytest.raises(ValueError, match=P.BWD_SWITCH):
+        ops.max_pool3d(to_jittor(x_np, "float32"), 2)
+    with pytest.raises(ValueError, match="algorithm"):
+        P.select_config(x_np.shape, "float32", P.normalize_params(2), "bwd", algorithm="atomic")
+
+
 def test_gradient_with_returned_indices(device, rng):
     x_np = random_array((2, 3, 9, 9, 9), "float32", rng)
     for kw in (_kw(3, 1), _kw(3)):
@@ -790,8 +838,8 @@ def test_gpu_sized_paths(shape, dtype, kw):
 
 def _rendered_sources():
     """{(cuda_src, dtype): (variant, dtype, mode)} for every CUDA config of the select table, the case table and
-    the GPU tests, in the forward modes it can run with (the text names in0_type: each dtype is its own
-    instantiation)."""
+    the GPU tests, in the forward modes it can run with and, backwards, also as the gather of
+    ``OPS_POOL3D_BWD=gather`` (the text names in0_type: each dtype is its own instantiation)."""
     items = [(s, d, P.normalize_params(**kw), direction.split("_")[0]) for s, d, kw, direction, c, _, _ in SELECT_TABLE
              if c]
     items += [(c.shapes[0], c.dtype, P.normalize_params(**F.case_params(c)), c.direction)
@@ -800,8 +848,10 @@ def _rendered_sources():
     out = {}
     for shape, dtype, params, direction in items:
         modes = (P.MODE_VALUES, P.MODE_BOTH) if direction == "fwd" else (P.MODE_VALUES,)
-        for mode in modes:
-            cfg = P.select_config(shape, dtype, params, direction, on_cuda=True, indices=mode == P.MODE_BOTH)
+        algorithms = (None, "gather") if direction == "bwd" else (None,)
+        for mode, algorithm in itertools.product(modes, algorithms):
+            cfg = P.select_config(shape, dtype, params, direction, on_cuda=True, indices=mode == P.MODE_BOTH,
+                                  algorithm=algorithm)
             out.setdefault((P.render_cuda(cfg, params, mode), dtype), (cfg.variant, dtype, mode))
     return out
 
