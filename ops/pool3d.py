@@ -77,8 +77,9 @@ from ._jittor import code, has_cuda, jt
 
 __all__ = ["max_pool3d", "MaxPool3d", "MaxPool3dFunction", "PoolParams", "KernelConfig", "normalize_params",
            "pool_output_size", "output_shape", "padding_free", "windows_disjoint", "windows_tile",
-           "windows_cover_exactly", "backward_algorithm", "select_config", "grid_expression", "render_cuda",
-           "render_cpu", "CPU_HEADER", "launch_forward", "launch_backward", "VARIANTS"]
+           "windows_cover_exactly", "layout_algorithm", "backward_mode", "backward_algorithm", "select_config",
+           "grid_expression", "render_cuda", "render_cpu", "CPU_HEADER", "launch_forward", "launch_backward",
+           "VARIANTS"]
 
 Triple = Tuple[int, int, int]
 
@@ -335,14 +336,17 @@ def backward_mode() -> str:
     return mode
 
 
-def backward_algorithm(params: PoolParams) -> str:
-    """'tile', 'scatter' or 'gather' (the backward's algorithm; same on CPU and CUDA; it depends on the
-    window parameters only, since tilings take any input size, and on ``OPS_POOL3D_BWD``)."""
-    if backward_mode() == "gather":
-        return "gather"
+def layout_algorithm(params: PoolParams) -> str:
+    """The backward the window layout calls for: 'tile', 'scatter' or 'gather' (same on CPU and CUDA; the
+    window parameters only, since tilings take any input size)."""
     if windows_tile(params):
         return "tile"
     return "scatter" if windows_disjoint(params) else "gather"
+
+
+def backward_algorithm(params: PoolParams) -> str:
+    """The backward's algorithm: :func:`layout_algorithm`, or 'gather' under ``OPS_POOL3D_BWD=gather``."""
+    return "gather" if backward_mode() == "gather" else layout_algorithm(params)
 
 
 def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: str = "fwd",
@@ -367,8 +371,9 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
     itemsize = _codegen.ITEMSIZE[_codegen.dtype_name(dtype)]
     if direction == "bwd":
         algo = algorithm or backward_algorithm(params)
-        if algo not in ("tile", "scatter", "gather"):
-            raise ValueError(f"algorithm must be 'tile', 'scatter' or 'gather', got {algo!r}")
+        if algo not in ("gather", layout_algorithm(params)):  # the gather serves every layout, the others one
+            raise ValueError(f"algorithm must be 'gather' or {layout_algorithm(params)!r} for these windows, "
+                             f"got {algo!r}")
         run = max(1, GATHER_RUN_BYTES // itemsize) if algo == "gather" else 1
         if not cuda:
             return KernelConfig(f"bwd_{algo}_cpu", nopad=nopad, vec=run, index_type=itype)

@@ -37,3 +37,14 @@ def device(request):
     jt.flags.use_cuda = 1 if request.param == "cuda" else 0
     yield request.param
     jt.flags.use_cuda = previous
+
+
+# The A/B switches of the dispatchers: the tests pin the defaults, so a switch left set in the shell must not
+# change what they check; tests of a switch set it themselves (monkeypatch).
+AB_SWITCHES = ("OPS_POOL3D_BWD", "OPS_PERMUTE_PACK_WORD", "OPS_TIMEX_MMA")
+
+
+@pytest.fixture(autouse=True)
+def default_dispatch(monkeypatch):
+    for name in AB_SWITCHES:
+        monkeypatch.delenv(name, raising=False)

@@ -572,7 +572,7 @@ def test_gradients_are_deterministic(device, rng):
 
 # The disjoint-window layouts of GRAD_CASES (tilings with ceil_mode's partial windows and floor mode's
 # remainders, gaps, padding): the ones OPS_POOL3D_BWD=gather moves from the recompute to the saved indices.
-DISJOINT_GRAD_CASES = [c for c in GRAD_CASES if P.backward_algorithm(P.normalize_params(**c[1])) != "gather"]
+DISJOINT_GRAD_CASES = [c for c in GRAD_CASES if P.layout_algorithm(P.normalize_params(**c[1])) != "gather"]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -614,8 +614,12 @@ def test_backward_switch_is_read_at_the_forward(monkeypatch, rng):
     monkeypatch.setenv(P.BWD_SWITCH, "scatter")
     with pytest.raises(ValueError, match=P.BWD_SWITCH):
         ops.max_pool3d(to_jittor(x_np, "float32"), 2)
-    with pytest.raises(ValueError, match="algorithm"):
-        P.select_config(x_np.shape, "float32", P.normalize_params(2), "bwd", algorithm="atomic")
+    monkeypatch.delenv(P.BWD_SWITCH)
+    for algorithm in ("atomic", "scatter"):  # a scatter would leave the tile's other elements unwritten
+        with pytest.raises(ValueError, match="algorithm"):
+            P.select_config(x_np.shape, "float32", P.normalize_params(2), "bwd", algorithm=algorithm)
+    assert P.select_config(x_np.shape, "float32", P.normalize_params(3, 1), "bwd", algorithm="gather").variant \
+        == "bwd_gather_cpu"
 
 
 def test_gradient_with_returned_indices(device, rng):
