@@ -38,24 +38,22 @@ fwd_cpu        the CPU loop nest.
 Backward (dx; never atomics, bit-identical across runs):
 
 =================== =========================================================================================
-bwd_tile_k2s2_vec   k2s2 windows that cover the input exactly: recompute the argmax from x with the forward's
-                    vector loads, write the whole window (dy at the argmax, 0 elsewhere) as vector stores.
-bwd_tile_flat/warp  other tilings (kernel == stride, dilation 1, no padding; each dim's last window owns up
-                    to the input's edge: ceil_mode's partial windows, bounds-checked, and floor mode's
-                    remainder, zeroed by the last window): the same, one window per thread / per warp.
-                    Moves x + dy + dx, the least a recompute can. Measured on the H100 (2026-11-23, k2s2
-                    (8,32,31,63,63)): ceil_mode 0.184 ms as a scatter -> 0.113 ms as a tile (1.74x PyTorch);
-                    floor mode 0.185 ms as a scatter (0.80x) -> 0.142 ms as a tile (1.00x; predicted 0.115).
-                    k4s4 0.107 ms (0.77x): reading x to recompute costs more than the indices would
-                    (``OPS_POOL3D_BWD``).
-bwd_scatter_flat/warp  disjoint windows that are no tiling (stride > dilation * (k - 1) + 1, or padding):
-                    zero dx, recompute each window's argmax from x and write dy there.
-bwd_gather          overlapping windows (every layout under ``OPS_POOL3D_BWD=gather``, an A/B switch): every
-                    input element sums, in a fixed order, dy of the windows that can hold it and whose saved
-                    argmax is this element (the forward saves the indices for it). A thread takes a run of
+bwd_gather          the default for every layout (``OPS_POOL3D_BWD``): every input element sums, in a fixed
+                    order, dy of the windows that can hold it and whose saved argmax is this element (the
+                    forward saves the int32 indices when a backward may follow). A thread takes a run of
                     ``vec`` adjacent elements of a row (16 bytes) and reads each window's index once for the
                     run; window sizes, strides and dilations are compile-time. One code
-                    (cuda_snippets/pool3d_gather.cuh) for CUDA and the CPU path.
+                    (cuda_snippets/pool3d_gather.cuh) for CUDA and the CPU path. Moves dy + indices + dx.
+bwd_tile_k2s2_vec   ``OPS_POOL3D_BWD=recompute`` (no indices kept between forward and backward), k2s2 windows
+                    that cover the input exactly: recompute the argmax from x with the forward's vector loads,
+                    write the whole window (dy at the argmax, 0 elsewhere) as vector stores.
+bwd_tile_flat/warp  recompute, other tilings (kernel == stride, dilation 1, no padding; each dim's last window
+                    owns up to the input's edge: ceil_mode's partial windows, bounds-checked, and floor mode's
+                    remainder, zeroed by the last window): the same, one window per thread / per warp. Moves
+                    x + dy + dx, the least a recompute can; 1.1-3.4x slower than the gather on the H100
+                    (``BWD_SWITCH``'s note).
+bwd_scatter_flat/warp  recompute, disjoint windows that are no tiling (stride > dilation * (k - 1) + 1, or
+                    padding): zero dx, recompute each window's argmax from x and write dy there.
 bwd_*_cpu           the same three algorithms (tile, scatter, gather) as CPU loop nests.
 =================== =========================================================================================
 
@@ -124,17 +122,17 @@ ROWS_MAX_KW, ROWS_MAX_SW = 8, 2
 # 2026-11-23); with runs and compile-time strides (pool3d_gather.cuh) 0.098 ms, 1.19x PyTorch (predicted
 # 0.05-0.07).
 GATHER_RUN_BYTES = 16
-# OPS_POOL3D_BWD (A/B switch, not yet measured on a GPU): "auto" (default) takes the backward algorithm from the
-# window parameters (tile and scatter recompute each argmax from x, so the forward writes no indices); "gather"
-# takes bwd_gather for every layer, the forward saving the int32 indices when a backward may follow. Why: the
-# recompute reads all of x where the gather reads one index per window, and the H100 run of 2026-11-23 (late)
-# left three disjoint-window backwards at or below PyTorch: k4s4 (4,32,32,64,64) f32 tile 0.107 ms (0.77x;
-# moves x + dx, 134 MB), k2s3 scatter 0.118 ms (0.78x; a memset of dx, then the windows), k2s2 floor mode
-# (8,32,31,63,63) tile 0.142 ms (1.00x). Gathering moves dx + indices + dy: 69, 140 and 156 MB; at the 75% of
-# roofline the k3s2p1 gather reaches, predicted 0.031 ms (2.7x PyTorch), 0.062 ms (1.5x), 0.069 ms (2.0x).
-# The forward of a layer with grad then writes 4 bytes of index per output (+1-12% bytes for these cases).
+# Backward algorithm, OPS_POOL3D_BWD: "gather" (default) gathers dx from the int32 indices the forward saves when
+# a backward may follow, for every window layout, as PyTorch does; "recompute" keeps the forward to the values
+# for disjoint windows and recomputes each argmax from x in the backward (tile / scatter kernels: 4 bytes per
+# output less memory between forward and backward, at the cost of reading x again). Overlapping windows always
+# gather. Measured on the H100 (2026-11-23, one process, recompute -> gather): k4s4 (4,32,32,64,64) f32 0.108 ->
+# 0.032 ms (predicted 0.031), k2s3 0.117 -> 0.067 (predicted 0.062), k2s2 floor (8,32,31,63,63) 0.141 -> 0.073
+# (predicted 0.069), k2s2 (8,32,32,64,64) 0.099 -> 0.073, 256 MB 0.194 -> 0.140, k2s2 f16 0.079 -> 0.072; the
+# 4-8 us cases (tiny, h = w = 1) within 0.3 us either way. A training step moves less too: the forward's index
+# write (4 bytes per output) costs less than the backward's read of x.
 BWD_SWITCH = "OPS_POOL3D_BWD"
-BWD_MODES = ("auto", "gather")
+BWD_MODES = ("gather", "recompute")
 
 VARIANTS = {
     "fwd": ("fwd_k2s2_vec", "fwd_flat", "fwd_warp", "fwd_rows", "fwd_cpu"),
@@ -329,23 +327,23 @@ def _rows_vec(params: PoolParams, width: int, itemsize: int) -> int:
 
 
 def backward_mode() -> str:
-    """``OPS_POOL3D_BWD``: "auto" (default) or "gather"."""
-    mode = os.environ.get(BWD_SWITCH, "auto").strip().lower() or "auto"
+    """``OPS_POOL3D_BWD``: "gather" (default) or "recompute"."""
+    mode = os.environ.get(BWD_SWITCH, "gather").strip().lower() or "gather"
     if mode not in BWD_MODES:
         raise ValueError(f"{BWD_SWITCH} must be one of {', '.join(BWD_MODES)}, got {mode!r}")
     return mode
 
 
 def layout_algorithm(params: PoolParams) -> str:
-    """The backward the window layout calls for: 'tile', 'scatter' or 'gather' (same on CPU and CUDA; the
-    window parameters only, since tilings take any input size)."""
+    """The recompute backward the window layout allows: 'tile', 'scatter', or 'gather' where windows overlap
+    (same on CPU and CUDA; the window parameters only, since tilings take any input size)."""
     if windows_tile(params):
         return "tile"
     return "scatter" if windows_disjoint(params) else "gather"
 
 
 def backward_algorithm(params: PoolParams) -> str:
-    """The backward's algorithm: :func:`layout_algorithm`, or 'gather' under ``OPS_POOL3D_BWD=gather``."""
+    """The backward's algorithm: 'gather', or :func:`layout_algorithm` under ``OPS_POOL3D_BWD=recompute``."""
     return "gather" if backward_mode() == "gather" else layout_algorithm(params)
 
 
@@ -705,10 +703,10 @@ class MaxPool3dFunction(jt.Function):
     """y[o] = max of x over window o; dx[e] = sum of dy[o] over the windows o whose argmax is e.
 
     Arguments: ``x`` (planes, D, H, W); ``params`` (:class:`PoolParams`); ``return_indices``; ``need_grad``
-    (whether a backward may follow). The indices are saved (the forward writes them) only when they are
-    returned or the backward will gather (overlapping windows, or ``OPS_POOL3D_BWD=gather``); the tile and
-    scatter backwards recompute each
-    window's argmax from x instead, so a forward of disjoint windows writes only the values.
+    (whether a backward may follow). The indices are saved (the forward writes them) when they are returned
+    or the backward will gather (the default); under ``OPS_POOL3D_BWD=recompute`` the tile and scatter
+    backwards recompute each window's argmax from x instead, so a forward of disjoint windows writes only the
+    values.
     """
 
     def execute(self, x, params, return_indices, need_grad):

@@ -87,13 +87,19 @@ def test_window_predicates():
     assert not P.windows_disjoint(P.normalize_params(3, 2)) and P.windows_disjoint(P.normalize_params(3, 3))
     assert not P.windows_disjoint(P.normalize_params(2, 2, dilation=2))
     assert P.windows_disjoint(P.normalize_params(2, 3, dilation=2))
-    assert P.backward_algorithm(P.normalize_params((1, 2, 2))) == "tile"
-    assert P.backward_algorithm(p) == "tile"
-    assert P.backward_algorithm(P.normalize_params(2, 3)) == "scatter"
-    assert P.backward_algorithm(pc) == "tile"
-    assert P.backward_algorithm(P.normalize_params(3, ceil_mode=True)) == "tile"
-    assert P.backward_algorithm(P.normalize_params(2, padding=1, ceil_mode=True)) == "scatter"
-    assert P.backward_algorithm(P.normalize_params(3, 1)) == "gather"
+    layouts = {P.normalize_params((1, 2, 2)): "tile", p: "tile", P.normalize_params(2, 3): "scatter", pc: "tile",
+               P.normalize_params(3, ceil_mode=True): "tile",
+               P.normalize_params(2, padding=1, ceil_mode=True): "scatter", P.normalize_params(3, 1): "gather"}
+    for params, algorithm in layouts.items():
+        assert P.layout_algorithm(params) == algorithm
+        assert P.backward_algorithm(params) == "gather"  # the default gathers from the saved indices
+
+
+def test_recompute_switch_takes_the_layout_algorithm(monkeypatch):
+    monkeypatch.setenv(P.BWD_SWITCH, "recompute")
+    for kw in (_kw(2), _kw(2, 3), _kw(3, 1), _kw((2, 8, 8), ceil=True)):
+        params = P.normalize_params(**kw)
+        assert P.backward_algorithm(params) == P.layout_algorithm(params)
 
 
 def _brute_force(x, k, s, p, d, ceil):
@@ -291,9 +297,12 @@ def test_rows_values_on_gpu(dtype, rng):
 # ---- dispatch table ---------------------------------------------------------------------------------------
 
 def _select(shape, dtype, kw, direction, cuda):
-    """select_config; direction "fwd_idx" is a forward that also writes the indices (no fwd_rows)."""
-    return P.select_config(shape, dtype, P.normalize_params(**kw), direction.split("_")[0], on_cuda=cuda,
-                           indices=direction == "fwd_idx")
+    """select_config; direction "fwd_idx" is a forward that also writes the indices (no fwd_rows), "bwd_re" a
+    backward under OPS_POOL3D_BWD=recompute (the layout's algorithm)."""
+    params = P.normalize_params(**kw)
+    return P.select_config(shape, dtype, params, direction.split("_")[0], on_cuda=cuda,
+                           indices=direction == "fwd_idx",
+                           algorithm=P.layout_algorithm(params) if direction == "bwd_re" else None)
 
 
 # (x shape, dtype, params, direction, on_cuda, expected variant, expected fields)
@@ -335,24 +344,25 @@ SELECT_TABLE = [
     ((1, 2, 12, 12, 12), "float32", _kw(5, 1, 2), "fwd", True, "fwd_warp", dict(k=(0, 0, 0), nopad=False)),
     ((2, 3, 8, 8, 8), "float32", _kw(2), "fwd", False, "fwd_cpu", dict(nopad=True, grid=0)),
     ((64, 64, 64, 128, 128), "float32", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(index_type="long long")),
-    ((8, 32, 32, 64, 64), "float32", _kw(2), "bwd", True, "bwd_tile_k2s2_vec", dict(vec=4, opt=2)),
-    ((16, 64, 16, 56, 56), "bfloat16", _kw(2), "bwd", True, "bwd_tile_k2s2_vec", dict(vec=8)),
-    ((64, 64, 8, 8, 8), "float32", _kw(8), "bwd", True, "bwd_tile_warp", dict(k=(8, 8, 8))),
-    ((16, 32, 32, 8, 8), "float16", _kw((2, 8, 8)), "bwd", True, "bwd_tile_warp", dict(k=(2, 8, 8))),
-    ((4, 32, 32, 64, 64), "float32", _kw(4), "bwd", True, "bwd_tile_flat", dict(k=(0, 0, 0), nopad=True)),
-    ((4, 32, 33, 33, 33), "float32", _kw(3), "bwd", True, "bwd_tile_flat", dict(k=(3, 3, 3))),
-    # ceil_mode's partial last windows still tile the input (bounds-checked); floor mode's remainder belongs to
-    # the last windows (no bounds checks: every window is whole), and only an exact cover takes the vectors
-    ((8, 32, 31, 64, 64), "float32", _kw(2, ceil=True), "bwd", True, "bwd_tile_flat", dict(k=(2, 2, 2), nopad=False)),
-    ((8, 32, 31, 63, 63), "float32", _kw(2), "bwd", True, "bwd_tile_flat", dict(k=(2, 2, 2), nopad=True)),
-    ((8, 32, 31, 64, 64), "float32", _kw(2), "bwd", True, "bwd_tile_flat", dict(k=(2, 2, 2), nopad=True)),
-    ((8, 32, 32, 63, 63), "float32", _kw(2), "bwd", True, "bwd_tile_flat", dict(nopad=True)),
-    ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8), ceil=True), "bwd", True, "bwd_tile_warp", dict(nopad=False)),
-    ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8)), "bwd", True, "bwd_tile_warp", dict(nopad=True)),
-    # scatter: disjoint windows with gaps between them, or padding
-    ((8, 32, 32, 63, 63), "float32", _kw(2, 3), "bwd", True, "bwd_scatter_flat", dict(k=(2, 2, 2), nopad=True)),
-    ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8), (3, 8, 8)), "bwd", True, "bwd_scatter_warp", dict(nopad=True)),
-    ((8, 32, 16, 64, 64), "float32", _kw(2, 2, 1), "bwd", True, "bwd_scatter_flat", dict(nopad=False)),
+    ((8, 32, 32, 64, 64), "float32", _kw(2), "bwd_re", True, "bwd_tile_k2s2_vec", dict(vec=4, opt=2)),
+    ((16, 64, 16, 56, 56), "bfloat16", _kw(2), "bwd_re", True, "bwd_tile_k2s2_vec", dict(vec=8)),
+    ((64, 64, 8, 8, 8), "float32", _kw(8), "bwd_re", True, "bwd_tile_warp", dict(k=(8, 8, 8))),
+    ((16, 32, 32, 8, 8), "float16", _kw((2, 8, 8)), "bwd_re", True, "bwd_tile_warp", dict(k=(2, 8, 8))),
+    ((4, 32, 32, 64, 64), "float32", _kw(4), "bwd_re", True, "bwd_tile_flat", dict(k=(0, 0, 0), nopad=True)),
+    ((4, 32, 33, 33, 33), "float32", _kw(3), "bwd_re", True, "bwd_tile_flat", dict(k=(3, 3, 3))),
+    # recompute: ceil_mode's partial last windows still tile the input (bounds-checked); floor mode's remainder
+    # belongs to the last windows (no bounds checks: every window is whole), and only an exact cover takes the vectors
+    ((8, 32, 31, 64, 64), "float32", _kw(2, ceil=True), "bwd_re", True, "bwd_tile_flat",
+     dict(k=(2, 2, 2), nopad=False)),
+    ((8, 32, 31, 63, 63), "float32", _kw(2), "bwd_re", True, "bwd_tile_flat", dict(k=(2, 2, 2), nopad=True)),
+    ((8, 32, 31, 64, 64), "float32", _kw(2), "bwd_re", True, "bwd_tile_flat", dict(k=(2, 2, 2), nopad=True)),
+    ((8, 32, 32, 63, 63), "float32", _kw(2), "bwd_re", True, "bwd_tile_flat", dict(nopad=True)),
+    ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8), ceil=True), "bwd_re", True, "bwd_tile_warp", dict(nopad=False)),
+    ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8)), "bwd_re", True, "bwd_tile_warp", dict(nopad=True)),
+    # recompute, scatter: disjoint windows with gaps between them, or padding
+    ((8, 32, 32, 63, 63), "float32", _kw(2, 3), "bwd_re", True, "bwd_scatter_flat", dict(k=(2, 2, 2), nopad=True)),
+    ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8), (3, 8, 8)), "bwd_re", True, "bwd_scatter_warp", dict(nopad=True)),
+    ((8, 32, 16, 64, 64), "float32", _kw(2, 2, 1), "bwd_re", True, "bwd_scatter_flat", dict(nopad=False)),
     # gather: runs of 16 bytes along W (4 floats, 8 halves, 2 doubles), one per thread
     ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "bwd", True, "bwd_gather",
      dict(vec=4, k=(3, 3, 3), grid=4 * 32 * 32 * 32 * 8 // 256)),
@@ -360,9 +370,14 @@ SELECT_TABLE = [
      dict(vec=8, grid=2 * 16 * 32 * 32 * 4 // 256)),
     ((2, 3, 5, 6, 7), "float64", _kw(3, 1), "bwd", True, "bwd_gather", dict(vec=2, grid=3)),  # 720 runs
     ((64, 64, 64, 128, 128), "float32", _kw(3, 1), "bwd", True, "bwd_gather", dict(index_type="long long")),
-    ((2, 3, 8, 8, 8), "float32", _kw(2), "bwd", False, "bwd_tile_cpu", dict()),
-    ((2, 3, 8, 8, 9), "float32", _kw(2), "bwd", False, "bwd_tile_cpu", dict()),
-    ((2, 3, 8, 8, 9), "float32", _kw(2, 3), "bwd", False, "bwd_scatter_cpu", dict()),
+    # the default gathers for disjoint windows too ("bwd_re": OPS_POOL3D_BWD=recompute, the rows above)
+    ((8, 32, 32, 64, 64), "float32", _kw(2), "bwd", True, "bwd_gather", dict(vec=4, k=(2, 2, 2))),
+    ((4, 32, 32, 64, 64), "float32", _kw(4), "bwd", True, "bwd_gather", dict(vec=4, k=(4, 4, 4))),
+    ((8, 32, 32, 63, 63), "float32", _kw(2, 3), "bwd", True, "bwd_gather", dict(vec=4)),
+    ((2, 3, 8, 8, 9), "float32", _kw(2), "bwd", False, "bwd_gather_cpu", dict(vec=4)),
+    ((2, 3, 8, 8, 8), "float32", _kw(2), "bwd_re", False, "bwd_tile_cpu", dict()),
+    ((2, 3, 8, 8, 9), "float32", _kw(2), "bwd_re", False, "bwd_tile_cpu", dict()),
+    ((2, 3, 8, 8, 9), "float32", _kw(2, 3), "bwd_re", False, "bwd_scatter_cpu", dict()),
     ((2, 3, 8, 8, 8), "float32", _kw(3, 1), "bwd", False, "bwd_gather_cpu", dict(vec=4)),
     ((2, 3, 8, 8, 8), "bfloat16", _kw(3, 1), "bwd", False, "bwd_gather_cpu", dict(vec=8)),
 ]
@@ -571,29 +586,29 @@ def test_gradients_are_deterministic(device, rng):
 
 
 # The disjoint-window layouts of GRAD_CASES (tilings with ceil_mode's partial windows and floor mode's
-# remainders, gaps, padding): the ones OPS_POOL3D_BWD=gather moves from the recompute to the saved indices.
+# remainders, gaps, padding): the ones OPS_POOL3D_BWD=recompute takes from the saved indices back to x.
 DISJOINT_GRAD_CASES = [c for c in GRAD_CASES if P.layout_algorithm(P.normalize_params(**c[1])) != "gather"]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_gather_switch_matches_the_recompute(device, dtype, rng, monkeypatch):
-    """OPS_POOL3D_BWD=gather: every disjoint layout gathers from the saved indices, and dx is the recompute's
-    bit for bit (one window per element: no sums) and the reference's."""
+def test_gather_matches_the_recompute(device, dtype, rng, monkeypatch):
+    """Every disjoint layout: the default gather from the saved indices and OPS_POOL3D_BWD=recompute give the
+    same dx bit for bit (one window per element: no sums), the reference's."""
     assert len(DISJOINT_GRAD_CASES) >= 8
     cases = DISJOINT_GRAD_CASES
     xs = [random_array(shape, dtype, rng) for shape, _ in cases]
     refs = [F.reference_pool(x, **kw) for x, (_, kw) in zip(xs, cases)]
     dys = [random_array(want.shape, dtype, rng) for want, _ in refs]
-    monkeypatch.delenv(P.BWD_SWITCH, raising=False)
-    recomputed = [grad(x, dy, dtype, **kw) for x, dy, (_, kw) in zip(xs, dys, cases)]
-    jt.sync(recomputed)
-    monkeypatch.setenv(P.BWD_SWITCH, "gather")
-    for shape, kw in cases:
-        cfg = P.select_config(shape, dtype, P.normalize_params(**kw), "bwd")
-        assert cfg.variant == ("bwd_gather" if device == "cuda" else "bwd_gather_cpu")
-    gathered = [grad(x, dy, dtype, **kw) for x, dy, (_, kw) in zip(xs, dys, cases)]
-    jt.sync(gathered)
-    for (shape, kw), (_, arg), dy, r, g in zip(cases, refs, dys, recomputed, gathered):
+    suffix = "" if device == "cuda" else "_cpu"
+    results = {}
+    for mode in P.BWD_MODES:
+        monkeypatch.setenv(P.BWD_SWITCH, mode)
+        for shape, kw in cases:
+            variant = P.select_config(shape, dtype, P.normalize_params(**kw), "bwd").variant
+            assert (variant == "bwd_gather" + suffix) == (mode == "gather"), (mode, shape, kw, variant)
+        results[mode] = [grad(x, dy, dtype, **kw) for x, dy, (_, kw) in zip(xs, dys, cases)]
+        jt.sync(results[mode])
+    for (shape, kw), (_, arg), dy, g, r in zip(cases, refs, dys, results["gather"], results["recompute"]):
         assert r.numpy().tobytes() == g.numpy().tobytes(), (shape, kw)
         assert_grad_close(to_numpy64(g), F.reference_grad(shape, arg, dy), dtype, (shape, kw))
 
@@ -604,16 +619,17 @@ def test_backward_switch_is_read_at_the_forward(monkeypatch, rng):
     x_np = random_array((2, 3, 8, 10, 12), "float32", rng)
     want, arg = F.reference_pool(x_np, **_kw(2))
     dy_np = random_array(want.shape, "float32", rng)
-    monkeypatch.delenv(P.BWD_SWITCH, raising=False)
+    monkeypatch.setenv(P.BWD_SWITCH, "recompute")  # the forward saves no indices ...
     x = to_jittor(x_np, "float32")
     y = ops.max_pool3d(x, 2)
-    monkeypatch.setenv(P.BWD_SWITCH, "gather")
+    monkeypatch.setenv(P.BWD_SWITCH, "gather")  # ... so a backward that now gathered would have none
     dx = jt.grad(_InjectGrad.apply(y, to_jittor(dy_np, "float32")).sum(), x)
     assert_grad_close(dx.numpy(), F.reference_grad(x_np.shape, arg, dy_np), "float32")
     assert P.backward_algorithm(P.normalize_params(2)) == "gather"
-    monkeypatch.setenv(P.BWD_SWITCH, "scatter")
-    with pytest.raises(ValueError, match=P.BWD_SWITCH):
-        ops.max_pool3d(to_jittor(x_np, "float32"), 2)
+    for bad in ("auto", "scatter"):
+        monkeypatch.setenv(P.BWD_SWITCH, bad)
+        with pytest.raises(ValueError, match=P.BWD_SWITCH):
+            ops.max_pool3d(to_jittor(x_np, "float32"), 2)
     monkeypatch.delenv(P.BWD_SWITCH)
     for algorithm in ("atomic", "scatter"):  # a scatter would leave the tile's other elements unwritten
         with pytest.raises(ValueError, match="algorithm"):
@@ -668,7 +684,7 @@ def _emulate_tile_writes(spatial, params, lanes):
 @pytest.mark.parametrize("lanes", [1, 32])
 def test_tile_kernels_write_every_element_once(spatial, kw, lanes):
     params = P.normalize_params(**kw)
-    assert P.backward_algorithm(params) == "tile"
+    assert P.layout_algorithm(params) == "tile"
     np.testing.assert_array_equal(_emulate_tile_writes(spatial, params, lanes), 1)
 
 
@@ -727,12 +743,20 @@ def test_case_table_shape():
 
 
 def test_cuda_cases_reach_every_cuda_variant():
-    names = set()
+    """The score cases reach every CUDA kernel: the backwards' recompute kernels under OPS_POOL3D_BWD=recompute
+    (the default gathers for every layout)."""
+    names, defaults = set(), set()
     for c in F.FAMILY.cases:
         if "cuda" in c.devices:
             params = P.normalize_params(**F.case_params(c))
-            names.add(P.select_config(c.shapes[0], c.dtype, params, c.direction, on_cuda=True).variant)
+            algorithms = (None, P.layout_algorithm(params)) if c.direction == "bwd" else (None,)
+            for algorithm in algorithms:
+                cfg = P.select_config(c.shapes[0], c.dtype, params, c.direction, on_cuda=True, algorithm=algorithm)
+                names.add(cfg.variant)
+                if algorithm is None:
+                    defaults.add(cfg.variant)
     assert names == {v for v in P.VARIANTS["fwd"] + P.VARIANTS["bwd"] if not v.endswith("cpu")}
+    assert {v for v in defaults if v.startswith("bwd")} == {"bwd_gather"}
 
 
 @pytest.mark.parametrize("params", [dict(kernel_size=8, stride=1), dict(kernel_size=3, stride=2, padding=1),
@@ -795,6 +819,8 @@ def test_naive_composite_matches_the_reference():
 
 # ---- GPU-sized dispatch paths (cuda only) -----------------------------------------------------------------
 
+# Every backward runs as the default gather; the disjoint layouts also under OPS_POOL3D_BWD=recompute, whose
+# kernels the comments name.
 GPU_CASES = [
     ((8, 32, 32, 64, 64), "float32", _kw(2)),  # fwd_k2s2_vec vec4, bwd_tile_k2s2_vec (128 MB)
     ((16, 64, 16, 56, 56), "float16", _kw(2)),  # vec8
@@ -817,7 +843,7 @@ GPU_CASES = [
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("shape, dtype, kw", GPU_CASES)
-def test_gpu_sized_paths(shape, dtype, kw):
+def test_gpu_sized_paths(shape, dtype, kw, monkeypatch):
     rng = np.random.default_rng(7)
     previous = jt.flags.use_cuda
     jt.flags.use_cuda = 1
@@ -834,6 +860,9 @@ def test_gpu_sized_paths(shape, dtype, kw):
         abs_sum = F.reference_grad(shape, arg, np.abs(dy.astype(np.float64)))
         assert_grad_close(to_numpy64(first), F.reference_grad(shape, arg, dy), dtype, f"{shape} {kw}", abs_sum,
                           terms=math.prod(P.normalize_params(**kw).kernel))
+        if P.layout_algorithm(P.normalize_params(**kw)) != "gather":  # the recompute kernels: the same dx
+            monkeypatch.setenv(P.BWD_SWITCH, "recompute")
+            assert grad(x, dy, dtype, **kw).numpy().tobytes() == first.numpy().tobytes()
     finally:
         jt.flags.use_cuda = previous
 
@@ -842,8 +871,8 @@ def test_gpu_sized_paths(shape, dtype, kw):
 
 def _rendered_sources():
     """{(cuda_src, dtype): (variant, dtype, mode)} for every CUDA config of the select table, the case table and
-    the GPU tests, in the forward modes it can run with and, backwards, also as the gather of
-    ``OPS_POOL3D_BWD=gather`` (the text names in0_type: each dtype is its own instantiation)."""
+    the GPU tests, in the forward modes it can run with and, backwards, both as the default gather and as the
+    recompute of ``OPS_POOL3D_BWD=recompute`` (the text names in0_type: each dtype is its own instantiation)."""
     items = [(s, d, P.normalize_params(**kw), direction.split("_")[0]) for s, d, kw, direction, c, _, _ in SELECT_TABLE
              if c]
     items += [(c.shapes[0], c.dtype, P.normalize_params(**F.case_params(c)), c.direction)
@@ -852,7 +881,7 @@ def _rendered_sources():
     out = {}
     for shape, dtype, params, direction in items:
         modes = (P.MODE_VALUES, P.MODE_BOTH) if direction == "fwd" else (P.MODE_VALUES,)
-        algorithms = (None, "gather") if direction == "bwd" else (None,)
+        algorithms = (None, P.layout_algorithm(params)) if direction == "bwd" else (None,)
         for mode, algorithm in itertools.product(modes, algorithms):
             cfg = P.select_config(shape, dtype, params, direction, on_cuda=True, indices=mode == P.MODE_BOTH,
                                   algorithm=algorithm)

@@ -148,6 +148,20 @@ def test_merging_saved_runs(tmp_path, capsys):
     assert "| fam/fwd/b |" in text and "Test GPU" in text and "points: 200 / 200" in text
 
 
+def test_merging_takes_bytes_from_the_current_model(tmp_path):
+    """A run saved under an older byte model is merged with the current one; unknown cases keep theirs."""
+    from ops.scoring import cli
+    from ops.scoring import fam_pool3d as F
+    c = next(c for c in F.FAMILY.cases if c.direction == "bwd" and "cuda" in c.devices)
+    saved = result(1.0, {"naive": 4.0})
+    saved.case_id, saved.nbytes = c.id, 12345
+    gone = CaseResult("fam/fwd/gone", 678, ours=Timing(2.0), correct=True, refs={"naive": Timing(4.0)})
+    path = tmp_path / "a.json"
+    path.write_text(report.to_json([saved, gone], {"name": "Test GPU"}, {"references": ["naive"]}))
+    _, _, merged = cli.merge_saved([str(path)])
+    assert [r.nbytes for r in merged] == [F.FAMILY.bytes_moved(c), 678]
+
+
 def test_keyword_filter_takes_comma_separated_alternatives():
     from ops.scoring.cli import _matches
     assert _matches("max_pool3d/fwd/k2s2_tiny_1x1x4x4x4", None)

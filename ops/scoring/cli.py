@@ -58,7 +58,8 @@ def _torch_importable() -> bool:
 
 def merge_saved(paths: List[str]):
     """(env, references, results) merged from files written by --json; later files win per case, except
-    that a measured case is never replaced by one that was not run."""
+    that a measured case is never replaced by one that was not run. Bytes moved come from the families'
+    current models (a corrected model applies to older runs too), the saved count for a case no longer listed."""
     import json
 
     from .runner import _result_from_json
@@ -78,6 +79,9 @@ def merge_saved(paths: List[str]):
                 order.append(res.case_id)
             if old is None or not res.why.startswith("not run"):
                 merged[res.case_id] = res
+    model = {c.id: f.bytes_moved(c) for f in load_families() for c in f.cases}
+    for res in merged.values():
+        res.nbytes = model.get(res.case_id, res.nbytes)
     return env, references, [merged[c] for c in order]
 
 

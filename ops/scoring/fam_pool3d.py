@@ -192,7 +192,8 @@ class MaxPool3dFamily(Family):
         size = _ITEMSIZE[c.dtype]
         if c.direction == "fwd":
             return (n_in + n_out) * size
-        return (2 * n_in + n_out) * size
+        # The backward from the forward's saved int32 argmax (PyTorch's and ours): dy and the indices in, dx out.
+        return n_in * size + n_out * (size + 4)
 
     def variant(self, c, api):
         if api is not sys.modules[__package__.split(".")[0]]:
