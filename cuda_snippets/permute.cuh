@@ -162,46 +162,60 @@ template <int BR, typename IndexT> struct OpsTileParams {
 //  * P == 1: thread tx of a warp reads tile[tx][al]: slot (tx + al) % L for 4-byte elements; for 1-, 2-, 8-
 //    and 16-byte elements the 33-element pitch also puts the accesses of a warp (1, 2 bytes: distinct words;
 //    8, 16 bytes: per half / quarter warp) in distinct banks.
-//  * P > 1: thread tx needs element al of rows tx * P + j (j < P), words in slots (P * tx + j + col) % L:
-//    P * tx repeats every L / P threads of a wavefront, so visiting j in the order (i + tx / (L / P)) % P
-//    gives each thread of the L a distinct slot at every step i (conflict-free); the P elements are then
-//    recombined with shifts into the output word.
+//  * P > 1: a thread writes the P output words of rows P * g + r (r < P) of its column together: their
+//    elements lie in the same P words, tile[tx * P + j][g] (j < P), slots (P * tx + j + g) % L. It loads each
+//    once (P loads for P words, not P per word) and transposes the P x P elements in registers. P * tx repeats
+//    every L / P threads of a wavefront, so loading j in the order (i + rot) % P, rot = (tx / (L / P)) % P,
+//    gives each thread of the L a distinct slot at every step i (conflict-free). Register arrays take only
+//    compile-time indices (a runtime index would spill them to local memory): word i of the loop holds row
+//    (i + rot) % P, so the transposed word has its elements rotated by rot, undone by one funnel shift.
 template <int W> struct OpsWordBits;
 template <> struct OpsWordBits<4> { typedef unsigned int type; };
 template <> struct OpsWordBits<8> { typedef unsigned long long type; };
+template <int E> struct OpsElemBits;
+template <> struct OpsElemBits<1> { typedef unsigned char type; };
+template <> struct OpsElemBits<2> { typedef unsigned short type; };
+template <> struct OpsElemBits<4> { typedef unsigned int type; };
+
+__device__ __forceinline__ unsigned int ops_rotl(unsigned int x, int s) { return __funnelshift_l(x, x, s); }
+__device__ __forceinline__ unsigned long long ops_rotl(unsigned long long x, int s) {  // 0 <= s < 64
+  return s ? (x << s) | (x >> (64 - s)) : x;
+}
 
 template <int E, int P> struct OpsTileGather {  // P > 1: words of P elements, 4 or 8 bytes
   static constexpr int W = E * P;
   static constexpr int L = 128 / W;  // threads per shared-memory wavefront
   static_assert(W == 4 || W == 8, "packed words are 4 or 8 bytes");
   typedef typename OpsWordBits<W>::type U;
-  static __device__ __forceinline__ OpsBytes<W> get(const OpsBytes<W> (*tile)[33], int tx, int al) {
-    constexpr int BITS = 8 * E;
-    constexpr U MASK = (U(1) << BITS) - U(1);
+  typedef typename OpsElemBits<E>::type Elem;
+  // out[r] = the word of output row P * g + r at this thread's column.
+  static __device__ __forceinline__ void get(const OpsBytes<W> (*tile)[33], int tx, int g, OpsBytes<W> (&out)[P]) {
     const int rot = (tx / (L / P)) % P;
-    const int col = al / P, lane = al % P;
-    U r = 0;
+    OpsVec<Elem, P> in[P];  // in[i]: tile row tx * P + (i + rot) % P
 #pragma unroll
-    for (int i = 0; i < P; ++i) {
-      const int j = (i + rot) % P;
+    for (int i = 0; i < P; ++i) memcpy(&in[i], &tile[tx * P + (i + rot) % P][g], W);
+#pragma unroll
+    for (int r = 0; r < P; ++r) {
+      OpsVec<Elem, P> t;  // element i: row (i + rot) % P's element r
+#pragma unroll
+      for (int i = 0; i < P; ++i) t.v[i] = in[i].v[r];
       U w;
-      memcpy(&w, &tile[tx * P + j][col], W);
-      r |= ((w >> (BITS * lane)) & MASK) << (BITS * j);
+      memcpy(&w, &t, W);
+      w = ops_rotl(w, 8 * E * rot);  // element j: row j's element r
+      memcpy(&out[r], &w, W);
     }
-    OpsBytes<W> o;
-    memcpy(&o, &r, W);
-    return o;
   }
 };
 template <int E> struct OpsTileGather<E, 1> {
-  static __device__ __forceinline__ OpsBytes<E> get(const OpsBytes<E> (*tile)[33], int tx, int al) {
-    return tile[tx][al];
+  static __device__ __forceinline__ void get(const OpsBytes<E> (*tile)[33], int tx, int g, OpsBytes<E> (&out)[1]) {
+    out[0] = tile[tx][g];
   }
 };
 
 // One block per tile (tile index = ((batch * tiles_b) + tb) * tiles_a + ta). Threads (32, ROWS).
 // Phase 1: rows b0 + ty + ROWS * k of the input plane, word tx along a -> tile[b][a-word]; the epilogue's
-// loads (y of transpose + add) are issued here too. Phase 2: output rows a0 + ty + ROWS * k, word tx along b.
+// loads (y of transpose + add) are issued here too. Phase 2: output rows a0 + P * (ty + ROWS * m) + r (r < P),
+// word tx along b, the P rows of a group from the same P tile words (OpsTileGather).
 // Loop bounds are compile-time (fully unrolled); the edge test against the rows left is hoisted out.
 template <int E, int P, int BR, typename IndexT, int ROWS, class Epi>
 __global__ void __launch_bounds__(32 * ROWS)
@@ -210,7 +224,7 @@ ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst
   using Word = OpsBytes<E * P>;
   constexpr int T = 32 * P;      // tile edge in elements
   constexpr int K = T / ROWS;    // rows per thread and phase
-  static_assert(T % ROWS == 0, "ROWS divides the tile edge");
+  static_assert(32 % ROWS == 0, "ROWS divides the tile's 32 words");
   __shared__ Word tile[T][33];
   const Word* __restrict__ src = static_cast<const Word*>(src_v);
   Word* __restrict__ dst = static_cast<Word*>(dst_v);
@@ -231,14 +245,20 @@ ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst
   }
   const IndexT a0 = ta * T, b0 = tb * T;
 
+  // Phase 2's rows: groups g = ty + ROWS * m (m < G) of P output rows P * g + r; row index k = m * P + r.
+  constexpr int G = 32 / ROWS;
   const IndexT b = b0 + (IndexT)(tx * P);     // first output column (element) this thread writes
-  const IndexT a_left = p.A - a0 - ty;        // output row ty + ROWS * k exists iff ROWS * k < a_left
+  const IndexT a_left = p.A - a0;             // output row al of the tile exists iff al < a_left
   const bool b_ok = b < p.B;
   typename Epi::Pre pre[K];
   if (b_ok) {
 #pragma unroll
-    for (int k = 0; k < K; ++k)
-      if (ROWS * k < a_left) pre[k] = epi.load((dst_base + (a0 + ty + ROWS * k) * p.out_stride_a + b) / P);
+    for (int m = 0; m < G; ++m)
+#pragma unroll
+      for (int r = 0; r < P; ++r) {
+        const int al = P * (ty + ROWS * m) + r;
+        if (al < a_left) pre[m * P + r] = epi.load((dst_base + (a0 + al) * p.out_stride_a + b) / P);
+      }
   }
 
   const IndexT a = a0 + (IndexT)(tx * P);     // first input column (element) this thread reads
@@ -253,11 +273,15 @@ ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst
 
   if (b_ok) {
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      if (ROWS * k < a_left) {
-        const int al = ty + ROWS * k;
-        const Word w = OpsTileGather<E, P>::get(tile, tx, al);
-        dst[(dst_base + (a0 + al) * p.out_stride_a + b) / P] = epi.apply(w, pre[k]);
+    for (int m = 0; m < G; ++m) {
+      const int g = ty + ROWS * m;
+      if (P * g < a_left) {
+        Word w[P];
+        OpsTileGather<E, P>::get(tile, tx, g, w);
+#pragma unroll
+        for (int r = 0; r < P; ++r)
+          if (P * g + r < a_left)
+            dst[(dst_base + (a0 + P * g + r) * p.out_stride_a + b) / P] = epi.apply(w[r], pre[m * P + r]);
       }
     }
   }

@@ -119,8 +119,9 @@ def test_cuda13_compiles_cuda_as_cpp17():
     assert boot.cuda_std_fix(flags) == ' -Wall -std=c++17 -Xcompiler -fPIC -x cu'
 
 
-def test_host_opt_is_opt_in_and_marks_the_source():
-    assert not boot.host_opt_wanted({}) and boot.host_opt_wanted({boot.HOST_OPT_SWITCH: "1"})
+def test_host_opt_is_the_default_and_marks_the_source():
+    assert boot.host_opt_wanted({}) and boot.host_opt_wanted({boot.HOST_OPT_SWITCH: "1"})
+    assert not boot.host_opt_wanted({boot.HOST_OPT_SWITCH: "0"})
     kw = {"cuda_src": "k<<<1, 1>>>();", "cpu_src": "x;"}
     assert boot.host_opt_args(kw, on_cuda=True, enabled=False) == (kw, None)
     assert boot.host_opt_args(kw, on_cuda=False, enabled=True) == (kw, None)

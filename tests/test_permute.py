@@ -355,26 +355,30 @@ def emulate_tiled(cfg, src):
                             assert e % pk == 0
                             tile[ty + rows * k, tx] = np.arange(e, e + pk)
         for ty in range(rows):
-            for k in range(k_steps):
-                al = ty + rows * k
+            for m in range(32 // rows):
+                g = ty + rows * m  # the thread's group: output rows pk * g + r, r < pk
                 slots = [[set() for _ in range(32 // lanes)] for _ in range(pk)]
                 for tx in range(32):
-                    b, a_left = b0 + tx * pk, A - a0 - ty
-                    if not (b < B and rows * k < a_left):
+                    b, a_left = b0 + tx * pk, A - a0
+                    if not (b < B and pk * g < a_left):
                         continue
-                    if pk == 1:
-                        elems = [tile[tx, al, 0]]
-                    else:
-                        rot, col, lane = (tx // (lanes // pk)) % pk, al // pk, al % pk
-                        elems = [None] * pk
-                        for i in range(pk):
-                            j = (i + rot) % pk
-                            slots[i][tx // lanes].add((tx * pk + j) * 33 + col)
-                            elems[j] = tile[tx * pk + j, col, lane]
-                    o = db + (a0 + al) * osa + b
-                    assert o % pk == 0 and all(e >= 0 for e in elems)
-                    dst[o:o + pk] = src[np.array(elems)]
-                    written[o:o + pk] += 1
+                    rot = (tx // (lanes // pk)) % pk if pk > 1 else 0
+                    loaded = []  # loop step i loads tile row tx * pk + (i + rot) % pk, column g
+                    for i in range(pk):
+                        if pk > 1:
+                            slots[i][tx // lanes].add((tx * pk + (i + rot) % pk) * 33 + g)
+                        loaded.append(tile[tx * pk + (i + rot) % pk, g])
+                    for r in range(pk):
+                        if pk * g + r >= a_left:
+                            continue
+                        # element i of the transposed word: loaded word i's element r; the funnel shift by rot
+                        # elements (np.roll) puts row j's element at position j
+                        elems = np.roll([loaded[i][r] for i in range(pk)], rot)
+                        assert list(elems) == [tile[tx * pk + j, g, r] for j in range(pk)]
+                        o = db + (a0 + pk * g + r) * osa + b
+                        assert o % pk == 0 and all(e >= 0 for e in elems)
+                        dst[o:o + pk] = src[np.array(elems)]
+                        written[o:o + pk] += 1
                 if pk > 1:
                     full = [w for step in slots for w in step if len(w) == lanes]
                     assert all(len({word % lanes for word in w}) == lanes for w in full)
