@@ -152,6 +152,7 @@ template <int BR, typename IndexT> struct OpsTileParams {
   IndexT in_stride_b;              // input stride of the B dim
   IndexT out_stride_a;             // output stride of the A dim
   IndexT tiles_a, tiles_b;         // tiles along A and along B
+  int b_fast;                      // block order: consecutive blocks step along B (1) or along A (0)
   IndexT batch_dim[BR > 0 ? BR : 1], batch_in[BR > 0 ? BR : 1], batch_out[BR > 0 ? BR : 1];
 };
 
@@ -212,7 +213,8 @@ template <int E> struct OpsTileGather<E, 1> {
   }
 };
 
-// One block per tile (tile index = ((batch * tiles_b) + tb) * tiles_a + ta). Threads (32, ROWS).
+// One block per tile (tile index = ((batch * tiles_b) + tb) * tiles_a + ta, or with b_fast
+// ((batch * tiles_a) + ta) * tiles_b + tb). Threads (32, ROWS).
 // Phase 1: rows b0 + ty + ROWS * k of the input plane, word tx along a -> tile[b][a-word]; the epilogue's
 // loads (y of transpose + add) are issued here too. Phase 2: output rows a0 + P * (ty + ROWS * m) + r (r < P),
 // word tx along b, the P rows of a group from the same P tile words (OpsTileGather).
@@ -230,11 +232,18 @@ ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst
   Word* __restrict__ dst = static_cast<Word*>(dst_v);
   const int tx = threadIdx.x, ty = threadIdx.y;
 
-  IndexT t = (IndexT)blockIdx.x;
-  const IndexT ta = t % p.tiles_a;
-  t /= p.tiles_a;
-  const IndexT tb = t % p.tiles_b;
-  t /= p.tiles_b;
+  IndexT t = (IndexT)blockIdx.x, ta, tb;
+  if (p.b_fast) {
+    tb = t % p.tiles_b;
+    t /= p.tiles_b;
+    ta = t % p.tiles_a;
+    t /= p.tiles_a;
+  } else {
+    ta = t % p.tiles_a;
+    t /= p.tiles_a;
+    tb = t % p.tiles_b;
+    t /= p.tiles_b;
+  }
   IndexT src_base = 0, dst_base = 0;
 #pragma unroll
   for (int k = BR - 1; k >= 0; --k) {
@@ -295,6 +304,7 @@ template <int BR, typename IndexT, class Map> OpsTileParams<BR, IndexT> ops_tile
   p.out_stride_a = (IndexT)ops_param(data, "osa");
   p.tiles_a = (IndexT)ops_param(data, "tiles_a");
   p.tiles_b = (IndexT)ops_param(data, "tiles_b");
+  p.b_fast = (int)ops_param(data, "b_fast");
   for (int k = 0; k < (BR > 0 ? BR : 1); ++k) {
     p.batch_dim[k] = (IndexT)(k < BR ? ops_param(data, "bd", k) : 1);
     p.batch_in[k] = (IndexT)(k < BR ? ops_param(data, "bi", k) : 0);
@@ -332,11 +342,18 @@ ops_group_tile_kernel(const OpsBytes<C>* __restrict__ src, OpsBytes<C>* __restri
   __shared__ OpsBytes<C> tile[TB][32 + G];
   const int tx = threadIdx.x, ty = threadIdx.y;
 
-  IndexT t = (IndexT)blockIdx.x;
-  const IndexT ta = t % p.tiles_a;
-  t /= p.tiles_a;
-  const IndexT tb = t % p.tiles_b;
-  t /= p.tiles_b;
+  IndexT t = (IndexT)blockIdx.x, ta, tb;
+  if (p.b_fast) {
+    tb = t % p.tiles_b;
+    t /= p.tiles_b;
+    ta = t % p.tiles_a;
+    t /= p.tiles_a;
+  } else {
+    ta = t % p.tiles_a;
+    t /= p.tiles_a;
+    tb = t % p.tiles_b;
+    t /= p.tiles_b;
+  }
   IndexT src_base = 0, dst_base = 0;
 #pragma unroll
   for (int k = BR - 1; k >= 0; --k) {

@@ -264,8 +264,12 @@ def emulate_nd(cfg, src):
 def _tile_block(d, br, blk):
     """A tile kernel's block index -> (tile a, tile b, input and output offsets of its batch index)."""
     t = blk
-    ta, t = t % d["tiles_a"], t // d["tiles_a"]
-    tb, t = t % d["tiles_b"], t // d["tiles_b"]
+    if d["b_fast"]:
+        tb, t = t % d["tiles_b"], t // d["tiles_b"]
+        ta, t = t % d["tiles_a"], t // d["tiles_a"]
+    else:
+        ta, t = t % d["tiles_a"], t // d["tiles_a"]
+        tb, t = t % d["tiles_b"], t // d["tiles_b"]
     sb = db = 0
     for k in range(br - 1, -1, -1):
         c, t = t % d[f"bd{k}"], t // d[f"bd{k}"]
@@ -462,6 +466,31 @@ def test_pack_word_switch(monkeypatch):
     assert "ops_permute_tiled<2, 4, 1, int, 8>" in P.render(P.select_config(shape, perm, "float16"))
     monkeypatch.setenv(P.PACK_WORD_SWITCH, "16")
     with pytest.raises(ValueError, match=P.PACK_WORD_SWITCH):
+        P.select_config(shape, perm, "float16")
+
+
+ORDER_A_EMULATED = [((70, 100), (1, 0), "float32"), ((3, 132, 136), (0, 2, 1), "float16"),
+                    ((33, 40, 8), (1, 0, 2), "float32")]
+
+
+@pytest.mark.parametrize("shape, perm, dtype", ORDER_A_EMULATED)
+def test_emulated_tile_order_along_a(shape, perm, dtype, rng, monkeypatch):
+    """The A/B switch's other block order (consecutive blocks along A) still covers every tile once."""
+    monkeypatch.setenv(P.TILE_ORDER_SWITCH, "a")
+    assert P.select_config(shape, perm, dtype).data["b_fast"] == 0
+    test_emulated_cuda_kernels(shape, perm, dtype, rng)
+
+
+def test_tile_order_switch(monkeypatch):
+    shape, perm = (24300, 11520), (1, 0)
+    assert P.tile_order_mode() == "auto" and P.select_config(shape, perm, "bfloat16").data["b_fast"] == 1
+    assert P.select_config((33, 40, 8), (1, 0, 2), "float32").data["b_fast"] == 0  # grouped: one order only
+    monkeypatch.setenv(P.TILE_ORDER_SWITCH, " A ")
+    assert P.select_config(shape, perm, "bfloat16", "transpose_add").data["b_fast"] == 0
+    monkeypatch.setenv(P.TILE_ORDER_SWITCH, "b")
+    assert P.select_config(shape, perm, "float32").data["b_fast"] == 1
+    monkeypatch.setenv(P.TILE_ORDER_SWITCH, "c")
+    with pytest.raises(ValueError, match=P.TILE_ORDER_SWITCH):
         P.select_config(shape, perm, "float16")
 
 
