@@ -206,10 +206,34 @@ template <int E, int P> struct OpsTileGather {  // P > 1: words of P elements, 4
       memcpy(&out[r], &w, W);
     }
   }
+  // The word of output row P * g + r alone, its elements in tile rows row0 + tx * P + j (j < P): the shifted
+  // tile, where each output row has its own row0. The same load order, so the same conflict-free slots (row0 is
+  // uniform across the warp); P loads for one word.
+  static __device__ __forceinline__ OpsBytes<W> get_row(const OpsBytes<W> (*tile)[33], int row0, int tx, int g,
+                                                        int r) {
+    const int rot = (tx / (L / P)) % P;
+    OpsVec<Elem, P> t;  // element i: row (i + rot) % P's element r
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      OpsVec<Elem, P> in;
+      memcpy(&in, &tile[row0 + tx * P + (i + rot) % P][g], W);
+      t.v[i] = in.v[r];
+    }
+    U w;
+    memcpy(&w, &t, W);
+    w = ops_rotl(w, 8 * E * rot);
+    OpsBytes<W> out;
+    memcpy(&out, &w, W);
+    return out;
+  }
 };
 template <int E> struct OpsTileGather<E, 1> {
   static __device__ __forceinline__ void get(const OpsBytes<E> (*tile)[33], int tx, int g, OpsBytes<E> (&out)[1]) {
     out[0] = tile[tx][g];
+  }
+  static __device__ __forceinline__ OpsBytes<E> get_row(const OpsBytes<E> (*tile)[33], int row0, int tx, int g,
+                                                        int) {
+    return tile[row0 + tx][g];
   }
 };
 
@@ -218,16 +242,23 @@ template <int E> struct OpsTileGather<E, 1> {
 // Phase 1: rows b0 + ty + ROWS * k of the input plane, word tx along a -> tile[b][a-word]; the epilogue's
 // loads (y of transpose + add) are issued here too. Phase 2: output rows a0 + P * (ty + ROWS * m) + r (r < P),
 // word tx along b, the P rows of a group from the same P tile words (OpsTileGather).
+// AL > 0 (the shifted tile, for output rows that do not start on a 32-byte sector): AL elements make a sector,
+// and output row a writes the T columns from b0 - s(a), s(a) = (the row's offset) mod AL, so every warp's row
+// segment starts on a sector and two tiles never share one. The tile holds the X = AL - P input rows before b0
+// too (the rows a shifted output row reaches back to), and each output row gathers its own word (get_row).
 // Loop bounds are compile-time (fully unrolled); the edge test against the rows left is hoisted out.
-template <int E, int P, int BR, typename IndexT, int ROWS, class Epi>
+template <int E, int P, int BR, typename IndexT, int ROWS, int AL, class Epi>
 __global__ void __launch_bounds__(32 * ROWS)
 ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst_v,
                           const OpsTileParams<BR, IndexT> p, const Epi epi) {
   using Word = OpsBytes<E * P>;
-  constexpr int T = 32 * P;      // tile edge in elements
-  constexpr int K = T / ROWS;    // rows per thread and phase
+  constexpr int T = 32 * P;               // tile edge in elements
+  constexpr int K = T / ROWS;             // output rows per thread in phase 2
+  constexpr int X = AL ? AL - P : 0;      // extra input rows of the shifted tile
+  constexpr int KL = (T + X + ROWS - 1) / ROWS;  // input rows per thread in phase 1
   static_assert(32 % ROWS == 0, "ROWS divides the tile's 32 words");
-  __shared__ Word tile[T][33];
+  static_assert(AL == 0 || (AL > P && AL % P == 0 && T % AL == 0 && X < T), "AL: whole words, whole tiles");
+  __shared__ Word tile[T + X][33];
   const Word* __restrict__ src = static_cast<const Word*>(src_v);
   Word* __restrict__ dst = static_cast<Word*>(dst_v);
   const int tx = threadIdx.x, ty = threadIdx.y;
@@ -256,41 +287,72 @@ ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst
 
   // Phase 2's rows: groups g = ty + ROWS * m (m < G) of P output rows P * g + r; row index k = m * P + r.
   constexpr int G = 32 / ROWS;
-  const IndexT b = b0 + (IndexT)(tx * P);     // first output column (element) this thread writes
   const IndexT a_left = p.A - a0;             // output row al of the tile exists iff al < a_left
-  const bool b_ok = b < p.B;
   typename Epi::Pre pre[K];
-  if (b_ok) {
+  if (AL == 0) {
+    const IndexT b = b0 + (IndexT)(tx * P);   // first output column (element) this thread writes
+    if (b < p.B) {
+#pragma unroll
+      for (int m = 0; m < G; ++m)
+#pragma unroll
+        for (int r = 0; r < P; ++r) {
+          const int al = P * (ty + ROWS * m) + r;
+          if (al < a_left) pre[m * P + r] = epi.load((dst_base + (a0 + al) * p.out_stride_a + b) / P);
+        }
+    }
+  } else {
 #pragma unroll
     for (int m = 0; m < G; ++m)
 #pragma unroll
       for (int r = 0; r < P; ++r) {
         const int al = P * (ty + ROWS * m) + r;
-        if (al < a_left) pre[m * P + r] = epi.load((dst_base + (a0 + al) * p.out_stride_a + b) / P);
+        const IndexT row = dst_base + (a0 + al) * p.out_stride_a;
+        const IndexT b = b0 - (IndexT)(row & (IndexT)(AL - 1)) + (IndexT)(tx * P);
+        if (al < a_left && b >= 0 && b < p.B) pre[m * P + r] = epi.load((row + b) / P);
       }
   }
 
+  // Phase 1: tile row lb holds input row b0 - X + lb (rows below 0 exist only in the first tile along b).
   const IndexT a = a0 + (IndexT)(tx * P);     // first input column (element) this thread reads
-  const IndexT b_left = p.B - b0 - ty;
+  const IndexT b_left = p.B - (b0 - X) - ty;
+  const int lb_first = tb == 0 ? X : 0;
   if (a < p.A) {
 #pragma unroll
-    for (int k = 0; k < K; ++k)
-      if (ROWS * k < b_left)
-        tile[ty + ROWS * k][tx] = src[(src_base + (b0 + ty + ROWS * k) * p.in_stride_b + a) / P];
+    for (int k = 0; k < KL; ++k) {
+      const int lb = ty + ROWS * k;
+      if ((X == 0 || (lb < T + X && lb >= lb_first)) && ROWS * k < b_left)
+        tile[lb][tx] = src[(src_base + (b0 - X + lb) * p.in_stride_b + a) / P];
+    }
   }
   __syncthreads();
 
-  if (b_ok) {
+  if (AL == 0) {
+    const IndexT b = b0 + (IndexT)(tx * P);
+    if (b < p.B) {
+#pragma unroll
+      for (int m = 0; m < G; ++m) {
+        const int g = ty + ROWS * m;
+        if (P * g < a_left) {
+          Word w[P];
+          OpsTileGather<E, P>::get(tile, tx, g, w);
+#pragma unroll
+          for (int r = 0; r < P; ++r)
+            if (P * g + r < a_left)
+              dst[(dst_base + (a0 + P * g + r) * p.out_stride_a + b) / P] = epi.apply(w[r], pre[m * P + r]);
+        }
+      }
+    }
+  } else {
 #pragma unroll
     for (int m = 0; m < G; ++m) {
       const int g = ty + ROWS * m;
-      if (P * g < a_left) {
-        Word w[P];
-        OpsTileGather<E, P>::get(tile, tx, g, w);
 #pragma unroll
-        for (int r = 0; r < P; ++r)
-          if (P * g + r < a_left)
-            dst[(dst_base + (a0 + P * g + r) * p.out_stride_a + b) / P] = epi.apply(w[r], pre[m * P + r]);
+      for (int r = 0; r < P; ++r) {
+        const IndexT row = dst_base + (a0 + P * g + r) * p.out_stride_a;
+        const int s = (int)(row & (IndexT)(AL - 1));
+        const IndexT b = b0 - s + (IndexT)(tx * P);
+        if (P * g + r < a_left && b >= 0 && b < p.B)
+          dst[(row + b) / P] = epi.apply(OpsTileGather<E, P>::get_row(tile, X - s, tx, g, r), pre[m * P + r]);
       }
     }
   }
@@ -313,11 +375,11 @@ template <int BR, typename IndexT, class Map> OpsTileParams<BR, IndexT> ops_tile
   return p;
 }
 
-template <int E, int P, int BR, typename IndexT, int ROWS, class Epi, class Map>
+template <int E, int P, int BR, typename IndexT, int ROWS, int AL, class Epi, class Map>
 void ops_tile_launch(const void* src, void* dst, Map& data, const Epi& epi) {
   const OpsTileParams<BR, IndexT> p = ops_tile_params<BR, IndexT>(data);
   const unsigned int grid = (unsigned int)ops_param(data, "grid");
-  ops_tile_transpose_kernel<E, P, BR, IndexT, ROWS, Epi><<<grid, dim3(32, ROWS)>>>(src, dst, p, epi);
+  ops_tile_transpose_kernel<E, P, BR, IndexT, ROWS, AL, Epi><<<grid, dim3(32, ROWS)>>>(src, dst, p, epi);
   OPS_CHECK_LAUNCH();
 }
 
@@ -422,9 +484,9 @@ void ops_permute_nd(const void* src, void* dst, Map& data) {
   ops_nd_launch<R, C, IndexT, THREADS, UNROLL>(src, dst, data, OpsStoreEpi<C>());
 }
 
-template <int E, int P, int BR, typename IndexT, int ROWS, class Map>
+template <int E, int P, int BR, typename IndexT, int ROWS, int AL, class Map>
 void ops_permute_tiled(const void* src, void* dst, Map& data) {
-  ops_tile_launch<E, P, BR, IndexT, ROWS>(src, dst, data, OpsStoreEpi<E * P>());
+  ops_tile_launch<E, P, BR, IndexT, ROWS, AL>(src, dst, data, OpsStoreEpi<E * P>());
 }
 
 template <int C, int G, int BR, typename IndexT, int ROWS, class Map>
@@ -446,9 +508,9 @@ void ops_transpose_add_nd(const void* x, const void* y, void* dst, Map& data) {
   ops_nd_launch<R, C, IndexT, THREADS, UNROLL>(x, dst, data, epi);
 }
 
-template <typename T, int E, int P, int BR, typename IndexT, int ROWS, class Map>
+template <typename T, int E, int P, int BR, typename IndexT, int ROWS, int AL, class Map>
 void ops_transpose_add_tiled(const void* x, const void* y, void* dst, Map& data) {
   OpsAddEpi<T, E * P> epi;
   epi.y = static_cast<const OpsBytes<E * P>*>(y);
-  ops_tile_launch<E, P, BR, IndexT, ROWS>(x, dst, data, epi);
+  ops_tile_launch<E, P, BR, IndexT, ROWS, AL>(x, dst, data, epi);
 }

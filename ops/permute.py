@@ -104,6 +104,16 @@ PACK_WORD_MODES = ("auto", "4", "8")
 # OPS_PERMUTE_TILE_ORDER: "auto" (default: along B), "a" or "b" (A/B switch).
 TILE_ORDER_SWITCH = "OPS_PERMUTE_TILE_ORDER"
 TILE_ORDER_MODES = ("auto", "a", "b")
+# Shifted tile for output rows that do not start on a 32-byte sector ((24300, 11520) bf16: rows of 48600 bytes;
+# (4097, 3071)): each output row's segment starts on a sector, the tile holds the extra input rows that needs
+# (AL - P, AL = 32 / element bytes), and no two tiles share a sector. The same shapes with aligned rows ran at
+# 96.8% ((24320, 11520) transpose_add) against 81.2% (H100, 2026-11-24, blocks along A). Taken where the extra
+# rows are at most half the tile. Predicted: the misaligned cases from 67-90% to 85-95% of copy (to measure).
+# OPS_PERMUTE_ALIGN_OUT: "auto" (default: 32-byte units where some row is misaligned), "0" (never), "32" or
+# "64" (bytes per unit, forced on every tiled case whose tile allows it; A/B switch).
+ALIGN_OUT_SWITCH = "OPS_PERMUTE_ALIGN_OUT"
+ALIGN_OUT_MODES = ("auto", "0", "32", "64")
+ALIGN_OUT_BYTES = 32
 # Grouped tile: the last dim stays and holds G chunks; taken for G in GROUPS (a warp covers whole groups:
 # G divides 32) when the a dim fills a tile row (32 / G groups) and the b dim at least TILE_MIN_DIM. Predicted
 # (1,0,2) on (2048,1024,16) float32 from 79% (general, 64-byte runs) to ~90% of copy on an H100.
@@ -291,6 +301,29 @@ def _b_fast() -> bool:
     return tile_order_mode() != "a"
 
 
+def align_out_mode() -> str:
+    """``OPS_PERMUTE_ALIGN_OUT``: "auto" (default), "0", "32" or "64"."""
+    mode = os.environ.get(ALIGN_OUT_SWITCH, "auto").strip().lower() or "auto"
+    if mode not in ALIGN_OUT_MODES:
+        raise ValueError(f"{ALIGN_OUT_SWITCH} must be one of {', '.join(ALIGN_OUT_MODES)}, got {mode!r}")
+    return mode
+
+
+def _align_for(chunk: int, pack: int, row_steps: Sequence[int]) -> int:
+    """Elements per aligned unit of the shifted tile (0: the plain tile) for elements of ``chunk`` bytes moved
+    ``pack`` to a word; ``row_steps`` are the element distances between the output rows a tile writes (the
+    A dim's and the batch dims' output strides): shifted only where some row does not start on a sector."""
+    mode = align_out_mode()
+    unit_bytes = ALIGN_OUT_BYTES if mode == "auto" else int(mode)
+    if unit_bytes == 0 or unit_bytes <= chunk * pack:
+        return 0
+    unit = unit_bytes // chunk
+    extra = unit - pack  # input rows the tile holds before its b range
+    if mode == "auto" and (all(step % unit == 0 for step in row_steps) or 2 * extra > 32 * pack):
+        return 0
+    return unit if extra < 32 * pack else 0
+
+
 def _pack_for(plan: PermutePlan, op: str, a: int, b: int, row_elems: int) -> int:
     """Elements per packed word for the tiled path (1: the plain 32x32 tile): 8-byte words for 2- and 4-byte
     elements where they win (or are forced) and the tile is whole, else 4-byte words where those fit."""
@@ -372,12 +405,15 @@ def select_config(shape: Sequence[int], perm: Sequence[int], dtype: str, op: str
         a_pos = plan.perm.index(a_dim)  # output position of the input's last dim
         batch = [k for k in range(rank) if k not in (a_pos, rank - 1)]  # output dims outside the tile plane
         batch_rank = len(batch)
+        row_starts = [out_strides[a_pos]] + [out_strides[k] for k in batch]  # steps between output rows
+        align = _align_for(plan.chunk, pack, row_starts)
         tiles_a = -(-plan.in_dims[a_dim] // (32 * pack))
-        tiles_b = -(-plan.in_dims[b_dim] // (32 * pack))
+        # a shifted row reaches back up to align - pack columns: one more tile may be needed along b
+        tiles_b = -(-(plan.in_dims[b_dim] + (align - pack if align else 0)) // (32 * pack))
         block, grid = (32, TILE_ROWS), tiles_a * tiles_b * math.prod(out_dims[k] for k in batch)
         params.update(A=plan.in_dims[a_dim], B=plan.in_dims[b_dim], isb=in_strides[b_dim],
                       osa=out_strides[a_pos], tiles_a=tiles_a, tiles_b=tiles_b, batch_rank=batch_rank,
-                      b_fast=int(_b_fast()))
+                      b_fast=int(_b_fast()), align=align)
         for i, k in enumerate(batch):
             params[f"bd{i}"] = out_dims[k]
             params[f"bi{i}"] = in_strides[plan.perm[k]]
@@ -396,11 +432,11 @@ _CUDA_CALLS = {
     ("permute", "copy"): "ops_permute_copy(in0_p, out0_p, data);",
     ("permute", "general"):
         "ops_permute_nd<${R}, ${C}, ${IDX}, ${THREADS}, ${UNROLL}>(in0_p, out0_p, data);",
-    ("permute", "tiled"): "ops_permute_tiled<${C}, ${P}, ${BR}, ${IDX}, ${ROWS}>(in0_p, out0_p, data);",
+    ("permute", "tiled"): "ops_permute_tiled<${C}, ${P}, ${BR}, ${IDX}, ${ROWS}, ${AL}>(in0_p, out0_p, data);",
     ("transpose_add", "general"):
         "ops_transpose_add_nd<in0_type, ${R}, ${C}, ${IDX}, ${THREADS}, ${UNROLL}>(in0_p, in1_p, out0_p, data);",
     ("transpose_add", "tiled"):
-        "ops_transpose_add_tiled<in0_type, ${C}, ${P}, ${BR}, ${IDX}, ${ROWS}>(in0_p, in1_p, out0_p, data);",
+        "ops_transpose_add_tiled<in0_type, ${C}, ${P}, ${BR}, ${IDX}, ${ROWS}, ${AL}>(in0_p, in1_p, out0_p, data);",
     ("permute", "grouped"): "ops_permute_grouped<${C}, ${G}, ${BR}, ${IDX}, ${ROWS}>(in0_p, out0_p, data);",
     ("transpose_add", "grouped"):
         "ops_transpose_add_grouped<in0_type, ${C}, ${G}, ${BR}, ${IDX}, ${ROWS}>(in0_p, in1_p, out0_p, data);",
@@ -416,7 +452,8 @@ def render(cfg: KernelConfig) -> str:
     template = _CUDA_CALLS[(cfg.op, _CUDA_FAMILY[cfg.variant])]
     rank = 1 if cfg.variant == "add" else cfg.rank
     return _codegen.render(template, R=rank, C=cfg.chunk, P=cfg.pack, BR=cfg.batch_rank, IDX=cfg.index_type,
-                           THREADS=ND_THREADS, UNROLL=ND_UNROLL, ROWS=TILE_ROWS, G=cfg.data.get("group", 1))
+                           THREADS=ND_THREADS, UNROLL=ND_UNROLL, ROWS=TILE_ROWS, G=cfg.data.get("group", 1),
+                           AL=cfg.data.get("align", 0))
 
 
 # The CPU path: the plan select_config made, walked by a loop nest (variant codes of _CPU_VARIANT). Every value

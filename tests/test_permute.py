@@ -197,15 +197,17 @@ def test_tiled_geometry():
 
 def test_render_depends_only_on_code_constants():
     a = P.select_config((32, 1024, 1024), (0, 2, 1), "float64")
-    b = P.select_config((3, 70, 37), (0, 2, 1), "float64")
+    b = P.select_config((3, 72, 37), (0, 2, 1), "float64")  # output rows of 72 * 8 bytes: whole sectors
     assert a.params != b.params and P.render(a) == P.render(b)
-    assert P.render(a) == "ops_permute_tiled<8, 1, 1, int, 8>(in0_p, out0_p, data);"
+    assert P.render(a) == "ops_permute_tiled<8, 1, 1, int, 8, 0>(in0_p, out0_p, data);"
+    shifted = P.select_config((3, 70, 37), (0, 2, 1), "float64")  # rows of 560 bytes: the shifted tile
+    assert P.render(shifted) == "ops_permute_tiled<8, 1, 1, int, 8, 4>(in0_p, out0_p, data);"
     g = P.select_config((2048, 1024, 12), (1, 0, 2), "float32")
     assert P.render(g) == "ops_permute_nd<3, 16, int, 256, 4>(in0_p, out0_p, data);"
     grouped = P.select_config((2048, 1024, 16), (1, 0, 2), "float16")
     assert P.render(grouped) == "ops_permute_grouped<16, 2, 0, int, 8>(in0_p, out0_p, data);"
     t = P.select_config((24300, 11520), (1, 0), "bfloat16", "transpose_add")
-    assert P.render(t) == "ops_transpose_add_tiled<in0_type, 2, 4, 0, int, 8>(in0_p, in1_p, out0_p, data);"
+    assert P.render(t) == "ops_transpose_add_tiled<in0_type, 2, 4, 0, int, 8, 16>(in0_p, in1_p, out0_p, data);"
     s = P.select_config((4, 5), (0, 1), "float32", "transpose_add")
     assert P.render(s) == "ops_transpose_add_nd<in0_type, 1, 16, int, 256, 4>(in0_p, in1_p, out0_p, data);"
     assert P.render(P.select_config((3, 4), (0, 1), "int8")) == "ops_permute_copy(in0_p, out0_p, data);"
@@ -339,53 +341,60 @@ def emulate_tiled(cfg, src):
     indices distinct mod L within each wavefront of L = 128 / W threads, W the word's bytes)."""
     d, pk, rows = cfg.data, cfg.pack, P.TILE_ROWS
     lanes = 128 // (cfg.chunk * pk)  # threads per shared-memory wavefront
-    tile_edge, k_steps = 32 * pk, 32 * pk // rows
+    tile_edge = 32 * pk
     br = cfg.batch_rank
     A, B, isb, osa = d["A"], d["B"], d["isb"], d["osa"]
     count = d["count"]
     dst = np.empty(count, dtype=src.dtype)
     written = np.zeros(count, dtype=int)
+    unit = d["align"]  # shifted tile: elements per 32-byte sector (0: the plain tile)
+    extra = unit - pk if unit else 0
     for blk in range(cfg.grid):
         ta, tb, sb, db = _tile_block(d, br, blk)
         a0, b0 = ta * tile_edge, tb * tile_edge
-        tile = np.full((tile_edge, 33, pk), -1, dtype=np.int64)  # element indices into src
+        tile = np.full((tile_edge + extra, 33, pk), -1, dtype=np.int64)  # element indices into src
         for ty in range(rows):
             for tx in range(32):
-                a, b_left = a0 + tx * pk, B - b0 - ty
+                a = a0 + tx * pk
                 if a < A:
-                    for k in range(k_steps):
-                        if rows * k < b_left:
-                            e = sb + (b0 + ty + rows * k) * isb + a
+                    for k in range(-(-(tile_edge + extra) // rows)):
+                        lb = ty + rows * k
+                        b = b0 - extra + lb  # tile row lb holds input row b
+                        if lb < tile_edge + extra and 0 <= b < B:
+                            e = sb + b * isb + a
                             assert e % pk == 0
-                            tile[ty + rows * k, tx] = np.arange(e, e + pk)
+                            tile[lb, tx] = np.arange(e, e + pk)
         for ty in range(rows):
             for m in range(32 // rows):
                 g = ty + rows * m  # the thread's group: output rows pk * g + r, r < pk
-                slots = [[set() for _ in range(32 // lanes)] for _ in range(pk)]
-                for tx in range(32):
-                    b, a_left = b0 + tx * pk, A - a0
-                    if not (b < B and pk * g < a_left):
-                        continue
-                    rot = (tx // (lanes // pk)) % pk if pk > 1 else 0
-                    loaded = []  # loop step i loads tile row tx * pk + (i + rot) % pk, column g
-                    for i in range(pk):
-                        if pk > 1:
-                            slots[i][tx // lanes].add((tx * pk + (i + rot) % pk) * 33 + g)
-                        loaded.append(tile[tx * pk + (i + rot) % pk, g])
-                    for r in range(pk):
-                        if pk * g + r >= a_left:
+                for r in range(pk):
+                    row = db + (a0 + pk * g + r) * osa  # output offset of the row's column 0
+                    shift = row % unit if unit else 0
+                    row0 = extra - shift  # tile row of the row's first column
+                    if unit:
+                        assert (row + b0 - shift) % unit == 0  # the warp's segment starts on a sector
+                    slots = [[set() for _ in range(32 // lanes)] for _ in range(pk)]
+                    for tx in range(32):
+                        b, a_left = b0 - shift + tx * pk, A - a0
+                        if not (0 <= b < B and pk * g + r < a_left):
                             continue
+                        rot = (tx // (lanes // pk)) % pk if pk > 1 else 0
+                        loaded = []  # loop step i loads tile row row0 + tx * pk + (i + rot) % pk, column g
+                        for i in range(pk):
+                            if pk > 1:
+                                slots[i][tx // lanes].add((row0 + tx * pk + (i + rot) % pk) * 33 + g)
+                            loaded.append(tile[row0 + tx * pk + (i + rot) % pk, g])
                         # element i of the transposed word: loaded word i's element r; the funnel shift by rot
                         # elements (np.roll) puts row j's element at position j
                         elems = np.roll([loaded[i][r] for i in range(pk)], rot)
-                        assert list(elems) == [tile[tx * pk + j, g, r] for j in range(pk)]
-                        o = db + (a0 + pk * g + r) * osa + b
+                        assert list(elems) == [tile[row0 + tx * pk + j, g, r] for j in range(pk)]
+                        o = row + b
                         assert o % pk == 0 and all(e >= 0 for e in elems)
                         dst[o:o + pk] = src[np.array(elems)]
                         written[o:o + pk] += 1
-                if pk > 1:
-                    full = [w for step in slots for w in step if len(w) == lanes]
-                    assert all(len({word % lanes for word in w}) == lanes for w in full)
+                    if pk > 1:
+                        full = [w for step in slots for w in step if len(w) == lanes]
+                        assert all(len({word % lanes for word in w}) == lanes for w in full)
     assert (written == 1).all()
     return dst
 
@@ -463,7 +472,7 @@ def test_pack_word_switch(monkeypatch):
     assert P.select_config(shape, perm, "float64").pack == 1
     assert P.select_config((32, 60, 1024), perm, "float16").pack == 2  # 60 < a 128-half edge: 4-byte words
     assert P.select_config((32, 30, 1024), perm, "float16").pack == 1  # below half a 64-half edge too
-    assert "ops_permute_tiled<2, 4, 1, int, 8>" in P.render(P.select_config(shape, perm, "float16"))
+    assert "ops_permute_tiled<2, 4, 1, int, 8, 0>" in P.render(P.select_config(shape, perm, "float16"))
     monkeypatch.setenv(P.PACK_WORD_SWITCH, "16")
     with pytest.raises(ValueError, match=P.PACK_WORD_SWITCH):
         P.select_config(shape, perm, "float16")
@@ -492,6 +501,48 @@ def test_tile_order_switch(monkeypatch):
     monkeypatch.setenv(P.TILE_ORDER_SWITCH, "c")
     with pytest.raises(ValueError, match=P.TILE_ORDER_SWITCH):
         P.select_config(shape, perm, "float16")
+
+
+SHIFTED = [  # (shape, perm, dtype, mode, expected elements per aligned unit)
+    ((97, 70), (1, 0), "float32", "auto", 8),            # output rows of 388 bytes, plain 32x32 tile
+    ((70, 97), (1, 0), "float16", "auto", 16),           # odd rows: P = 1, 15 extra rows
+    ((3, 132, 142), (0, 2, 1), "float16", "auto", 16),   # 284-byte rows, 8-byte words of 4 halves
+    ((2, 68, 132), (0, 2, 1), "int8", "auto", 32),       # 68-byte rows, 1-byte quads, 28 extra rows
+    ((36, 3, 70), (2, 1, 0), "float32", "auto", 8),      # the batch stride misaligned too
+    ((3, 132, 142), (0, 2, 1), "float16", "64", 32),     # 64-byte units
+    ((64, 72), (1, 0), "float32", "32", 8),              # forced on aligned rows: every shift 0
+]
+
+
+@pytest.mark.parametrize("shape, perm, dtype, mode, unit", SHIFTED)
+def test_emulated_shifted_tile(shape, perm, dtype, mode, unit, rng, monkeypatch):
+    """The shifted tile (output rows that do not start on a sector): every element once, every warp's row
+    segment on a sector boundary, conflict-free gathers; for the permute and for transpose_add's 2-D swaps."""
+    if mode != "auto":
+        monkeypatch.setenv(P.ALIGN_OUT_SWITCH, mode)
+    cfg = P.select_config(shape, perm, dtype)
+    assert cfg.variant.startswith("tiled") and cfg.data["align"] == unit
+    test_emulated_cuda_kernels(shape, perm, dtype, rng)
+
+
+def test_align_out_rule(monkeypatch):
+    def unit(shape, perm, dtype, op="permute"):
+        return P.select_config(shape, perm, dtype, op).data["align"]
+    assert unit((24300, 11520), (1, 0), "bfloat16", "transpose_add") == 16  # the seed's shape: 48600-byte rows
+    assert unit((11520, 24300), (1, 0), "bfloat16") == 0                    # 23040-byte rows: whole sectors
+    assert unit((4097, 3071), (1, 0), "float32") == 8
+    assert unit((4097, 3071), (1, 0), "float16") == 16
+    assert unit((4097, 3071), (1, 0), "int8") == 0  # 31 extra rows would be most of a 32-row tile
+    assert unit((8192, 8192), (1, 0), "float32") == 0 and unit((32, 1024, 1024), (0, 2, 1), "int8") == 0
+    cfg = P.select_config((4097, 3071), (1, 0), "float32")
+    assert cfg.data["tiles_b"] == -(-(4097 + 7) // 32)  # the shifted rows reach 7 columns into one more tile
+    monkeypatch.setenv(P.ALIGN_OUT_SWITCH, "0")
+    assert unit((24300, 11520), (1, 0), "bfloat16") == 0
+    monkeypatch.setenv(P.ALIGN_OUT_SWITCH, "64")
+    assert unit((24300, 11520), (1, 0), "bfloat16") == 32 and unit((8192, 8192), (1, 0), "float32") == 16
+    monkeypatch.setenv(P.ALIGN_OUT_SWITCH, "16")
+    with pytest.raises(ValueError, match=P.ALIGN_OUT_SWITCH):
+        P.select_config((24300, 11520), (1, 0), "bfloat16")
 
 
 def test_random_plans_and_emulation(rng):
@@ -799,6 +850,33 @@ def test_cuda_eight_byte_words(shape, perm, dtype, op, rng, monkeypatch):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["0", "32", "64"])
+@pytest.mark.parametrize("shape, perm, dtype, op", [
+    ((3, 132, 142), (0, 2, 1), "bfloat16", "transpose_add"),  # 8-byte words, 284-byte output rows
+    ((97, 70), (1, 0), "float32", "permute"),                  # plain tile, 388-byte rows
+    ((2, 68, 132), (0, 2, 1), "int8", "permute"),              # quads, 68-byte rows
+    ((36, 3, 70), (2, 1, 0), "float16", "transpose_add"),      # a misaligned batch stride
+])
+def test_cuda_shifted_tile(shape, perm, dtype, op, mode, rng, monkeypatch):
+    """The shifted tile forced to each unit (OPS_PERMUTE_ALIGN_OUT; "0" is the plain tile) on misaligned rows."""
+    monkeypatch.setenv(P.ALIGN_OUT_SWITCH, mode)
+    jt.flags.use_cuda = 1
+    try:
+        assert P.select_config(shape, perm, dtype, op).variant.startswith("tiled")
+        x = random_array(shape, dtype, rng)
+        want = np.transpose(x, perm)
+        if op == "transpose_add":
+            d0, d1 = [k for k, p in enumerate(perm) if k != p]
+            y = random_array(want.shape, dtype, rng)
+            got = to_np(ops.transpose_add(to_var(x, dtype), to_var(y, dtype), d0, d1))
+            assert_close_add(got, add_reference(x, y, d0, d1, dtype), dtype)
+        else:
+            np.testing.assert_array_equal(to_np(ops.permute(to_var(x, dtype), perm)), want)
+    finally:
+        jt.flags.use_cuda = 0
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("shape, perm, dtype, op", [
     ((3, 70, 37), (0, 2, 1), "float32", "permute"),
     ((2, 64, 96), (0, 2, 1), "float16", "permute"),
@@ -834,6 +912,11 @@ def test_cuda_int64_index_kernels(shape, perm, dtype, op, rng):
 
 # ---- nvcc: every kernel instantiation the dispatcher can produce compiles for sm_90 ------------------------
 
+def _aligns(e, pk):
+    """The shifted tile's units (elements per 32 / 64 bytes) the tile of (e, pk) can take, and 0 (unshifted)."""
+    return [0] + [u // e for u in (32, 64) if u // e > pk and u // e - pk < 32 * pk]
+
+
 def _instantiations():
     """Launcher calls covering every template axis: each rank, chunk, (element size, pack), batch rank, index
     type and element type appears at least once (not the full product: one nvcc run has to stay short)."""
@@ -844,9 +927,10 @@ def _instantiations():
         for i, it in enumerate(idx):
             calls.append(f"ops_permute_nd<{r}, {P.CHUNKS[(r + i) % 5]}, {it}, {nd}>(src, dst, data);")
     for n, (e, pk) in enumerate([(1, 1), (2, 1), (4, 1), (8, 1), (16, 1), (1, 4), (2, 2), (2, 4), (4, 2)]):
-        calls.append(f"ops_permute_tiled<{e}, {pk}, {n}, {idx[n % 2]}, {rows}>(src, dst, data);")
+        for al in _aligns(e, pk):
+            calls.append(f"ops_permute_tiled<{e}, {pk}, {n}, {idx[n % 2]}, {rows}, {al}>(src, dst, data);")
     for br in range(P.MAX_RANK - 1):
-        calls.append(f"ops_permute_tiled<4, 1, {br}, {idx[(br + 1) % 2]}, {rows}>(src, dst, data);")
+        calls.append(f"ops_permute_tiled<4, 1, {br}, {idx[(br + 1) % 2]}, {rows}, {8 * (br % 2)}>(src, dst, data);")
     for n, g in enumerate(P.GROUPS):
         for br in range(P.MAX_RANK - 2):
             calls.append(f"ops_permute_grouped<16, {g}, {br}, {idx[(n + br) % 2]}, {rows}>(src, dst, data);")
@@ -854,14 +938,13 @@ def _instantiations():
         e, it = _codegen.ITEMSIZE[dt], idx[n % 2]
         calls.append(f"ops_transpose_add_nd<{ct}, 1, 16, {it}, {nd}>(src, src, dst, data);")
         calls.append(f"ops_transpose_add_nd<{ct}, {3 + n % 3}, {e}, {it}, {nd}>(src, src, dst, data);")
-        calls.append(f"ops_transpose_add_tiled<{ct}, {e}, 1, {n % 4}, {it}, {rows}>(src, src, dst, data);")
-        calls.append(f"ops_transpose_add_tiled<{ct}, 16, 1, 1, {it}, {rows}>(src, src, dst, data);")
         calls.append(f"ops_transpose_add_grouped<{ct}, 16, {P.GROUPS[n % 3]}, {n % 3}, {it}, {rows}>"
                      "(src, src, dst, data);")
-        if e < 4:
-            calls.append(f"ops_transpose_add_tiled<{ct}, {e}, {4 // e}, {n % 2}, {it}, {rows}>(src, src, dst, data);")
-        if e in (2, 4):  # 8-byte words
-            calls.append(f"ops_transpose_add_tiled<{ct}, {e}, {8 // e}, {n % 2}, {it}, {rows}>(src, src, dst, data);")
+        words = [(e, 1), (16, 1)] + ([(e, 4 // e)] if e < 4 else []) + ([(e, 8 // e)] if e in (2, 4) else [])
+        for k, (c, pk) in enumerate(words):
+            al = _aligns(c, pk)[(n + k) % len(_aligns(c, pk))]
+            calls.append(f"ops_transpose_add_tiled<{ct}, {c}, {pk}, {(n + k) % 4}, {it}, {rows}, {al}>"
+                         "(src, src, dst, data);")
     return calls
 
 
