@@ -105,15 +105,24 @@ PACK_WORD_MODES = ("auto", "4", "8")
 TILE_ORDER_SWITCH = "OPS_PERMUTE_TILE_ORDER"
 TILE_ORDER_MODES = ("auto", "a", "b")
 # Shifted tile for output rows that do not start on a 32-byte sector ((24300, 11520) bf16: rows of 48600 bytes;
-# (4097, 3071)): each output row's segment starts on a sector, the tile holds the extra input rows that needs
-# (AL - P, AL = 32 / element bytes), and no two tiles share a sector. The same shapes with aligned rows ran at
-# 96.8% ((24320, 11520) transpose_add) against 81.2% (H100, 2026-11-24, blocks along A). Taken where the extra
-# rows are at most half the tile. Predicted: the misaligned cases from 67-90% to 85-95% of copy (to measure).
-# OPS_PERMUTE_ALIGN_OUT: "auto" (default: 32-byte units where some row is misaligned), "0" (never), "32" or
-# "64" (bytes per unit, forced on every tiled case whose tile allows it; A/B switch).
+# (4097, 3071)): each output row's segment starts on a unit boundary, the tile holds the extra input rows that
+# needs (AL - P, AL = unit bytes / element bytes), and no two tiles share a unit. H100 A/B (2026-11-24, one
+# process, blocks along B), % of copy roofline, plain -> 32-byte units -> 64-byte units:
+#  * permute, packed words: (24300, 11520) bf16 (1,0) 78.1 -> 92.5 -> 92.4; (32, 1028, 1024) f16 (0,2,1)
+#    70.5 -> 84.7 -> 83.3; int8 quads 60.0 -> 78.8 -> 72.5.  So: 32-byte units.
+#  * permute, plain tile of 4-byte elements: (4097, 3071) f32 70.0 -> 74.8 -> 82.8.  So: 64-byte units.
+#  * plain tile of 2-byte elements: (4097, 3071) f16 58.1 -> 49.2 -> 41.9 (15 or 31 extra rows of a 32-row tile
+#    of 2-byte loads).  So: never for words below 4 bytes.
+#  * transpose_add: (24300, 11520) bf16 89.9 -> 71.8 -> 70.2, (4097, 3071) f16 72.3 -> 62.4 (not understood: the
+#    same kernel's permute gains; suspects are the y loads, one per row with its own shift, and registers).
+#    So: never for transpose_add.
+#  * on aligned rows (every shift 0) the extra rows cost: (8192, 8192) f32 transpose_add 98.6 -> 95.7,
+#    (32, 1024, 1024) f16 permute 91.4 -> 85.5.  So: only where some output row starts off a sector.
+#  8- and 16-byte elements follow the 4-byte rule (not measured).
+# OPS_PERMUTE_ALIGN_OUT: "auto" (default: the rule above), "0" (never), "32" or "64" (bytes per unit, forced on
+# every tiled case whose tile allows it; A/B switch).
 ALIGN_OUT_SWITCH = "OPS_PERMUTE_ALIGN_OUT"
 ALIGN_OUT_MODES = ("auto", "0", "32", "64")
-ALIGN_OUT_BYTES = 32
 # Grouped tile: the last dim stays and holds G chunks; taken for G in GROUPS (a warp covers whole groups:
 # G divides 32) when the a dim fills a tile row (32 / G groups) and the b dim at least TILE_MIN_DIM. Predicted
 # (1,0,2) on (2048,1024,16) float32 from 79% (general, 64-byte runs) to ~90% of copy on an H100.
@@ -309,18 +318,21 @@ def align_out_mode() -> str:
     return mode
 
 
-def _align_for(chunk: int, pack: int, row_steps: Sequence[int]) -> int:
+def _align_for(op: str, chunk: int, pack: int, row_steps: Sequence[int]) -> int:
     """Elements per aligned unit of the shifted tile (0: the plain tile) for elements of ``chunk`` bytes moved
     ``pack`` to a word; ``row_steps`` are the element distances between the output rows a tile writes (the
-    A dim's and the batch dims' output strides): shifted only where some row does not start on a sector."""
+    A dim's and the batch dims' output strides). The measured rule above, or the forced unit."""
     mode = align_out_mode()
-    unit_bytes = ALIGN_OUT_BYTES if mode == "auto" else int(mode)
-    if unit_bytes == 0 or unit_bytes <= chunk * pack:
+    if mode == "auto":
+        if op != "permute" or chunk * pack < 4 or all(step * chunk % 32 == 0 for step in row_steps):
+            return 0
+        unit_bytes = 32 if pack > 1 else 64
+    else:
+        unit_bytes = int(mode)
+    if unit_bytes <= chunk * pack:
         return 0
     unit = unit_bytes // chunk
     extra = unit - pack  # input rows the tile holds before its b range
-    if mode == "auto" and (all(step % unit == 0 for step in row_steps) or 2 * extra > 32 * pack):
-        return 0
     return unit if extra < 32 * pack else 0
 
 
@@ -406,7 +418,7 @@ def select_config(shape: Sequence[int], perm: Sequence[int], dtype: str, op: str
         batch = [k for k in range(rank) if k not in (a_pos, rank - 1)]  # output dims outside the tile plane
         batch_rank = len(batch)
         row_starts = [out_strides[a_pos]] + [out_strides[k] for k in batch]  # steps between output rows
-        align = _align_for(plan.chunk, pack, row_starts)
+        align = _align_for(op, plan.chunk, pack, row_starts)
         tiles_a = -(-plan.in_dims[a_dim] // (32 * pack))
         # a shifted row reaches back up to align - pack columns: one more tile may be needed along b
         tiles_b = -(-(plan.in_dims[b_dim] + (align - pack if align else 0)) // (32 * pack))

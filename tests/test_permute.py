@@ -200,14 +200,14 @@ def test_render_depends_only_on_code_constants():
     b = P.select_config((3, 72, 37), (0, 2, 1), "float64")  # output rows of 72 * 8 bytes: whole sectors
     assert a.params != b.params and P.render(a) == P.render(b)
     assert P.render(a) == "ops_permute_tiled<8, 1, 1, int, 8, 0>(in0_p, out0_p, data);"
-    shifted = P.select_config((3, 70, 37), (0, 2, 1), "float64")  # rows of 560 bytes: the shifted tile
-    assert P.render(shifted) == "ops_permute_tiled<8, 1, 1, int, 8, 4>(in0_p, out0_p, data);"
+    shifted = P.select_config((3, 70, 37), (0, 2, 1), "float64")  # rows of 560 bytes: 64-byte units
+    assert P.render(shifted) == "ops_permute_tiled<8, 1, 1, int, 8, 8>(in0_p, out0_p, data);"
     g = P.select_config((2048, 1024, 12), (1, 0, 2), "float32")
     assert P.render(g) == "ops_permute_nd<3, 16, int, 256, 4>(in0_p, out0_p, data);"
     grouped = P.select_config((2048, 1024, 16), (1, 0, 2), "float16")
     assert P.render(grouped) == "ops_permute_grouped<16, 2, 0, int, 8>(in0_p, out0_p, data);"
     t = P.select_config((24300, 11520), (1, 0), "bfloat16", "transpose_add")
-    assert P.render(t) == "ops_transpose_add_tiled<in0_type, 2, 4, 0, int, 8, 16>(in0_p, in1_p, out0_p, data);"
+    assert P.render(t) == "ops_transpose_add_tiled<in0_type, 2, 4, 0, int, 8, 0>(in0_p, in1_p, out0_p, data);"
     s = P.select_config((4, 5), (0, 1), "float32", "transpose_add")
     assert P.render(s) == "ops_transpose_add_nd<in0_type, 1, 16, int, 256, 4>(in0_p, in1_p, out0_p, data);"
     assert P.render(P.select_config((3, 4), (0, 1), "int8")) == "ops_permute_copy(in0_p, out0_p, data);"
@@ -504,11 +504,12 @@ def test_tile_order_switch(monkeypatch):
 
 
 SHIFTED = [  # (shape, perm, dtype, mode, expected elements per aligned unit)
-    ((97, 70), (1, 0), "float32", "auto", 8),            # output rows of 388 bytes, plain 32x32 tile
-    ((70, 97), (1, 0), "float16", "auto", 16),           # odd rows: P = 1, 15 extra rows
-    ((3, 132, 142), (0, 2, 1), "float16", "auto", 16),   # 284-byte rows, 8-byte words of 4 halves
+    ((97, 70), (1, 0), "float32", "auto", 16),           # output rows of 388 bytes, plain tile: 64-byte units
+    ((70, 97), (1, 0), "float16", "32", 16),             # odd rows: P = 1, 15 extra rows
+    ((3, 132, 142), (0, 2, 1), "float16", "auto", 16),   # 284-byte rows, 4-byte words of 2 halves
+    ((3, 136, 140), (0, 2, 1), "bfloat16", "32", 16),    # 280-byte rows, 8-byte words of 4 halves
     ((2, 68, 132), (0, 2, 1), "int8", "auto", 32),       # 68-byte rows, 1-byte quads, 28 extra rows
-    ((36, 3, 70), (2, 1, 0), "float32", "auto", 8),      # the batch stride misaligned too
+    ((36, 3, 70), (2, 1, 0), "float32", "auto", 16),     # the batch stride misaligned too
     ((3, 132, 142), (0, 2, 1), "float16", "64", 32),     # 64-byte units
     ((64, 72), (1, 0), "float32", "32", 8),              # forced on aligned rows: every shift 0
 ]
@@ -528,18 +529,22 @@ def test_emulated_shifted_tile(shape, perm, dtype, mode, unit, rng, monkeypatch)
 def test_align_out_rule(monkeypatch):
     def unit(shape, perm, dtype, op="permute"):
         return P.select_config(shape, perm, dtype, op).data["align"]
-    assert unit((24300, 11520), (1, 0), "bfloat16", "transpose_add") == 16  # the seed's shape: 48600-byte rows
-    assert unit((11520, 24300), (1, 0), "bfloat16") == 0                    # 23040-byte rows: whole sectors
-    assert unit((4097, 3071), (1, 0), "float32") == 8
-    assert unit((4097, 3071), (1, 0), "float16") == 16
-    assert unit((4097, 3071), (1, 0), "int8") == 0  # 31 extra rows would be most of a 32-row tile
+    assert unit((24300, 11520), (1, 0), "bfloat16") == 16          # the seed's shape: 48600-byte output rows
+    assert unit((24300, 11520), (1, 0), "bfloat16", "transpose_add") == 0  # measured slower shifted
+    assert unit((11520, 24300), (1, 0), "bfloat16") == 0           # 23040-byte rows: whole sectors
+    assert unit((32, 1028, 1024), (0, 2, 1), "float16") == 16 and unit((64, 1028, 1024), (0, 2, 1), "int8") == 32
+    assert unit((4097, 3071), (1, 0), "float32") == 16             # plain tile: 64-byte units
+    assert unit((4097, 3071), (1, 0), "float16") == 0              # 2-byte words: measured slower shifted
+    assert unit((4097, 3071), (1, 0), "int8") == 0
     assert unit((8192, 8192), (1, 0), "float32") == 0 and unit((32, 1024, 1024), (0, 2, 1), "int8") == 0
     cfg = P.select_config((4097, 3071), (1, 0), "float32")
-    assert cfg.data["tiles_b"] == -(-(4097 + 7) // 32)  # the shifted rows reach 7 columns into one more tile
+    assert cfg.data["tiles_b"] == -(-(4097 + 15) // 32)  # the shifted rows reach 15 columns into one more tile
     monkeypatch.setenv(P.ALIGN_OUT_SWITCH, "0")
     assert unit((24300, 11520), (1, 0), "bfloat16") == 0
     monkeypatch.setenv(P.ALIGN_OUT_SWITCH, "64")
-    assert unit((24300, 11520), (1, 0), "bfloat16") == 32 and unit((8192, 8192), (1, 0), "float32") == 16
+    assert unit((24300, 11520), (1, 0), "bfloat16", "transpose_add") == 32
+    assert unit((8192, 8192), (1, 0), "float32") == 16 and unit((4097, 3071), (1, 0), "float16") == 32
+    assert unit((4097, 3071), (1, 0), "int8") == 0  # 63 extra rows: no room in a 32-row tile
     monkeypatch.setenv(P.ALIGN_OUT_SWITCH, "16")
     with pytest.raises(ValueError, match=P.ALIGN_OUT_SWITCH):
         P.select_config((24300, 11520), (1, 0), "bfloat16")
