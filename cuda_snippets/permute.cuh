@@ -156,6 +156,34 @@ template <int BR, typename IndexT> struct OpsTileParams {
   IndexT batch_dim[BR > 0 ? BR : 1], batch_in[BR > 0 ? BR : 1], batch_out[BR > 0 ? BR : 1];
 };
 
+// Block index -> (tile along A, tile along B, input and output offsets of the batch index). Tile index
+// ((batch * tiles_b) + tb) * tiles_a + ta, or with b_fast ((batch * tiles_a) + ta) * tiles_b + tb.
+template <int BR, typename IndexT>
+__device__ __forceinline__ void ops_tile_coords(const OpsTileParams<BR, IndexT>& p, IndexT& ta, IndexT& tb,
+                                                IndexT& src_base, IndexT& dst_base) {
+  IndexT t = (IndexT)blockIdx.x;
+  if (p.b_fast) {
+    tb = t % p.tiles_b;
+    t /= p.tiles_b;
+    ta = t % p.tiles_a;
+    t /= p.tiles_a;
+  } else {
+    ta = t % p.tiles_a;
+    t /= p.tiles_a;
+    tb = t % p.tiles_b;
+    t /= p.tiles_b;
+  }
+  src_base = 0;
+  dst_base = 0;
+#pragma unroll
+  for (int k = BR - 1; k >= 0; --k) {
+    const IndexT c = t % p.batch_dim[k];
+    t /= p.batch_dim[k];
+    src_base += c * p.batch_in[k];
+    dst_base += c * p.batch_out[k];
+  }
+}
+
 // The tile in shared memory: row = local b (T = 32 * P rows), 32 words of P elements along a, plus one pad
 // word. Shared memory serves a warp's request in wavefronts of 128 bytes: L = 128 / W threads of W-byte words
 // each (the whole warp for 4-byte words, each half warp for 8-byte words), conflict-free when their word
@@ -237,8 +265,7 @@ template <int E> struct OpsTileGather<E, 1> {
   }
 };
 
-// One block per tile (tile index = ((batch * tiles_b) + tb) * tiles_a + ta, or with b_fast
-// ((batch * tiles_a) + ta) * tiles_b + tb). Threads (32, ROWS).
+// One block per tile (ops_tile_coords). Threads (32, ROWS).
 // Phase 1: rows b0 + ty + ROWS * k of the input plane, word tx along a -> tile[b][a-word]; the epilogue's
 // loads (y of transpose + add) are issued here too. Phase 2: output rows a0 + P * (ty + ROWS * m) + r (r < P),
 // word tx along b, the P rows of a group from the same P tile words (OpsTileGather).
@@ -263,26 +290,8 @@ ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst
   Word* __restrict__ dst = static_cast<Word*>(dst_v);
   const int tx = threadIdx.x, ty = threadIdx.y;
 
-  IndexT t = (IndexT)blockIdx.x, ta, tb;
-  if (p.b_fast) {
-    tb = t % p.tiles_b;
-    t /= p.tiles_b;
-    ta = t % p.tiles_a;
-    t /= p.tiles_a;
-  } else {
-    ta = t % p.tiles_a;
-    t /= p.tiles_a;
-    tb = t % p.tiles_b;
-    t /= p.tiles_b;
-  }
-  IndexT src_base = 0, dst_base = 0;
-#pragma unroll
-  for (int k = BR - 1; k >= 0; --k) {
-    const IndexT c = t % p.batch_dim[k];
-    t /= p.batch_dim[k];
-    src_base += c * p.batch_in[k];
-    dst_base += c * p.batch_out[k];
-  }
+  IndexT ta, tb, src_base, dst_base;
+  ops_tile_coords(p, ta, tb, src_base, dst_base);
   const IndexT a0 = ta * T, b0 = tb * T;
 
   // Phase 2's rows: groups g = ty + ROWS * m (m < G) of P output rows P * g + r; row index k = m * P + r.
@@ -404,26 +413,8 @@ ops_group_tile_kernel(const OpsBytes<C>* __restrict__ src, OpsBytes<C>* __restri
   __shared__ OpsBytes<C> tile[TB][32 + G];
   const int tx = threadIdx.x, ty = threadIdx.y;
 
-  IndexT t = (IndexT)blockIdx.x, ta, tb;
-  if (p.b_fast) {
-    tb = t % p.tiles_b;
-    t /= p.tiles_b;
-    ta = t % p.tiles_a;
-    t /= p.tiles_a;
-  } else {
-    ta = t % p.tiles_a;
-    t /= p.tiles_a;
-    tb = t % p.tiles_b;
-    t /= p.tiles_b;
-  }
-  IndexT src_base = 0, dst_base = 0;
-#pragma unroll
-  for (int k = BR - 1; k >= 0; --k) {
-    const IndexT c = t % p.batch_dim[k];
-    t /= p.batch_dim[k];
-    src_base += c * p.batch_in[k];
-    dst_base += c * p.batch_out[k];
-  }
+  IndexT ta, tb, src_base, dst_base;
+  ops_tile_coords(p, ta, tb, src_base, dst_base);
   const IndexT a0 = ta * TA, b0 = tb * TB;
 
   // Phase 2 positions: chunk L = tx + 32 * (ty + ROWS * k) of the tile's output rows (TB * G chunks each).

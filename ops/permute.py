@@ -28,6 +28,10 @@ tiled_packed  as tiled for 1-, 2- and 4-byte elements, with P elements in one 4-
            access on both sides of a 32P-element tile: int8/bool quads (P = 4, 4 bytes), fp16/bf16 pairs
            (P = 2) or quads (P = 4, 8 bytes), float32 pairs (P = 2, 8 bytes); the word is chosen by the
            measured rule at ``WORD8_MIN_ROW_BYTES``.
+           Both tiled variants: consecutive blocks step along the output's last dim, and where a permute's
+           output rows do not start on 32-byte sectors the shifted tile (template constant ``AL``, data key
+           ``align``) starts every output row segment on a unit of 32 or 64 bytes (rule at
+           ``ALIGN_OUT_SWITCH``).
 tiled_grouped  the last dim stays but holds only G = 2, 4 or 8 chunks (e.g. 64 bytes): a tile whose
            elements are those groups, so reads and writes both move runs of 512 bytes or more where the
            general kernel reads runs of G chunks ((1,0,2) on (2048,1024,16) float32, attention layouts).
@@ -35,9 +39,9 @@ fallback   permute only: more than ``MAX_RANK`` dims remain after simplification
 ========== =========================================================================================
 
 Every integer written into the CUDA source text (rank, chunk bytes, pack, batch rank, index type, block
-shape, and the element type for transpose_add) changes the generated code; shapes and strides go through
-``data`` so one compiled kernel serves every shape of a kind. The CPU source takes everything from ``data``:
-one CPU compile per dtype and op.
+shape, the shifted tile's unit, and the element type for transpose_add) changes the generated code; shapes
+and strides go through ``data`` so one compiled kernel serves every shape of a kind. The CPU source takes
+everything from ``data``: one CPU compile per dtype and op.
 """
 from __future__ import annotations
 
@@ -52,7 +56,8 @@ from ._jittor import code, has_cuda, jt
 
 __all__ = ["permute", "transpose", "transpose_add", "Permute", "TransposeAdd", "PermuteFunction",
            "TransposeAddFunction", "KernelConfig", "PermutePlan", "normalize_dims", "simplify_permutation",
-           "movement_size", "plan_permute", "pack_word_mode", "select_config", "render", "VARIANTS"]
+           "movement_size", "plan_permute", "pack_word_mode", "tile_order_mode", "align_out_mode", "select_config",
+           "render", "VARIANTS"]
 
 # ---- tuning constants -------------------------------------------------------------------------------------
 

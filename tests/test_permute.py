@@ -825,6 +825,19 @@ def test_cuda_large_transpose_add(shape, d0, d1, dtype, rng):
         jt.flags.use_cuda = 0
 
 
+def check_on_gpu(shape, perm, dtype, op, rng):
+    """``op`` ("permute" or "transpose_add" of the two dims ``perm`` swaps) on the GPU against NumPy."""
+    x = random_array(shape, dtype, rng)
+    want = np.transpose(x, perm)
+    if op == "transpose_add":
+        d0, d1 = [k for k, p in enumerate(perm) if k != p]
+        y = random_array(want.shape, dtype, rng)
+        got = to_np(ops.transpose_add(to_var(x, dtype), to_var(y, dtype), d0, d1))
+        assert_close_add(got, add_reference(x, y, d0, d1, dtype), dtype)
+    else:
+        np.testing.assert_array_equal(to_np(ops.permute(to_var(x, dtype), perm)), want)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("shape, perm, dtype, op", [
     ((32, 1024, 1024), (0, 2, 1), "float16", "permute"),
@@ -841,15 +854,7 @@ def test_cuda_eight_byte_words(shape, perm, dtype, op, rng, monkeypatch):
     jt.flags.use_cuda = 1
     try:
         assert P.select_config(shape, perm, dtype, op).pack == 8 // _codegen.ITEMSIZE[dtype]
-        x = random_array(shape, dtype, rng)
-        want = np.transpose(x, perm)
-        if op == "transpose_add":
-            d0, d1 = [k for k, p in enumerate(perm) if k != p]
-            y = random_array(want.shape, dtype, rng)
-            got = to_np(ops.transpose_add(to_var(x, dtype), to_var(y, dtype), d0, d1))
-            assert_close_add(got, add_reference(x, y, d0, d1, dtype), dtype)
-        else:
-            np.testing.assert_array_equal(to_np(ops.permute(to_var(x, dtype), perm)), want)
+        check_on_gpu(shape, perm, dtype, op, rng)
     finally:
         jt.flags.use_cuda = 0
 
@@ -868,15 +873,7 @@ def test_cuda_shifted_tile(shape, perm, dtype, op, mode, rng, monkeypatch):
     jt.flags.use_cuda = 1
     try:
         assert P.select_config(shape, perm, dtype, op).variant.startswith("tiled")
-        x = random_array(shape, dtype, rng)
-        want = np.transpose(x, perm)
-        if op == "transpose_add":
-            d0, d1 = [k for k, p in enumerate(perm) if k != p]
-            y = random_array(want.shape, dtype, rng)
-            got = to_np(ops.transpose_add(to_var(x, dtype), to_var(y, dtype), d0, d1))
-            assert_close_add(got, add_reference(x, y, d0, d1, dtype), dtype)
-        else:
-            np.testing.assert_array_equal(to_np(ops.permute(to_var(x, dtype), perm)), want)
+        check_on_gpu(shape, perm, dtype, op, rng)
     finally:
         jt.flags.use_cuda = 0
 
