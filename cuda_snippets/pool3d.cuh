@@ -163,31 +163,37 @@ template <typename A> __device__ __forceinline__ bool pool3d_beats(A bv, int bp,
 
 // ---------------------------------------------------------------------------------------------------------
 // One window, one thread: the loops are fully unrolled when KD/KH/KW are compile-time.
-template <typename T, int KD, int KH, int KW, bool NOPAD>
+// CLAMP (no padding, dilation 1; only ceil_mode's last windows reach past the input's end): an index past the
+// end reads the dim's last element instead of being skipped. That element is the window's own last one along
+// that dim and comes earlier in the (d, h, w) scan, so the duplicate never wins a tie, and a clamped row or
+// plane replays the last real one (the last NaN stays the last): the same value and index, with every load
+// unconditional.
+template <typename T, int KD, int KH, int KW, bool NOPAD, bool CLAMP = false>
 __device__ __forceinline__ Pool3dBest<T> pool3d_window_max(const T* __restrict__ plane, const Pool3dGeom& g,
                                                            int od, int oh, int ow) {
+  constexpr bool CHECK = !NOPAD && !CLAMP;  // skip elements outside the input
   const int kd = KD ? KD : g.kd, kh = KH ? KH : g.kh, kw = KW ? KW : g.kw;
   const int d0 = od * g.sd - g.pd, h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
   Pool3dBest<T> b;
   b.pos = -1;
-  if (NOPAD) {  // every element exists: seed with the first one, then no emptiness test per element
+  if (!CHECK) {  // the first element exists: seed with it, then no emptiness test per element
     const int p0 = (d0 * g.H + h0) * g.W + w0;
     b.take(plane[p0], p0);
   }
 #pragma unroll
   for (int i = 0; i < kd; ++i) {
-    const int d = d0 + i * g.dd;
-    if (!NOPAD && (d < 0 || d >= g.D)) continue;
+    const int d = CLAMP ? (d0 + i < g.D ? d0 + i : g.D - 1) : d0 + i * g.dd;
+    if (CHECK && (d < 0 || d >= g.D)) continue;
 #pragma unroll
     for (int j = 0; j < kh; ++j) {
-      const int h = h0 + j * g.dh;
-      if (!NOPAD && (h < 0 || h >= g.H)) continue;
+      const int h = CLAMP ? (h0 + j < g.H ? h0 + j : g.H - 1) : h0 + j * g.dh;
+      if (CHECK && (h < 0 || h >= g.H)) continue;
       const int row = (d * g.H + h) * g.W;
 #pragma unroll
       for (int k = 0; k < kw; ++k) {
-        const int w = w0 + k * g.dw;
-        if (!NOPAD && (w < 0 || w >= g.W)) continue;
-        b.template offer<!NOPAD>(plane[row + w], row + w);
+        const int w = CLAMP ? (w0 + k < g.W ? w0 + k : g.W - 1) : w0 + k * g.dw;
+        if (CHECK && (w < 0 || w >= g.W)) continue;
+        b.template offer<CHECK>(plane[row + w], row + w);
       }
     }
   }
@@ -225,7 +231,7 @@ __device__ __forceinline__ Pool3dBest<T> pool3d_window_max_warp(const T* __restr
 // Forward. MODE bit 1: write the maximum to y; bit 2: write the index to yi.
 
 // Large output planes: one output per thread, OPT outputs per thread BLOCK apart (OPT windows in flight).
-template <typename T, typename I, int KD, int KH, int KW, bool NOPAD, int MODE, int OPT, int BLOCK>
+template <typename T, typename I, int KD, int KH, int KW, bool NOPAD, bool CLAMP, int MODE, int OPT, int BLOCK>
 __global__ void __launch_bounds__(BLOCK) pool3d_fwd_flat(const T* __restrict__ x, T* __restrict__ y,
                                                          int* __restrict__ yi, const Pool3dArgs<I> a) {
   const I first = (I)blockIdx.x * (BLOCK * OPT) + threadIdx.x;
@@ -236,7 +242,7 @@ __global__ void __launch_bounds__(BLOCK) pool3d_fwd_flat(const T* __restrict__ x
     if (o < a.total) {
       I plane; int od, oh, ow;
       pool3d_split(a, o, plane, od, oh, ow);
-      best[t] = pool3d_window_max<T, KD, KH, KW, NOPAD>(x + plane * a.plane_in, a.g, od, oh, ow);
+      best[t] = pool3d_window_max<T, KD, KH, KW, NOPAD, CLAMP>(x + plane * a.plane_in, a.g, od, oh, ow);
     }
   }
 #pragma unroll
@@ -527,10 +533,11 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_k2s2(const T* __restrict__ x
 // Host launchers (called from jt.code's cuda_src; grid: select_config's formula over the tensors' sizes,
 // rendered by ops.pool3d.grid_expression).
 
-template <typename T, typename I, int KD, int KH, int KW, bool NOPAD, int MODE, int OPT, int BLOCK>
+template <typename T, typename I, int KD, int KH, int KW, bool NOPAD, bool CLAMP, int MODE, int OPT, int BLOCK>
 void pool3d_fwd_flat_launch(const T* x, T* y, int* yi, const Pool3dGeom& g, long long planes, long long grid) {
+  CHECK(!CLAMP || (g.pd == 0 && g.ph == 0 && g.pw == 0 && g.dd == 1 && g.dh == 1 && g.dw == 1));
   const Pool3dArgs<I> a = pool3d_args<I>(g, planes, g.Wo, g.Ho, g.Do);
-  pool3d_fwd_flat<T, I, KD, KH, KW, NOPAD, MODE, OPT, BLOCK><<<(unsigned int)grid, BLOCK>>>(x, y, yi, a);
+  pool3d_fwd_flat<T, I, KD, KH, KW, NOPAD, CLAMP, MODE, OPT, BLOCK><<<(unsigned int)grid, BLOCK>>>(x, y, yi, a);
   OPS_CHECK_LAUNCH();
 }
 

@@ -25,7 +25,9 @@ Variants. Forward (every variant computes the values; with ``mode`` 3 it also wr
 fwd_k2s2_vec   kernel = stride = 2, dilation 1, no padding and no partial window, W % VEC == 0: one thread
                reads the four input rows of VEC/2 adjacent outputs as VEC-wide (up to 16-byte) loads.
 fwd_flat       one output per thread, OPT outputs per thread; window loops unrolled where the kernel size
-               is one of ``SPECIALIZED_K`` (per dim), bounds checks compiled out when padding-free.
+               is one of ``SPECIALIZED_K`` (per dim), bounds checks compiled out when padding-free; with no
+               padding and dilation 1 (ceil_mode's partial last windows), ``clamp``: an index past the end
+               reads the dim's last element, which the window holds already, so every load is unconditional.
 fwd_warp       one warp per output for big windows (>= ``WARP_MIN_WINDOW`` elements) with few outputs or
                h = w = 1 outputs: lanes read the window coalesced and merge by shuffles.
 fwd_rows       values only (no indices wanted), dilation 1 along W, W stride <= ``ROWS_MAX_SW``, W kernel <=
@@ -231,6 +233,12 @@ def padding_free(spatial: Sequence[int], out: Sequence[int], params: PoolParams)
                zip(spatial, out, params.kernel, params.stride, params.padding, params.dilation))
 
 
+def clamp_exact(params: PoolParams) -> bool:
+    """No padding and dilation 1: a window index past the input's end (ceil_mode's last windows) can read the
+    dim's last element instead, which the window already holds, without changing its max or argmax."""
+    return all(p == 0 and d == 1 for p, d in zip(params.padding, params.dilation))
+
+
 def windows_disjoint(params: PoolParams) -> bool:
     """No input element lies in two windows: stride >= dilation * (kernel - 1) + 1 in every dim."""
     return all(s >= d * (k - 1) + 1 for k, s, d in zip(params.kernel, params.stride, params.dilation))
@@ -261,6 +269,7 @@ class KernelConfig:
     variant: str
     k: Triple = (0, 0, 0)  # compile-time window sizes; 0 = runtime loop
     nopad: bool = False  # no bounds checks (padding-free)
+    clamp: bool = False  # fwd_flat: indices past the input's end read its last element (see clamp_exact)
     vec: int = 1  # elements per vector load (k2s2 and rows variants)
     sw: int = 0  # compile-time W stride (fwd_rows), 0 otherwise
     opt: int = 1  # work items per thread
@@ -280,6 +289,8 @@ class KernelConfig:
             parts.append(f"vec{self.vec}")
         if self.nopad:
             parts.append("nopad")
+        if self.clamp:
+            parts.append("clamp")
         return "/".join(parts)
 
 
@@ -406,7 +417,8 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
         return KernelConfig("fwd_rows", k=(0, 0, params.kernel[2]), nopad=nopad, vec=vec, sw=params.stride[2],
                             block=BLOCK, grid=_ceil_div(items, BLOCK), index_type=itype)
     opt = _flat_opt(params.volume)
-    return KernelConfig("fwd_flat", k=_spec_k(params.kernel), nopad=nopad, opt=opt, block=BLOCK,
+    clamp = not nopad and clamp_exact(params)
+    return KernelConfig("fwd_flat", k=_spec_k(params.kernel), nopad=nopad, clamp=clamp, opt=opt, block=BLOCK,
                         grid=_ceil_div(outputs, BLOCK * opt), index_type=itype)
 
 
@@ -424,7 +436,8 @@ _GEOM_GATHER = "pool3d_geom(out0_shape1, out0_shape2, out0_shape3, in1_shape1, i
 _FWD_PTRS = {MODE_VALUES: "in0_p, out0_p, (int*)0", MODE_BOTH: "in0_p, out0_p, out1_p"}
 
 _CUDA_TEMPLATES = {
-    "fwd_flat": "pool3d_fwd_flat_launch<in0_type, ${I}, ${KD}, ${KH}, ${KW}, ${NOPAD}, ${MODE}, ${OPT}, ${BLOCK}>"
+    "fwd_flat": "pool3d_fwd_flat_launch<in0_type, ${I}, ${KD}, ${KH}, ${KW}, ${NOPAD}, ${CLAMP}, ${MODE}, ${OPT}, "
+                "${BLOCK}>"
                 "(${PTRS}, ${GEOM}, in0_shape0, ${GRID});",
     "fwd_warp": "pool3d_fwd_warp_launch<in0_type, ${I}, ${KD}, ${KH}, ${KW}, ${NOPAD}, ${MODE}, ${BLOCK}>"
                 "(${PTRS}, ${GEOM}, in0_shape0, ${GRID});",
@@ -496,9 +509,9 @@ def render_cuda(cfg: KernelConfig, params: PoolParams, mode: int = MODE_VALUES) 
     window = ", ".join(str(v) for v in params.kernel + params.stride + params.dilation)
     body = _codegen.render(
         _CUDA_TEMPLATES[key], I=cfg.index_type, KD=cfg.k[0], KH=cfg.k[1], KW=cfg.k[2],
-        NOPAD=str(cfg.nopad).lower(), TILE=str(tile).lower(), MODE=mode, OPT=cfg.opt, BLOCK=cfg.block,
-        VEC=cfg.vec, SW=cfg.sw, PW=params.padding[2], PTRS=_FWD_PTRS.get(mode, ""), GEOM=geom, WINDOW=window,
-        GRID=_grid_source(cfg))
+        NOPAD=str(cfg.nopad).lower(), CLAMP=str(cfg.clamp).lower(), TILE=str(tile).lower(), MODE=mode, OPT=cfg.opt,
+        BLOCK=cfg.block, VEC=cfg.vec, SW=cfg.sw, PW=params.padding[2], PTRS=_FWD_PTRS.get(mode, ""), GEOM=geom,
+        WINDOW=window, GRID=_grid_source(cfg))
     return f"// max_pool3d {cfg.name} mode={mode} block={cfg.block} opt={cfg.opt} index={cfg.index_type}\n{body}\n"
 
 

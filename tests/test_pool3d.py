@@ -185,6 +185,31 @@ def _kw(k, s=None, p=0, d=1, ceil=False):
     return dict(kernel_size=k, stride=s, padding=p, dilation=d, ceil_mode=ceil)
 
 
+@pytest.mark.parametrize("spatial, kw", [((7, 9, 11), _kw(3, 2, ceil=True)), ((31, 9, 7), _kw(2, ceil=True)),
+                                         ((5, 8, 9), _kw((1, 3, 2), (1, 2, 2), ceil=True)), ((4, 4, 4), _kw(2))])
+def test_clamped_scan_matches_the_checked_scan(spatial, kw, rng):
+    """fwd_flat's clamp (pool3d_window_max<..., CLAMP>): indices past the end read the dim's last element;
+    the scan (Pool3dBest::offer, seeded with the window's first element) gives the reference's value and
+    index on data full of ties and NaNs."""
+    params = P.normalize_params(**kw)
+    assert P.clamp_exact(params)
+    x = rng.integers(0, 3, size=spatial).astype(np.float64)
+    x.reshape(-1)[rng.choice(x.size, x.size // 8, replace=False)] = np.nan
+    want, want_idx = F.reference_pool(x[None, None], **kw)
+    flat = [float(v) for v in x.reshape(-1)]
+    D, H, W = spatial
+    for od, oh, ow in np.ndindex(*want.shape[2:]):
+        order = []
+        for i in range(params.kernel[0]):
+            d = min(od * params.stride[0] + i, D - 1)
+            for j in range(params.kernel[1]):
+                h = min(oh * params.stride[1] + j, H - 1)
+                for k in range(params.kernel[2]):
+                    order.append((d * H + h) * W + min(ow * params.stride[2] + k, W - 1))
+        _, p = _scan(flat, order)
+        assert p == want_idx[0, 0, od, oh, ow], (od, oh, ow)
+
+
 def _max_nan(a, b):
     """pool3d_max_nan of pool3d.cuh: NaN if either is NaN, else the larger."""
     return b if (math.isnan(b) or b > a) else a
@@ -313,7 +338,8 @@ SELECT_TABLE = [
     ((8, 32, 32, 62, 62), "float32", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(vec=2, opt=4)),
     ((1, 1, 4, 4, 4), "float32", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(vec=4, grid=1)),
     ((8, 32, 32, 63, 63), "float32", _kw(2), "fwd", True, "fwd_flat", dict(k=(2, 2, 2), nopad=True, opt=4)),
-    ((8, 32, 31, 63, 63), "float32", _kw(2, ceil=True), "fwd", True, "fwd_flat", dict(k=(2, 2, 2), nopad=False)),
+    ((8, 32, 31, 63, 63), "float32", _kw(2, ceil=True), "fwd", True, "fwd_flat",
+     dict(k=(2, 2, 2), nopad=False, clamp=True)),  # ceil_mode's partial windows: clamped, not checked
     ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "fwd_idx", True, "fwd_flat", dict(k=(3, 3, 3), nopad=True, opt=2)),
     ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "fwd", True, "fwd_rows", dict(k=(0, 0, 3), vec=4, sw=1, grid=3600)),
     ((4, 32, 32, 32, 32), "float16", _kw(3, 1), "fwd", True, "fwd_rows", dict(k=(0, 0, 3), vec=8, sw=1)),
@@ -325,7 +351,8 @@ SELECT_TABLE = [
     ((4, 32, 32, 64, 64), "float32", _kw(4), "fwd", True, "fwd_flat", dict(k=(0, 0, 0))),  # W stride 4
     # padded: fwd_rows (values only) while the W padding fits the chunk before the first window
     ((8, 64, 16, 56, 56), "float32", _kw(3, 2, 1), "fwd", True, "fwd_rows", dict(k=(0, 0, 3), vec=4, nopad=False)),
-    ((8, 64, 16, 56, 56), "float32", _kw(3, 2, 1), "fwd_idx", True, "fwd_flat", dict(k=(3, 3, 3), nopad=False)),
+    ((8, 64, 16, 56, 56), "float32", _kw(3, 2, 1), "fwd_idx", True, "fwd_flat",
+     dict(k=(3, 3, 3), nopad=False, clamp=False)),  # padding: checked
     ((8, 32, 31, 64, 64), "bfloat16", _kw(2, ceil=True), "fwd", True, "fwd_rows", dict(vec=8, sw=2, nopad=False)),
     ((4, 32, 16, 16, 16), "float64", _kw((1, 1, 7), (1, 1, 2), (0, 0, 3)), "fwd", True, "fwd_flat",
      dict(nopad=False)),  # W padding 3 > vec 2
@@ -400,6 +427,7 @@ def test_every_variant_and_flag_is_selected():
     assert {c.variant for c in cfgs} == set(P.VARIANTS["fwd"]) | set(P.VARIANTS["bwd"])
     cuda = [c for c in cfgs if c.block]
     assert {c.nopad for c in cuda} == {True, False}
+    assert {c.clamp for c in cuda if c.variant == "fwd_flat"} == {True, False}
     assert {c.index_type for c in cuda} == {"int", "long long"}
     assert any(all(c.k) for c in cuda) and any(not any(c.k) for c in cuda)  # unrolled and generic windows
     assert {c.vec for c in cuda if c.vec > 1} == {2, 4, 8}
@@ -433,7 +461,7 @@ def test_render_cuda_names_the_launcher_and_only_compile_time_values():
     params = P.normalize_params(8, 1)
     cfg = P.select_config((2, 16, 32, 32, 32), "float32", params, "fwd", on_cuda=True, indices=True)
     src = P.render_cuda(cfg, params, P.MODE_BOTH)
-    assert "pool3d_fwd_flat_launch<in0_type, int, 8, 8, 8, true, 3, 1, 256>" in src and "out1_p" in src
+    assert "pool3d_fwd_flat_launch<in0_type, int, 8, 8, 8, true, false, 3, 1, 256>" in src and "out1_p" in src
     assert "8, 8, 8, 1, 1, 1, 0, 0, 0, 1, 1, 1)" in src and "data" not in src  # parameters are literals
     other = P.select_config((4, 16, 40, 40, 40), "float32", params, "fwd", on_cuda=True, indices=True)
     assert P.render_cuda(other, params, P.MODE_BOTH) == src  # shapes and grid are not in the text: one compile
@@ -492,7 +520,7 @@ def test_values_without_indices(device, dtype, rng):
 
 def test_ties_keep_the_first_maximum(device, rng):
     x = rng.integers(0, 3, size=(2, 3, 8, 9, 10)).astype(np.float32)  # many equal values
-    for kw in (_kw(2), _kw(3, 1), _kw(3, 2, 1), _kw(8, 1)):
+    for kw in (_kw(2), _kw(3, 1), _kw(3, 2, 1), _kw(8, 1), _kw(3, 2, ceil=True)):
         got, idx = pool(x, "float32", **kw)
         want, want_idx = F.reference_pool(x, **kw)
         np.testing.assert_array_equal(got, want)
@@ -504,7 +532,7 @@ def test_nan_propagates(device, dtype, rng):
     x = random_array((2, 2, 8, 8, 8), dtype, rng)
     x.reshape(-1)[rng.choice(x.size, 12, replace=False)] = np.nan
     x[0, 0, 0, 0, 0] = x[0, 0, 1, 1, 1] = np.nan  # two NaNs in one k2s2 window: the index is the last
-    for kw in (_kw(2), _kw(3, 1), _kw(3, 2, 1), _kw(8)):
+    for kw in (_kw(2), _kw(3, 1), _kw(3, 2, 1), _kw(8), _kw(3, 2, ceil=True)):
         got, idx = pool(x, dtype, **kw)
         want, want_idx = F.reference_pool(x, **kw)
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
@@ -832,7 +860,7 @@ GPU_CASES = [
     ((64, 64, 8, 8, 8), "bfloat16", _kw(8)),  # fwd_warp, bwd_tile_warp
     ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8), ceil=True)),  # fwd_warp padded, bwd_tile_warp partial
     ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8))),  # bwd_tile_warp with floor mode's remainder
-    ((8, 32, 31, 63, 63), "float32", _kw(2, ceil=True)),  # fwd_flat padded, bwd_tile_flat partial
+    ((8, 32, 31, 63, 63), "float32", _kw(2, ceil=True)),  # fwd_flat clamped, bwd_tile_flat partial
     ((8, 32, 31, 64, 64), "float16", _kw(2)),  # bwd_tile_flat, a remainder along D only (no vectors)
     ((8, 32, 32, 63, 63), "float32", _kw(2, 3)),  # bwd_scatter_flat
     ((16, 32, 33, 8, 8), "bfloat16", _kw((2, 8, 8), (3, 8, 8))),  # bwd_scatter_warp
