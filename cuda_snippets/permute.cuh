@@ -13,9 +13,10 @@
 //  * ops_group_tile_kernel: the last dim stays but is short (2, 4 or 8 chunks): the same tiling with groups of
 //    chunks as the plane's elements, so reads and writes both move long runs.
 //  * ops_tile_transpose_kernel: the last dim moves. A tile of the plane (A = input last dim, B = output last
-//    dim) goes through shared memory for every index of the remaining "batch" dims; P > 1 packs P elements of
-//    E bytes into one 4-byte word on both the global read and the global write (the 2-byte pair / 1-byte quad
-//    path), or 4 elements of 2 bytes or 2 of 4 bytes into an 8-byte word.
+//    dim, or the output's last two dims where the last is short: split B) goes through shared memory for every
+//    index of the remaining "batch" dims; P > 1 packs P elements of E bytes into one 4-byte word on both the
+//    global read and the global write (the 2-byte pair / 1-byte quad path), or 4 elements of 2 bytes or 2 of 4
+//    bytes into an 8-byte word.
 //  Both take an epilogue: OpsStoreEpi (plain permute) or OpsAddEpi<T> (transpose + add: out = x^T + y, y read
 //  with the same wide word as the store).
 #pragma once
@@ -149,7 +150,9 @@ void ops_nd_launch(const void* src, void* dst, Map& data, const Epi& epi) {
 
 template <int BR, typename IndexT> struct OpsTileParams {
   IndexT A, B;                     // A: input last dim (contiguous in the input); B: output last dim
-  IndexT in_stride_b;              // input stride of the B dim
+  IndexT in_stride_b;              // input stride of the B dim (of its low part where B is split)
+  OpsFastDiv<IndexT> b_lo;         // split B only: the output's last dim, the low part of B
+  IndexT in_stride_bh;             // split B only: input stride of the high part (the output's second-to-last dim)
   IndexT out_stride_a;             // output stride of the A dim
   IndexT tiles_a, tiles_b;         // tiles along A and along B
   int b_fast;                      // block order: consecutive blocks step along B (1) or along A (0)
@@ -182,6 +185,15 @@ __device__ __forceinline__ void ops_tile_coords(const OpsTileParams<BR, IndexT>&
     src_base += c * p.batch_in[k];
     dst_base += c * p.batch_out[k];
   }
+}
+
+// Input offset of the plane's row b. SB (split B): B is the output's last two dims, b = hi * b_lo + lo, which
+// lie at unrelated input strides; the output holds them contiguous, so only the input side needs the split.
+template <int SB, int BR, typename IndexT>
+__device__ __forceinline__ IndexT ops_tile_row_offset(const OpsTileParams<BR, IndexT>& p, IndexT b) {
+  if (!SB) return b * p.in_stride_b;
+  const IndexT hi = p.b_lo.div(b);
+  return hi * p.in_stride_bh + (b - hi * p.b_lo.value()) * p.in_stride_b;
 }
 
 // The tile in shared memory: row = local b (T = 32 * P rows), 32 words of P elements along a, plus one pad
@@ -273,8 +285,9 @@ template <int E> struct OpsTileGather<E, 1> {
 // and output row a writes the T columns from b0 - s(a), s(a) = (the row's offset) mod AL, so every warp's row
 // segment starts on a sector and two tiles never share one. The tile holds the X = AL - P input rows before b0
 // too (the rows a shifted output row reaches back to), and each output row gathers its own word (get_row).
+// SB: B is split over two output dims (ops_tile_row_offset).
 // Loop bounds are compile-time (fully unrolled); the edge test against the rows left is hoisted out.
-template <int E, int P, int BR, typename IndexT, int ROWS, int AL, class Epi>
+template <int E, int P, int BR, typename IndexT, int ROWS, int AL, int SB, class Epi>
 __global__ void __launch_bounds__(32 * ROWS)
 ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst_v,
                           const OpsTileParams<BR, IndexT> p, const Epi epi) {
@@ -330,7 +343,7 @@ ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst
     for (int k = 0; k < KL; ++k) {
       const int lb = ty + ROWS * k;
       if ((X == 0 || (lb < T + X && lb >= lb_first)) && ROWS * k < b_left)
-        tile[lb][tx] = src[(src_base + (b0 - X + lb) * p.in_stride_b + a) / P];
+        tile[lb][tx] = src[(src_base + ops_tile_row_offset<SB>(p, b0 - X + lb) + a) / P];
     }
   }
   __syncthreads();
@@ -367,8 +380,10 @@ ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst
   }
 }
 
-template <int BR, typename IndexT, class Map> OpsTileParams<BR, IndexT> ops_tile_params(Map& data) {
+template <int BR, typename IndexT, int SB = 0, class Map> OpsTileParams<BR, IndexT> ops_tile_params(Map& data) {
   OpsTileParams<BR, IndexT> p;
+  p.b_lo.set(SB ? ops_param(data, "bl") : 1);
+  p.in_stride_bh = (IndexT)(SB ? ops_param(data, "isbh") : 0);
   p.A = (IndexT)ops_param(data, "A");
   p.B = (IndexT)ops_param(data, "B");
   p.in_stride_b = (IndexT)ops_param(data, "isb");
@@ -384,11 +399,11 @@ template <int BR, typename IndexT, class Map> OpsTileParams<BR, IndexT> ops_tile
   return p;
 }
 
-template <int E, int P, int BR, typename IndexT, int ROWS, int AL, class Epi, class Map>
+template <int E, int P, int BR, typename IndexT, int ROWS, int AL, int SB, class Epi, class Map>
 void ops_tile_launch(const void* src, void* dst, Map& data, const Epi& epi) {
-  const OpsTileParams<BR, IndexT> p = ops_tile_params<BR, IndexT>(data);
+  const OpsTileParams<BR, IndexT> p = ops_tile_params<BR, IndexT, SB>(data);
   const unsigned int grid = (unsigned int)ops_param(data, "grid");
-  ops_tile_transpose_kernel<E, P, BR, IndexT, ROWS, AL, Epi><<<grid, dim3(32, ROWS)>>>(src, dst, p, epi);
+  ops_tile_transpose_kernel<E, P, BR, IndexT, ROWS, AL, SB, Epi><<<grid, dim3(32, ROWS)>>>(src, dst, p, epi);
   OPS_CHECK_LAUNCH();
 }
 
@@ -475,9 +490,9 @@ void ops_permute_nd(const void* src, void* dst, Map& data) {
   ops_nd_launch<R, C, IndexT, THREADS, UNROLL>(src, dst, data, OpsStoreEpi<C>());
 }
 
-template <int E, int P, int BR, typename IndexT, int ROWS, int AL, class Map>
+template <int E, int P, int BR, typename IndexT, int ROWS, int AL, int SB, class Map>
 void ops_permute_tiled(const void* src, void* dst, Map& data) {
-  ops_tile_launch<E, P, BR, IndexT, ROWS, AL>(src, dst, data, OpsStoreEpi<E * P>());
+  ops_tile_launch<E, P, BR, IndexT, ROWS, AL, SB>(src, dst, data, OpsStoreEpi<E * P>());
 }
 
 template <int C, int G, int BR, typename IndexT, int ROWS, class Map>
@@ -499,9 +514,9 @@ void ops_transpose_add_nd(const void* x, const void* y, void* dst, Map& data) {
   ops_nd_launch<R, C, IndexT, THREADS, UNROLL>(x, dst, data, epi);
 }
 
-template <typename T, int E, int P, int BR, typename IndexT, int ROWS, int AL, class Map>
+template <typename T, int E, int P, int BR, typename IndexT, int ROWS, int AL, int SB, class Map>
 void ops_transpose_add_tiled(const void* x, const void* y, void* dst, Map& data) {
   OpsAddEpi<T, E * P> epi;
   epi.y = static_cast<const OpsBytes<E * P>*>(y);
-  ops_tile_launch<E, P, BR, IndexT, ROWS, AL>(x, dst, data, epi);
+  ops_tile_launch<E, P, BR, IndexT, ROWS, AL, SB>(x, dst, data, epi);
 }

@@ -24,6 +24,9 @@ general    the N-d kernel: rank R <= 8 after simplification, OpsDivisor index ar
            the last dim moves but a tile dim is below ``TILE_MIN_DIM``.
 tiled      the last dim moves: 32x32-element shared-memory tile of the (input last dim, output last dim)
            plane for every index of the other dims (covers (1,0), (0,2,1) and N-d cases like (0,4,2,1,3)).
+           Split B (template constant ``SB``, data key ``split_b``): where the output's last dim is below
+           ``TILE_MIN_DIM``, the plane's B side is the output's last two dims together (contiguous in the
+           output, two strides in the input): (3,1,4,2,0) on (8,24,40,16,64) tiles 64 x (40 * 8).
 tiled_packed  as tiled for 1-, 2- and 4-byte elements, with P elements in one 4- or 8-byte word per global
            access on both sides of a 32P-element tile: int8/bool quads (P = 4, 4 bytes), fp16/bf16 pairs
            (P = 2) or quads (P = 4, 8 bytes), float32 pairs (P = 2, 8 bytes); the word is chosen by the
@@ -75,7 +78,9 @@ ND_UNROLL = 4
 # per SM by threads and shared memory (<= 16.5 KB each) (predicted; to measure).
 TILE_ROWS = 8
 # Both tile-plane dims must be at least this for the tiled kernels: below it most of the 32-wide tile is
-# empty and the general kernel's strided reads are served from L1/L2 anyway (predicted; to measure).
+# empty. H100 A/B (2026-11-24, run 4; % of copy, minimum 16 -> 8): (8,24,40,16,64) f16 (3,1,4,2,0) 28.7 -> 15.0,
+# f32 55.6 -> 29.6, (8, 2^20) f16 (1,0) 85 -> 21; only (2^20, 8) f32 gained (40.6 -> 42.2). An output last dim
+# below it is first merged with the output's second-to-last into a split B side (_tile_b_dims).
 TILE_MIN_DIM = 16
 # The packed tile is 32 * P elements wide; with 4-byte words take it only when both plane dims fill at least
 # half of it (not measured on its own). 8-byte words need a whole tile edge on both dims: the (0,4,2,1,3) float32
@@ -357,14 +362,25 @@ def _pack_for(plan: PermutePlan, op: str, a: int, b: int, row_elems: int) -> int
     return pack
 
 
+def _tile_b_dims(plan: PermutePlan) -> Tuple[int, ...]:
+    """The input dims that make the tile plane's B side, in output order: the output's last dim, or where that
+    is below ``TILE_MIN_DIM`` the output's last two (split B), unless the second-to-last is the A side (the
+    input's last dim). The two are contiguous in the output; simplification left them apart in the input."""
+    last = plan.perm[-1]
+    if plan.in_dims[last] >= TILE_MIN_DIM or plan.rank < 3 or plan.perm[-2] == plan.rank - 1:
+        return (last,)
+    return (plan.perm[-2], last)
+
+
 def _choose_variant(plan: PermutePlan, op: str) -> Tuple[str, int]:
     """(variant, pack) for a simplified plan: the dispatch ladder."""
     if plan.is_identity:
         return ("copy" if op == "permute" else "add"), 1
     if plan.rank > MAX_RANK:  # only a permute: a swap of two dims simplifies to at most 5 dims
         return "fallback", 1
-    a_size = plan.in_dims[-1]             # input last dim (contiguous in the input)
-    b_size = plan.in_dims[plan.perm[-1]]  # the input dim that becomes the output's last dim
+    a_size = plan.in_dims[-1]  # input last dim (contiguous in the input)
+    b_dims = _tile_b_dims(plan) if plan.last_moves else (plan.perm[-1],)
+    b_size = math.prod(plan.in_dims[k] for k in b_dims)  # the output's last dim(s)
     if not plan.last_moves:
         group = plan.in_dims[-1]  # chunks per row of the staying last dim
         if (group in GROUPS and plan.in_dims[-2] >= 32 // group
@@ -374,7 +390,7 @@ def _choose_variant(plan: PermutePlan, op: str) -> Tuple[str, int]:
     if min(a_size, b_size) < TILE_MIN_DIM:
         return "general", 1
     in_strides, out_strides = _strides(plan.in_dims), _strides(plan.out_dims)
-    row_elems = min(in_strides[plan.perm[-1]], out_strides[plan.perm.index(plan.rank - 1)])
+    row_elems = min(in_strides[b_dims[-1]], out_strides[plan.perm.index(plan.rank - 1)])
     pack = _pack_for(plan, op, a_size, b_size, row_elems)
     return ("tiled_packed" if pack > 1 else "tiled"), pack
 
@@ -418,19 +434,23 @@ def select_config(shape: Sequence[int], perm: Sequence[int], dtype: str, op: str
             params[f"bi{i}"] = in_strides[plan.perm[k]]
             params[f"bo{i}"] = out_strides[k]
     elif variant in ("tiled", "tiled_packed"):
-        a_dim, b_dim = rank - 1, plan.perm[-1]
+        a_dim, b_dims = rank - 1, _tile_b_dims(plan)
+        b_dim, b_size = b_dims[-1], math.prod(plan.in_dims[k] for k in b_dims)
         a_pos = plan.perm.index(a_dim)  # output position of the input's last dim
-        batch = [k for k in range(rank) if k not in (a_pos, rank - 1)]  # output dims outside the tile plane
+        b_pos = range(rank - len(b_dims), rank)  # output positions of the B side
+        batch = [k for k in range(rank) if k != a_pos and k not in b_pos]  # output dims outside the tile plane
         batch_rank = len(batch)
         row_starts = [out_strides[a_pos]] + [out_strides[k] for k in batch]  # steps between output rows
         align = _align_for(op, plan.chunk, pack, row_starts)
         tiles_a = -(-plan.in_dims[a_dim] // (32 * pack))
         # a shifted row reaches back up to align - pack columns: one more tile may be needed along b
-        tiles_b = -(-(plan.in_dims[b_dim] + (align - pack if align else 0)) // (32 * pack))
+        tiles_b = -(-(b_size + (align - pack if align else 0)) // (32 * pack))
         block, grid = (32, TILE_ROWS), tiles_a * tiles_b * math.prod(out_dims[k] for k in batch)
-        params.update(A=plan.in_dims[a_dim], B=plan.in_dims[b_dim], isb=in_strides[b_dim],
+        params.update(A=plan.in_dims[a_dim], B=b_size, isb=in_strides[b_dim],
                       osa=out_strides[a_pos], tiles_a=tiles_a, tiles_b=tiles_b, batch_rank=batch_rank,
-                      b_fast=int(_b_fast()), align=align)
+                      b_fast=int(_b_fast()), align=align, split_b=int(len(b_dims) == 2))
+        if len(b_dims) == 2:  # row b of the plane: input offset (b // bl) * isbh + (b % bl) * isb
+            params.update(bl=plan.in_dims[b_dim], isbh=in_strides[b_dims[0]])
         for i, k in enumerate(batch):
             params[f"bd{i}"] = out_dims[k]
             params[f"bi{i}"] = in_strides[plan.perm[k]]
@@ -449,11 +469,13 @@ _CUDA_CALLS = {
     ("permute", "copy"): "ops_permute_copy(in0_p, out0_p, data);",
     ("permute", "general"):
         "ops_permute_nd<${R}, ${C}, ${IDX}, ${THREADS}, ${UNROLL}>(in0_p, out0_p, data);",
-    ("permute", "tiled"): "ops_permute_tiled<${C}, ${P}, ${BR}, ${IDX}, ${ROWS}, ${AL}>(in0_p, out0_p, data);",
+    ("permute", "tiled"):
+        "ops_permute_tiled<${C}, ${P}, ${BR}, ${IDX}, ${ROWS}, ${AL}, ${SB}>(in0_p, out0_p, data);",
     ("transpose_add", "general"):
         "ops_transpose_add_nd<in0_type, ${R}, ${C}, ${IDX}, ${THREADS}, ${UNROLL}>(in0_p, in1_p, out0_p, data);",
     ("transpose_add", "tiled"):
-        "ops_transpose_add_tiled<in0_type, ${C}, ${P}, ${BR}, ${IDX}, ${ROWS}, ${AL}>(in0_p, in1_p, out0_p, data);",
+        "ops_transpose_add_tiled<in0_type, ${C}, ${P}, ${BR}, ${IDX}, ${ROWS}, ${AL}, ${SB}>"
+        "(in0_p, in1_p, out0_p, data);",
     ("permute", "grouped"): "ops_permute_grouped<${C}, ${G}, ${BR}, ${IDX}, ${ROWS}>(in0_p, out0_p, data);",
     ("transpose_add", "grouped"):
         "ops_transpose_add_grouped<in0_type, ${C}, ${G}, ${BR}, ${IDX}, ${ROWS}>(in0_p, in1_p, out0_p, data);",
@@ -470,7 +492,7 @@ def render(cfg: KernelConfig) -> str:
     rank = 1 if cfg.variant == "add" else cfg.rank
     return _codegen.render(template, R=rank, C=cfg.chunk, P=cfg.pack, BR=cfg.batch_rank, IDX=cfg.index_type,
                            THREADS=ND_THREADS, UNROLL=ND_UNROLL, ROWS=TILE_ROWS, G=cfg.data.get("group", 1),
-                           AL=cfg.data.get("align", 0))
+                           AL=cfg.data.get("align", 0), SB=cfg.data.get("split_b", 0))
 
 
 # The CPU path: the plan select_config made, walked by a loop nest (variant codes of _CPU_VARIANT). Every value
@@ -480,12 +502,13 @@ CPU_HEADER = r"""
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 struct OpsCpuPlan {
   int variant, rank, batch_rank;
   long long chunk, count, bytes, tile;
   long long dims[8], src_stride[8];
-  long long A, B, in_stride_b, out_stride_a;
+  long long A, B, in_stride_b, out_stride_a, b_lo, in_stride_bh;
   long long batch_dim[8], batch_in[8], batch_out[8];
 };
 
@@ -515,6 +538,9 @@ template <class Map> static OpsCpuPlan ops_cpu_plan(Map& data) {
     p.B = ops_cpu_param(data, "B");
     p.in_stride_b = ops_cpu_param(data, "isb");
     p.out_stride_a = ops_cpu_param(data, "osa");
+    const bool split = ops_cpu_param(data, "split_b") != 0;  // B = the output's last two dims (b_lo: the last)
+    p.b_lo = split ? ops_cpu_param(data, "bl") : p.B;
+    p.in_stride_bh = split ? ops_cpu_param(data, "isbh") : 0;
     p.batch_rank = (int)ops_cpu_param(data, "batch_rank");
     for (int k = 0; k < p.batch_rank; ++k) {
       p.batch_dim[k] = ops_cpu_param(data, "bd", k);
@@ -528,6 +554,7 @@ template <class Map> static OpsCpuPlan ops_cpu_plan(Map& data) {
 // move(o, i): output element o takes input element i (moved elements of p.chunk bytes).
 template <class Move> static void ops_cpu_walk(const OpsCpuPlan& p, Move move) {
   if (p.variant == 2) {  // tiled: the (A, B) plane in CPU_TILE blocks, for every index of the batch dims
+    std::vector<long long> row_in((size_t)p.tile);
     long long nbatch = 1;
     for (int k = 0; k < p.batch_rank; ++k) nbatch *= p.batch_dim[k];
     for (long long bt = 0; bt < nbatch; ++bt) {
@@ -542,8 +569,10 @@ template <class Move> static void ops_cpu_walk(const OpsCpuPlan& p, Move move) {
         const long long a1 = a0 + p.tile < p.A ? a0 + p.tile : p.A;
         for (long long b0 = 0; b0 < p.B; b0 += p.tile) {
           const long long b1 = b0 + p.tile < p.B ? b0 + p.tile : p.B;
+          for (long long b = b0; b < b1; ++b)  // input offset of row b (split B: two input strides)
+            row_in[b - b0] = sb + (b / p.b_lo) * p.in_stride_bh + (b % p.b_lo) * p.in_stride_b;
           for (long long a = a0; a < a1; ++a)
-            for (long long b = b0; b < b1; ++b) move(db + a * p.out_stride_a + b, sb + b * p.in_stride_b + a);
+            for (long long b = b0; b < b1; ++b) move(db + a * p.out_stride_a + b, row_in[b - b0] + a);
         }
       }
     }

@@ -119,7 +119,10 @@ SELECT_TABLE = [
     ((2048, 3, 16), (1, 0, 2), "float32", "permute", ("general", 1, 16)),               # a below 32 / G
     ((10, 20, 3), (1, 0, 2), "float32", "permute", ("general", 1, 4)),
     ((64, 8, 100), (0, 2, 1), "float32", "permute", ("general", 1, 4)),          # a tile dim below 16
-    ((8, 24, 40, 16, 64), (3, 1, 4, 2, 0), "float16", "permute", ("general", 1, 2)),
+    ((8, 24, 40, 16, 64), (3, 1, 4, 2, 0), "float16", "permute", ("tiled_packed", 2, 2)),  # split B: 40 x 8
+    ((8, 24, 40, 16, 64), (3, 1, 4, 2, 0), "float32", "permute", ("tiled_packed", 2, 4)),
+    ((2, 3, 64), (2, 1, 0), "float32", "permute", ("general", 1, 4)),            # split B 3 x 2: still below 16
+    ((8, 40, 64), (2, 1, 0), "float32", "transpose_add", ("tiled_packed", 2, 4)),  # split B: 40 x 8
     ((32, 1024, 1024), (0, 2, 1), "float32", "permute", ("tiled_packed", 2, 4)),  # 8-byte words of 2 floats
     ((4097, 3071), (1, 0), "float32", "permute", ("tiled", 1, 4)),               # odd: no pairs
     ((4097, 3071), (1, 0), "float16", "permute", ("tiled", 1, 2)),
@@ -193,21 +196,29 @@ def test_tiled_geometry():
         3, 70 * 37, 70 * 37)
     packed = P.select_config((2, 64, 128), (0, 2, 1), "float16")
     assert packed.pack == 2 and packed.grid == 2 * 2 * 1  # 64-element tiles
+    # split B: the output's last two dims (input dims 2 and 0: 40 x 8) are the plane's B side
+    split = P.select_config((8, 24, 40, 16, 64), (3, 1, 4, 2, 0), "float16")
+    d = split.data
+    assert (d["split_b"], d["A"], d["B"], d["bl"], d["isb"], d["isbh"], d["osa"]) == (
+        1, 64, 320, 8, 24 * 40 * 16 * 64, 16 * 64, 320)
+    assert split.batch_rank == 2 and (d["bd0"], d["bd1"]) == (16, 24) and split.grid == 1 * 5 * 16 * 24
 
 
 def test_render_depends_only_on_code_constants():
     a = P.select_config((32, 1024, 1024), (0, 2, 1), "float64")
     b = P.select_config((3, 72, 37), (0, 2, 1), "float64")  # output rows of 72 * 8 bytes: whole sectors
     assert a.params != b.params and P.render(a) == P.render(b)
-    assert P.render(a) == "ops_permute_tiled<8, 1, 1, int, 8, 0>(in0_p, out0_p, data);"
+    assert P.render(a) == "ops_permute_tiled<8, 1, 1, int, 8, 0, 0>(in0_p, out0_p, data);"
     shifted = P.select_config((3, 70, 37), (0, 2, 1), "float64")  # rows of 560 bytes: 64-byte units
-    assert P.render(shifted) == "ops_permute_tiled<8, 1, 1, int, 8, 8>(in0_p, out0_p, data);"
+    assert P.render(shifted) == "ops_permute_tiled<8, 1, 1, int, 8, 8, 0>(in0_p, out0_p, data);"
+    split = P.select_config((8, 24, 40, 16, 64), (3, 1, 4, 2, 0), "float16")
+    assert P.render(split) == "ops_permute_tiled<2, 2, 2, int, 8, 0, 1>(in0_p, out0_p, data);"
     g = P.select_config((2048, 1024, 12), (1, 0, 2), "float32")
     assert P.render(g) == "ops_permute_nd<3, 16, int, 256, 4>(in0_p, out0_p, data);"
     grouped = P.select_config((2048, 1024, 16), (1, 0, 2), "float16")
     assert P.render(grouped) == "ops_permute_grouped<16, 2, 0, int, 8>(in0_p, out0_p, data);"
     t = P.select_config((24300, 11520), (1, 0), "bfloat16", "transpose_add")
-    assert P.render(t) == "ops_transpose_add_tiled<in0_type, 2, 4, 0, int, 8, 0>(in0_p, in1_p, out0_p, data);"
+    assert P.render(t) == "ops_transpose_add_tiled<in0_type, 2, 4, 0, int, 8, 0, 0>(in0_p, in1_p, out0_p, data);"
     s = P.select_config((4, 5), (0, 1), "float32", "transpose_add")
     assert P.render(s) == "ops_transpose_add_nd<in0_type, 1, 16, int, 256, 4>(in0_p, in1_p, out0_p, data);"
     assert P.render(P.select_config((3, 4), (0, 1), "int8")) == "ops_permute_copy(in0_p, out0_p, data);"
@@ -349,6 +360,13 @@ def emulate_tiled(cfg, src):
     written = np.zeros(count, dtype=int)
     unit = d["align"]  # shifted tile: elements per 32-byte sector (0: the plain tile)
     extra = unit - pk if unit else 0
+    b_lo = d["bl"] if d["split_b"] else B  # split B: row b of the plane is (b // bl, b % bl) in the input
+    b_div = _divisor(b_lo)
+
+    def row_offset(b):
+        hi = b_div(b)
+        assert hi == b // b_lo
+        return hi * d.get("isbh", 0) + (b - hi * b_lo) * isb
     for blk in range(cfg.grid):
         ta, tb, sb, db = _tile_block(d, br, blk)
         a0, b0 = ta * tile_edge, tb * tile_edge
@@ -361,7 +379,7 @@ def emulate_tiled(cfg, src):
                         lb = ty + rows * k
                         b = b0 - extra + lb  # tile row lb holds input row b
                         if lb < tile_edge + extra and 0 <= b < B:
-                            e = sb + b * isb + a
+                            e = sb + row_offset(b) + a
                             assert e % pk == 0
                             tile[lb, tx] = np.arange(e, e + pk)
         for ty in range(rows):
@@ -418,6 +436,9 @@ EMULATED = [
     ((3, 37, 20, 16), (0, 2, 1, 3), "float32"),            # grouped, G = 4, batch rank 1
     ((20, 2, 9, 32), (2, 1, 0, 3), "float32"),             # grouped, G = 8, batch rank 1, a = 9 > 32 / G
     ((33, 70, 64), (1, 0, 2), "int8"),                     # grouped, G = 4 of 16 bytes
+    ((6, 5, 7, 3, 40), (3, 1, 4, 2, 0), "float16"),        # split B (7 x 6), packed pairs, partial tiles
+    ((5, 4, 9, 20), (3, 2, 1, 0), "int64"),                # split B (4 x 5), plain tile, shifted (64-byte units)
+    ((6, 7, 40), (2, 1, 0), "float32"),                    # split B (7 x 6), also as transpose_add
 ]
 
 
@@ -589,6 +610,7 @@ PERMUTE_SHAPES = [
     ((9,), (0,)),                         # copy
     ((1, 5), (1, 0)),                     # copy (size-1 swap)
     ((136, 68), (1, 0)),                  # packed quads for 1-byte dtypes
+    ((6, 5, 7, 3, 40), (3, 1, 4, 2, 0)),  # split B (the output's last two dims, 7 x 6), partial tiles
 ]
 
 
@@ -605,6 +627,7 @@ def test_permute_values(dtype, device, rng):
 ADD_SHAPES = [
     ((37, 70), 0, 1), ((64, 128), 0, 1), ((3, 66, 34), 1, 2), ((6, 5, 4), 0, 1), ((6, 5, 3), 1, 0),
     ((4, 5), 1, 1), ((4, 3, 5), -1, 0), ((1, 7), 0, 1), ((136, 68), 0, 1), ((2, 17, 3, 19), 1, 3),
+    ((6, 7, 40), 0, 2),  # split B (7 x 6)
 ]
 
 
@@ -792,6 +815,8 @@ CUDA_PERMUTE = [
     ((32, 64, 128, 64), (2, 3, 0, 1), "float32"),
     ((16, 32, 16, 32, 32), (0, 4, 2, 1, 3), "float32"),
     ((2048, 2048), (1, 0), "int64"),
+    ((8, 24, 40, 16, 64), (3, 1, 4, 2, 0), "float16"),  # split B (40 x 8), packed pairs
+    ((8, 24, 40, 16, 64), (3, 1, 4, 2, 0), "float32"),  # split B, 8-byte words
 ]
 
 
@@ -809,7 +834,8 @@ def test_cuda_large_permute(shape, perm, dtype, rng):
 
 CUDA_ADD = [((2000, 1500, 8), 0, 1, "float32"), ((8192, 4096), 0, 1, "bfloat16"), ((4096, 4096), 0, 1, "float32"),
             ((4097, 3071), 0, 1, "float16"),
-            ((16, 1024, 1024), 1, 2, "float32"), ((2048, 4096), 0, 1, "int8")]
+            ((16, 1024, 1024), 1, 2, "float32"), ((2048, 4096), 0, 1, "int8"),
+            ((8, 40, 64), 0, 2, "float32")]  # split B (40 x 8)
 
 
 @pytest.mark.cuda
@@ -866,6 +892,7 @@ def test_cuda_eight_byte_words(shape, perm, dtype, op, rng, monkeypatch):
     ((97, 70), (1, 0), "float32", "permute"),                  # plain tile, 388-byte rows
     ((2, 68, 132), (0, 2, 1), "int8", "permute"),              # quads, 68-byte rows
     ((36, 3, 70), (2, 1, 0), "float16", "transpose_add"),      # a misaligned batch stride
+    ((6, 7, 40), (2, 1, 0), "float32", "permute"),             # split B (7 x 6), 168-byte rows
 ])
 def test_cuda_shifted_tile(shape, perm, dtype, op, mode, rng, monkeypatch):
     """The shifted tile forced to each unit (OPS_PERMUTE_ALIGN_OUT; "0" is the plain tile) on misaligned rows."""
@@ -930,9 +957,11 @@ def _instantiations():
             calls.append(f"ops_permute_nd<{r}, {P.CHUNKS[(r + i) % 5]}, {it}, {nd}>(src, dst, data);")
     for n, (e, pk) in enumerate([(1, 1), (2, 1), (4, 1), (8, 1), (16, 1), (1, 4), (2, 2), (2, 4), (4, 2)]):
         for al in _aligns(e, pk):
-            calls.append(f"ops_permute_tiled<{e}, {pk}, {n}, {idx[n % 2]}, {rows}, {al}>(src, dst, data);")
+            calls.append(f"ops_permute_tiled<{e}, {pk}, {n}, {idx[n % 2]}, {rows}, {al}, {(n + al) % 2}>"
+                         "(src, dst, data);")
     for br in range(P.MAX_RANK - 1):
-        calls.append(f"ops_permute_tiled<4, 1, {br}, {idx[(br + 1) % 2]}, {rows}, {8 * (br % 2)}>(src, dst, data);")
+        calls.append(f"ops_permute_tiled<4, 1, {br}, {idx[(br + 1) % 2]}, {rows}, {8 * (br % 2)}, {br // 2 % 2}>"
+                     "(src, dst, data);")
     for n, g in enumerate(P.GROUPS):
         for br in range(P.MAX_RANK - 2):
             calls.append(f"ops_permute_grouped<16, {g}, {br}, {idx[(n + br) % 2]}, {rows}>(src, dst, data);")
@@ -945,7 +974,7 @@ def _instantiations():
         words = [(e, 1), (16, 1)] + ([(e, 4 // e)] if e < 4 else []) + ([(e, 8 // e)] if e in (2, 4) else [])
         for k, (c, pk) in enumerate(words):
             al = _aligns(c, pk)[(n + k) % len(_aligns(c, pk))]
-            calls.append(f"ops_transpose_add_tiled<{ct}, {c}, {pk}, {(n + k) % 4}, {it}, {rows}, {al}>"
+            calls.append(f"ops_transpose_add_tiled<{ct}, {c}, {pk}, {(n + k) % 4}, {it}, {rows}, {al}, {k % 2}>"
                          "(src, src, dst, data);")
     return calls
 
