@@ -87,29 +87,37 @@ Triple = Tuple[int, int, int]
 
 # Kernel sizes (per dim) whose window loops are unrolled at compile time: 2 and 3 are the common sizes, 8 the
 # seed's large case, 1 the degenerate dim of non-cubic kernels such as (1, 3, 3). Unrolling removes the loop
-# counters and bounds and lets the compiler issue the window's loads ahead of the compares; predicted a
-# 10-30% gain over the runtime loop for k2/k3 (predicted; to measure). Other sizes take the runtime loop.
+# counters and bounds and lets the compiler issue the window's loads ahead of the compares. H100 A/B
+# (2026-11-25, one process, float32 forwards with indices, % of copy, unrolled -> runtime loop): k3s2p1
+# (8,64,16,56,56) 45.7 -> 33.7, k3s1 (4,32,32,64,64) 28.3 -> 17.3, k2s2 ceil (8,32,31,63,63) 81.3 -> 68.5.
+# Other sizes take the runtime loop.
 SPECIALIZED_K = (1, 2, 3, 8)
-# Threads per block for every kernel: 8 warps; 8 blocks (full occupancy) fit an SM at <= 32 registers per
-# thread, 2-3 at the k2s2 kernels' 40-95 (nvcc -v, sm_90), still 16+ warps of 16-byte loads per SM
-# (predicted enough for copy bandwidth; to measure).
+# Threads per block for every kernel: 8 warps. H100 A/B (2026-11-25), 256 / 128 / 512 threads: k2s2
+# (8,32,32,64,64) 96.5 / 96.5 / 96.2% of copy, k3s2p1 45.7 / 45.8 / 45.3, k2s2 ceil 81.2 / 81.5 / 80.9: level.
 BLOCK = 256
-# fwd_flat outputs per thread by window volume: small windows issue few loads per output, so a thread takes
-# several outputs to keep >= ~16 loads in flight; windows of more than 27 elements have enough on their own
-# (predicted; to measure).
-FLAT_OPT = ((8, 4), (27, 2))
+# Outputs per thread of the flat kernels (fwd_flat; the recompute backward's bwd_*_flat take the same, not
+# measured there). Several outputs per thread (4 for windows up to 8 elements, 2 up to 27) were predicted to
+# keep more loads in flight; one output per thread was faster or level on every shape measured (H100
+# 2026-11-25, one process, % of copy, 4 or 2 -> 1): k2s2 odd W (8,32,32,63,63) f32 92.9 -> 97.4 with indices,
+# 84.0 -> 87.9 values only; k2s2 ceil f32 81.3 -> 86.5, f16 53.2 -> 66.5; k3s2 ceil (4,32,33,33,33) 69.5 ->
+# 72.5; k3s2p1 f32 45.7 -> 47.2, bf16 24.7 -> 25.3; k3s1 and k3s1 dilation 2 level. More threads, each with
+# its own window, hide latency better than one thread's independent windows.
+FLAT_OPT = 1
 # Warp layout: a window must have at least one element per lane ...
 WARP_MIN_WINDOW = 32
-# ... and there must be few outputs (below ~2 waves of an H200: 132 SMs x 2048 threads x 2 / 8 outputs per
-# thread ~ 64K), or h = w = 1 outputs whose flat-layout neighbours read input rows far apart. Otherwise the
-# flat layout keeps every thread busy and its neighbouring windows share cache lines (predicted; to measure).
-WARP_MAX_OUTPUTS = 1 << 16
+# ... and there must be too few outputs for the flat layout to fill the GPU (one thread per output; 132 SMs x
+# 256 threads = 33792), or h = w = 1 outputs whose flat-layout neighbours read input rows far apart. H100 A/B
+# (2026-11-25), k8s8 f32 with indices, warp -> flat: 1024 outputs 0.0062 -> 0.0194 ms, 8192 outputs 0.0105 ->
+# 0.0196, 32768 outputs 0.0418 -> 0.0375, 131072 outputs 0.1499 -> 0.1134. The limit sits between the
+# measured points.
+WARP_MAX_OUTPUTS = 1 << 14
 # k2s2 vector loads: at most 16 bytes, the widest single access.
 MAX_VEC_BYTES = 16
-# k2s2 items per thread: 2 items of 4 x 16-byte loads (8 loads, 128 B in flight) or 4 items of narrower
-# loads (16 loads of 4-8 B); more would cost occupancy: the 16-byte kernels already take 40-95 registers at
-# 2 (nvcc -v), 118 for the backward at 4 (predicted; to measure).
-K2_OPT_WIDE, K2_OPT_NARROW = 2, 4
+# k2s2 items per thread: 1 item of 4 x 16-byte loads, or 2 items of narrower loads (8 loads of 4-8 B). H100
+# A/B (2026-11-25, forwards with indices, % of copy, 2 and 4 items -> 1 and 2): (16,64,16,56,56) bf16 82.9 ->
+# 94.5, f16 92.2 -> 93.6; (8,32,32,64,64) f16 88.3 -> 90.7, f32 96.6 -> 97.0; W = 62 f32 (narrow) 95.7 ->
+# 95.9; 4 and 8 items lost (f16 74.4%, f32 90.8%).
+K2_OPT_WIDE, K2_OPT_NARROW = 1, 2
 # fwd_rows limits: the span an item loads, SW * (VEC - 1) + KW columns rounded up to whole chunks (one chunk
 # more with W padding), lives in registers (at most 32 floats for half, 20 for float, 12 doubles); KW, SW and
 # the W padding are template arguments (one compile per (dtype, KW, SW, padding) in use), kd and kh are runtime
@@ -316,13 +324,6 @@ def _use_warp(params: PoolParams, outputs: int, out: Triple) -> bool:
     return params.volume >= WARP_MIN_WINDOW and (outputs <= WARP_MAX_OUTPUTS or out[1] * out[2] == 1)
 
 
-def _flat_opt(volume: int) -> int:
-    for limit, opt in FLAT_OPT:
-        if volume <= limit:
-            return opt
-    return 1
-
-
 def _rows_vec(params: PoolParams, width: int, itemsize: int) -> int:
     """The fwd_rows vector width (elements, the outputs per thread); 0 when fwd_rows does not apply.
 
@@ -398,9 +399,8 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
         if _use_warp(params, outputs, out):
             return KernelConfig(f"bwd_{algo}_warp", k=_spec_k(params.kernel), nopad=nopad, block=BLOCK,
                                 grid=_ceil_div(outputs, BLOCK // 32), index_type=itype)
-        opt = _flat_opt(params.volume)
-        return KernelConfig(f"bwd_{algo}_flat", k=_spec_k(params.kernel), nopad=nopad, opt=opt, block=BLOCK,
-                            grid=_ceil_div(outputs, BLOCK * opt), index_type=itype)
+        return KernelConfig(f"bwd_{algo}_flat", k=_spec_k(params.kernel), nopad=nopad, opt=FLAT_OPT, block=BLOCK,
+                            grid=_ceil_div(outputs, BLOCK * FLAT_OPT), index_type=itype)
     if not cuda:
         return KernelConfig("fwd_cpu", nopad=nopad, index_type=itype)
     vec = _k2s2_vec(params, spatial[2], itemsize) if nopad else 0
@@ -416,10 +416,9 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
         items = planes * out[0] * out[1] * _ceil_div(out[2], vec)
         return KernelConfig("fwd_rows", k=(0, 0, params.kernel[2]), nopad=nopad, vec=vec, sw=params.stride[2],
                             block=BLOCK, grid=_ceil_div(items, BLOCK), index_type=itype)
-    opt = _flat_opt(params.volume)
     clamp = not nopad and clamp_exact(params)
-    return KernelConfig("fwd_flat", k=_spec_k(params.kernel), nopad=nopad, clamp=clamp, opt=opt, block=BLOCK,
-                        grid=_ceil_div(outputs, BLOCK * opt), index_type=itype)
+    return KernelConfig("fwd_flat", k=_spec_k(params.kernel), nopad=nopad, clamp=clamp, opt=FLAT_OPT, block=BLOCK,
+                        grid=_ceil_div(outputs, BLOCK * FLAT_OPT), index_type=itype)
 
 
 def _ceil_div(a: int, b: int) -> int:

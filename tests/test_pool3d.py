@@ -332,15 +332,15 @@ def _select(shape, dtype, kw, direction, cuda):
 
 # (x shape, dtype, params, direction, on_cuda, expected variant, expected fields)
 SELECT_TABLE = [
-    ((8, 32, 32, 64, 64), "float32", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(vec=4, opt=2, nopad=True)),
-    ((16, 64, 16, 56, 56), "float16", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(vec=8, opt=2)),
-    ((4, 32, 32, 64, 64), "float64", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(vec=2, opt=2)),
-    ((8, 32, 32, 62, 62), "float32", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(vec=2, opt=4)),
+    ((8, 32, 32, 64, 64), "float32", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(vec=4, opt=1, nopad=True)),
+    ((16, 64, 16, 56, 56), "float16", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(vec=8, opt=1)),
+    ((4, 32, 32, 64, 64), "float64", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(vec=2, opt=1)),
+    ((8, 32, 32, 62, 62), "float32", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(vec=2, opt=2)),
     ((1, 1, 4, 4, 4), "float32", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(vec=4, grid=1)),
-    ((8, 32, 32, 63, 63), "float32", _kw(2), "fwd", True, "fwd_flat", dict(k=(2, 2, 2), nopad=True, opt=4)),
+    ((8, 32, 32, 63, 63), "float32", _kw(2), "fwd", True, "fwd_flat", dict(k=(2, 2, 2), nopad=True, opt=1)),
     ((8, 32, 31, 63, 63), "float32", _kw(2, ceil=True), "fwd", True, "fwd_flat",
      dict(k=(2, 2, 2), nopad=False, clamp=True)),  # ceil_mode's partial windows: clamped, not checked
-    ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "fwd_idx", True, "fwd_flat", dict(k=(3, 3, 3), nopad=True, opt=2)),
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "fwd_idx", True, "fwd_flat", dict(k=(3, 3, 3), nopad=True, opt=1)),
     ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "fwd", True, "fwd_rows", dict(k=(0, 0, 3), vec=4, sw=1, grid=3600)),
     ((4, 32, 32, 32, 32), "float16", _kw(3, 1), "fwd", True, "fwd_rows", dict(k=(0, 0, 3), vec=8, sw=1)),
     ((4, 32, 32, 32, 32), "float64", _kw(3, 1), "fwd", True, "fwd_rows", dict(vec=2)),
@@ -366,12 +366,14 @@ SELECT_TABLE = [
     ((8, 32, 16, 64, 64), "float32", _kw((1, 3, 3), (1, 2, 2), (0, 1, 1)), "fwd_idx", True, "fwd_flat",
      dict(k=(1, 3, 3), nopad=False)),
     ((64, 64, 8, 8, 8), "float32", _kw(8), "fwd", True, "fwd_warp", dict(k=(8, 8, 8), nopad=True, grid=512)),
+    ((2, 64, 32, 32, 32), "float32", _kw(8), "fwd", True, "fwd_warp", dict(k=(8, 8, 8))),  # 8192 outputs
+    ((8, 64, 32, 32, 32), "float32", _kw(8), "fwd", True, "fwd_flat", dict(k=(8, 8, 8))),  # 32768: flat
     ((16, 32, 32, 8, 8), "float32", _kw((2, 8, 8)), "fwd", True, "fwd_warp", dict(k=(2, 8, 8))),
     ((64, 32, 64, 4, 4), "float32", _kw((3, 4, 4), (1, 4, 4)), "fwd", True, "fwd_warp", dict(k=(3, 0, 0))),
     ((1, 2, 12, 12, 12), "float32", _kw(5, 1, 2), "fwd", True, "fwd_warp", dict(k=(0, 0, 0), nopad=False)),
     ((2, 3, 8, 8, 8), "float32", _kw(2), "fwd", False, "fwd_cpu", dict(nopad=True, grid=0)),
     ((64, 64, 64, 128, 128), "float32", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(index_type="long long")),
-    ((8, 32, 32, 64, 64), "float32", _kw(2), "bwd_re", True, "bwd_tile_k2s2_vec", dict(vec=4, opt=2)),
+    ((8, 32, 32, 64, 64), "float32", _kw(2), "bwd_re", True, "bwd_tile_k2s2_vec", dict(vec=4, opt=1)),
     ((16, 64, 16, 56, 56), "bfloat16", _kw(2), "bwd_re", True, "bwd_tile_k2s2_vec", dict(vec=8)),
     ((64, 64, 8, 8, 8), "float32", _kw(8), "bwd_re", True, "bwd_tile_warp", dict(k=(8, 8, 8))),
     ((16, 32, 32, 8, 8), "float16", _kw((2, 8, 8)), "bwd_re", True, "bwd_tile_warp", dict(k=(2, 8, 8))),
