@@ -493,7 +493,7 @@ def test_pack_word_switch(monkeypatch):
     assert P.select_config(shape, perm, "float64").pack == 1
     assert P.select_config((32, 60, 1024), perm, "float16").pack == 2  # 60 < a 128-half edge: 4-byte words
     assert P.select_config((32, 30, 1024), perm, "float16").pack == 1  # below half a 64-half edge too
-    assert "ops_permute_tiled<2, 4, 1, int, 8, 0>" in P.render(P.select_config(shape, perm, "float16"))
+    assert "ops_permute_tiled<2, 4, 1, int, 8, 0, 0>" in P.render(P.select_config(shape, perm, "float16"))
     monkeypatch.setenv(P.PACK_WORD_SWITCH, "16")
     with pytest.raises(ValueError, match=P.PACK_WORD_SWITCH):
         P.select_config(shape, perm, "float16")
