@@ -73,10 +73,19 @@ CHUNKS = (16, 8, 4, 2, 1)
 # ~90% of copy bandwidth on an H100/H200 (predicted; to measure).
 ND_THREADS = 256
 ND_UNROLL = 4
-# Tiled kernel: block (32, TILE_ROWS); each thread moves 32 * P / TILE_ROWS words per phase (4 for P = 1, 8 or
-# 16 for the packed path), all loads issued before the barrier. 8 rows = 256 threads per block, up to 8 blocks
-# per SM by threads and shared memory (<= 16.5 KB each) (predicted; to measure).
+# Grouped tile kernel: block (32, TILE_ROWS), 4 chunks per thread and phase. H100 A/B (2026-11-25, run 7; % of
+# copy at 8 / 4 / 16 rows): attention (32,512,16,64) f16 87.7 / 83.3 / 86.1.
 TILE_ROWS = 8
+# Tiled kernel: block (32, rows), rows = T / TILE_WORDS_PER_THREAD for a tile edge of T = 32 * P elements, so
+# every thread moves 8 words per phase, all loads issued before the barrier (_tile_rows). H100 A/B (2026-11-25,
+# run 7; % of copy at 8 / 4 / 16 rows, the old fixed 8 first):
+#  * P = 1 (T = 32, now 4 rows): (4097, 3071) f16 58.2 / 67.5 / 37.8, its transpose_add 72.1 / 77.8 / 50.6;
+#    (4097, 3071) f32 82.6 / 83.1 / 60.1; (0,4,2,1,3) f32 82.4 / 83.9 / 54.6.
+#  * P = 2 (T = 64, 8 rows as before): (0,2,1) f16 91.2 / 89.7 / 84.8, f32 95.5 / 95.5 / 96.0; (8192, 8192) f32
+#    transpose_add 98.9 / 98.7 / 98.9.
+#  * P = 4 of 2-byte elements (T = 128, now 16 rows): (24300, 11520) bf16 transpose_add 90.0 / 89.0 / 96.2.
+#  * P = 4 of 1-byte elements (T = 128): (0,2,1) bool 79.9 / 74.5 / 74.6, so 1-byte elements keep 8 rows.
+TILE_WORDS_PER_THREAD = 8
 # Both tile-plane dims must be at least this for the tiled kernels: below it most of the 32-wide tile is
 # empty. H100 A/B (2026-11-24, run 4; % of copy, minimum 16 -> 8): (8,24,40,16,64) f16 (3,1,4,2,0) 28.7 -> 15.0,
 # f32 55.6 -> 29.6, (8, 2^20) f16 (1,0) 85 -> 21; only (2^20, 8) f32 gained (40.6 -> 42.2). An output last dim
@@ -362,6 +371,11 @@ def _pack_for(plan: PermutePlan, op: str, a: int, b: int, row_elems: int) -> int
     return pack
 
 
+def _tile_rows(chunk: int, pack: int) -> int:
+    """Thread rows of the tiled kernel's block (``TILE_WORDS_PER_THREAD``); 1-byte elements keep ``TILE_ROWS``."""
+    return TILE_ROWS if chunk == 1 else 32 * pack // TILE_WORDS_PER_THREAD
+
+
 def _tile_b_dims(plan: PermutePlan) -> Tuple[int, ...]:
     """The input dims that make the tile plane's B side, in output order: the output's last dim, or where that
     is below ``TILE_MIN_DIM`` the output's last two (split B), unless the second-to-last is the A side (the
@@ -445,7 +459,7 @@ def select_config(shape: Sequence[int], perm: Sequence[int], dtype: str, op: str
         tiles_a = -(-plan.in_dims[a_dim] // (32 * pack))
         # a shifted row reaches back up to align - pack columns: one more tile may be needed along b
         tiles_b = -(-(b_size + (align - pack if align else 0)) // (32 * pack))
-        block, grid = (32, TILE_ROWS), tiles_a * tiles_b * math.prod(out_dims[k] for k in batch)
+        block, grid = (32, _tile_rows(plan.chunk, pack)), tiles_a * tiles_b * math.prod(out_dims[k] for k in batch)
         params.update(A=plan.in_dims[a_dim], B=b_size, isb=in_strides[b_dim],
                       osa=out_strides[a_pos], tiles_a=tiles_a, tiles_b=tiles_b, batch_rank=batch_rank,
                       b_fast=int(_b_fast()), align=align, split_b=int(len(b_dims) == 2))
@@ -490,8 +504,9 @@ def render(cfg: KernelConfig) -> str:
         raise ValueError("the fallback variant runs jittor's own permute and has no CUDA source")
     template = _CUDA_CALLS[(cfg.op, _CUDA_FAMILY[cfg.variant])]
     rank = 1 if cfg.variant == "add" else cfg.rank
+    rows = cfg.block[1] if len(cfg.block) == 2 else 0  # the tiled kernels' block is (32, rows)
     return _codegen.render(template, R=rank, C=cfg.chunk, P=cfg.pack, BR=cfg.batch_rank, IDX=cfg.index_type,
-                           THREADS=ND_THREADS, UNROLL=ND_UNROLL, ROWS=TILE_ROWS, G=cfg.data.get("group", 1),
+                           THREADS=ND_THREADS, UNROLL=ND_UNROLL, ROWS=rows, G=cfg.data.get("group", 1),
                            AL=cfg.data.get("align", 0), SB=cfg.data.get("split_b", 0))
 
 

@@ -191,7 +191,7 @@ def test_tiled_geometry():
     cfg = P.select_config((3, 70, 37), (0, 2, 1), "float32")
     d = cfg.data
     got = (cfg.batch_rank, cfg.block, d["A"], d["B"], d["tiles_a"], d["tiles_b"])
-    assert got == (1, (32, P.TILE_ROWS), 37, 70, 2, 3)
+    assert got == (1, (32, 4), 37, 70, 2, 3)  # 32-wide tile of 4-byte elements: 4 rows of threads
     assert cfg.grid == 3 * 2 * 3 and d["isb"] == 37 and d["osa"] == 70 and (d["bd0"], d["bi0"], d["bo0"]) == (
         3, 70 * 37, 70 * 37)
     packed = P.select_config((2, 64, 128), (0, 2, 1), "float16")
@@ -204,13 +204,32 @@ def test_tiled_geometry():
     assert split.batch_rank == 2 and (d["bd0"], d["bd1"]) == (16, 24) and split.grid == 1 * 5 * 16 * 24
 
 
+def test_tile_rows_rule():
+    """Thread rows of the tiled kernel: 8 words per thread and phase (the tile edge / 8), 1-byte quads and the
+    grouped tile 8 rows (H100 A/B of 4 / 8 / 16 rows in ops/permute.py)."""
+    def block(shape, perm, dtype, op="permute"):
+        cfg = P.select_config(shape, perm, dtype, op)
+        return cfg.variant, cfg.pack, cfg.block
+    assert block((4097, 3071), (1, 0), "float16") == ("tiled", 1, (32, 4))
+    assert block((4097, 3071), (1, 0), "float16", "transpose_add") == ("tiled", 1, (32, 4))
+    assert block((16, 32, 16, 32, 32), (0, 4, 2, 1, 3), "float32") == ("tiled", 1, (32, 4))
+    assert block((4096, 4096), (1, 0), "int64") == ("tiled", 1, (32, 4))
+    assert block((32, 1024, 1024), (0, 2, 1), "float16") == ("tiled_packed", 2, (32, 8))
+    assert block((32, 1024, 1024), (0, 2, 1), "float32") == ("tiled_packed", 2, (32, 8))
+    assert block((24300, 11520), (1, 0), "bfloat16", "transpose_add") == ("tiled_packed", 4, (32, 16))
+    assert block((32, 1024, 1024), (0, 2, 1), "bool") == ("tiled_packed", 4, (32, 8))
+    assert block((32, 512, 16, 64), (0, 2, 1, 3), "float16") == ("tiled_grouped", 1, (32, 8))
+    for e, pk in [(2, 1), (4, 1), (8, 1), (16, 1), (2, 2), (4, 2), (2, 4)]:
+        assert 32 * pk // P._tile_rows(e, pk) == P.TILE_WORDS_PER_THREAD and 32 % P._tile_rows(e, pk) == 0
+
+
 def test_render_depends_only_on_code_constants():
     a = P.select_config((32, 1024, 1024), (0, 2, 1), "float64")
     b = P.select_config((3, 72, 37), (0, 2, 1), "float64")  # output rows of 72 * 8 bytes: whole sectors
     assert a.params != b.params and P.render(a) == P.render(b)
-    assert P.render(a) == "ops_permute_tiled<8, 1, 1, int, 8, 0, 0>(in0_p, out0_p, data);"
+    assert P.render(a) == "ops_permute_tiled<8, 1, 1, int, 4, 0, 0>(in0_p, out0_p, data);"
     shifted = P.select_config((3, 70, 37), (0, 2, 1), "float64")  # rows of 560 bytes: 64-byte units
-    assert P.render(shifted) == "ops_permute_tiled<8, 1, 1, int, 8, 8, 0>(in0_p, out0_p, data);"
+    assert P.render(shifted) == "ops_permute_tiled<8, 1, 1, int, 4, 8, 0>(in0_p, out0_p, data);"
     split = P.select_config((8, 24, 40, 16, 64), (3, 1, 4, 2, 0), "float16")
     assert P.render(split) == "ops_permute_tiled<2, 2, 2, int, 8, 0, 1>(in0_p, out0_p, data);"
     g = P.select_config((2048, 1024, 12), (1, 0, 2), "float32")
@@ -218,7 +237,7 @@ def test_render_depends_only_on_code_constants():
     grouped = P.select_config((2048, 1024, 16), (1, 0, 2), "float16")
     assert P.render(grouped) == "ops_permute_grouped<16, 2, 0, int, 8>(in0_p, out0_p, data);"
     t = P.select_config((24300, 11520), (1, 0), "bfloat16", "transpose_add")
-    assert P.render(t) == "ops_transpose_add_tiled<in0_type, 2, 4, 0, int, 8, 0, 0>(in0_p, in1_p, out0_p, data);"
+    assert P.render(t) == "ops_transpose_add_tiled<in0_type, 2, 4, 0, int, 16, 0, 0>(in0_p, in1_p, out0_p, data);"
     s = P.select_config((4, 5), (0, 1), "float32", "transpose_add")
     assert P.render(s) == "ops_transpose_add_nd<in0_type, 1, 16, int, 256, 4>(in0_p, in1_p, out0_p, data);"
     assert P.render(P.select_config((3, 4), (0, 1), "int8")) == "ops_permute_copy(in0_p, out0_p, data);"
@@ -296,7 +315,7 @@ def emulate_grouped(cfg, src):
     """ops_group_tile_kernel on moved elements ``src``: every block and thread; also checks that each warp's
     phase-2 shared-memory reads of 16-byte chunks are bank-conflict-free (per quarter warp) and that a warp's
     32 output chunks share one output row."""
-    d, rows, C = cfg.data, P.TILE_ROWS, cfg.chunk
+    d, rows, C = cfg.data, cfg.block[1], cfg.chunk
     G = d["group"]
     TA, TB, K, pitch = 32 // G, 32, 32 // rows, 32 + G
     A, B, isb, osa = d["A"], d["B"], d["isb"], d["osa"]
@@ -350,7 +369,7 @@ def emulate_tiled(cfg, src):
     """ops_tile_transpose_kernel on elements ``src`` (1-D array of moved elements): every block and thread,
     packed words as groups of P elements; also checks that each packed gather is bank-conflict-free (word
     indices distinct mod L within each wavefront of L = 128 / W threads, W the word's bytes)."""
-    d, pk, rows = cfg.data, cfg.pack, P.TILE_ROWS
+    d, pk, rows = cfg.data, cfg.pack, cfg.block[1]
     lanes = 128 // (cfg.chunk * pk)  # threads per shared-memory wavefront
     tile_edge = 32 * pk
     br = cfg.batch_rank
@@ -493,7 +512,7 @@ def test_pack_word_switch(monkeypatch):
     assert P.select_config(shape, perm, "float64").pack == 1
     assert P.select_config((32, 60, 1024), perm, "float16").pack == 2  # 60 < a 128-half edge: 4-byte words
     assert P.select_config((32, 30, 1024), perm, "float16").pack == 1  # below half a 64-half edge too
-    assert "ops_permute_tiled<2, 4, 1, int, 8, 0, 0>" in P.render(P.select_config(shape, perm, "float16"))
+    assert "ops_permute_tiled<2, 4, 1, int, 16, 0, 0>" in P.render(P.select_config(shape, perm, "float16"))
     monkeypatch.setenv(P.PACK_WORD_SWITCH, "16")
     with pytest.raises(ValueError, match=P.PACK_WORD_SWITCH):
         P.select_config(shape, perm, "float16")
@@ -957,11 +976,11 @@ def _instantiations():
             calls.append(f"ops_permute_nd<{r}, {P.CHUNKS[(r + i) % 5]}, {it}, {nd}>(src, dst, data);")
     for n, (e, pk) in enumerate([(1, 1), (2, 1), (4, 1), (8, 1), (16, 1), (1, 4), (2, 2), (2, 4), (4, 2)]):
         for al in _aligns(e, pk):
-            calls.append(f"ops_permute_tiled<{e}, {pk}, {n}, {idx[n % 2]}, {rows}, {al}, {(n + al) % 2}>"
-                         "(src, dst, data);")
+            calls.append(f"ops_permute_tiled<{e}, {pk}, {n}, {idx[n % 2]}, {P._tile_rows(e, pk)}, {al}, "
+                         f"{(n + al) % 2}>(src, dst, data);")
     for br in range(P.MAX_RANK - 1):
-        calls.append(f"ops_permute_tiled<4, 1, {br}, {idx[(br + 1) % 2]}, {rows}, {8 * (br % 2)}, {br // 2 % 2}>"
-                     "(src, dst, data);")
+        calls.append(f"ops_permute_tiled<4, 1, {br}, {idx[(br + 1) % 2]}, {P._tile_rows(4, 1)}, {8 * (br % 2)}, "
+                     f"{br // 2 % 2}>(src, dst, data);")
     for n, g in enumerate(P.GROUPS):
         for br in range(P.MAX_RANK - 2):
             calls.append(f"ops_permute_grouped<16, {g}, {br}, {idx[(n + br) % 2]}, {rows}>(src, dst, data);")
@@ -974,8 +993,8 @@ def _instantiations():
         words = [(e, 1), (16, 1)] + ([(e, 4 // e)] if e < 4 else []) + ([(e, 8 // e)] if e in (2, 4) else [])
         for k, (c, pk) in enumerate(words):
             al = _aligns(c, pk)[(n + k) % len(_aligns(c, pk))]
-            calls.append(f"ops_transpose_add_tiled<{ct}, {c}, {pk}, {(n + k) % 4}, {it}, {rows}, {al}, {k % 2}>"
-                         "(src, src, dst, data);")
+            calls.append(f"ops_transpose_add_tiled<{ct}, {c}, {pk}, {(n + k) % 4}, {it}, {P._tile_rows(c, pk)}, "
+                         f"{al}, {k % 2}>(src, src, dst, data);")
     return calls
 
 
