@@ -85,6 +85,10 @@ TILE_ROWS = 8
 #    transpose_add 98.9 / 98.7 / 98.9.
 #  * P = 4 of 2-byte elements (T = 128, now 16 rows): (24300, 11520) bf16 transpose_add 90.0 / 89.0 / 96.2.
 #  * P = 4 of 1-byte elements (T = 128): (0,2,1) bool 79.9 / 74.5 / 74.6, so 1-byte elements keep 8 rows.
+# 16 and 32 words per thread (run 10; % of copy at 8 / 16 / 32): (4097, 3071) f16 66.9 / 53.2 / 52.0, its
+# transpose_add 77.3 / 59.0 / 60.6, f32 82.7 / 70.6 / 65.7; (0,4,2,1,3) f32 83.5 / 83.3 / 79.2; (4096, 4096)
+# int64 93.6 / 93.9 / 92.7; (0,2,1) bf16 64 MB (P = 2) 91.3 / 89.4; (0,2,1) f16 16 MB (P = 4) 127.0 / 130.5 and
+# 93.0 at 4 words.
 TILE_WORDS_PER_THREAD = 8
 # Both tile-plane dims must be at least this for the tiled kernels: below it most of the 32-wide tile is
 # empty. H100 A/B (2026-11-24, run 4; % of copy, minimum 16 -> 8): (8,24,40,16,64) f16 (3,1,4,2,0) 28.7 -> 15.0,
