@@ -16,7 +16,8 @@
 //    dim, or the output's last two dims where the last is short: split B) goes through shared memory for every
 //    index of the remaining "batch" dims; P > 1 packs P elements of E bytes into one 4-byte word on both the
 //    global read and the global write (the 2-byte pair / 1-byte quad path), or 4 elements of 2 bytes or 2 of 4
-//    bytes into an 8-byte word.
+//    bytes into an 8-byte word. LW (loose words): the same words in shared memory, but each global access
+//    moves their P elements one by one, for rows whose length is not a multiple of P (odd 2-byte shapes).
 //  Both take an epilogue: OpsStoreEpi (plain permute) or OpsAddEpi<T> (transpose + add: out = x^T + y, y read
 //  with the same wide word as the store).
 #pragma once
@@ -49,11 +50,38 @@ template <> struct OpsFastDiv<long long> {
   __device__ __forceinline__ long long div(long long n) const { return n / d; }
 };
 
+// ---- loose words: P elements of E bytes at any element offset ---------------------------------------------
+
+// The word of the P elements from element `at`; those from `valid` on lie past the row's end and stay zero.
+template <int E, int P, typename IndexT>
+__device__ __forceinline__ OpsBytes<E * P> ops_load_loose(const OpsBytes<E>* __restrict__ src, IndexT at, int valid) {
+  OpsBytes<E> part[P];
+  memset(part, 0, sizeof(part));
+#pragma unroll
+  for (int j = 0; j < P; ++j)
+    if (j < valid) part[j] = src[at + j];
+  OpsBytes<E * P> w;
+  memcpy(&w, part, E * P);
+  return w;
+}
+
+// Writes the first `valid` elements of word `w` from element `at`.
+template <int E, int P, typename IndexT>
+__device__ __forceinline__ void ops_store_loose(OpsBytes<E>* __restrict__ dst, IndexT at, const OpsBytes<E * P>& w,
+                                                int valid) {
+  OpsBytes<E> part[P];
+  memcpy(part, &w, E * P);
+#pragma unroll
+  for (int j = 0; j < P; ++j)
+    if (j < valid) dst[at + j] = part[j];
+}
+
 // ---- epilogues: what the store does with the moved word --------------------------------------------------
 
 template <int W> struct OpsStoreEpi {
   struct Pre {};
   template <typename IndexT> __device__ __forceinline__ Pre load(IndexT) const { return Pre(); }
+  template <typename IndexT> __device__ __forceinline__ Pre load_loose(IndexT, int) const { return Pre(); }
   __device__ __forceinline__ OpsBytes<W> apply(const OpsBytes<W>& x, const Pre&) const { return x; }
 };
 
@@ -72,6 +100,10 @@ template <typename T, int W> struct OpsAddEpi {
   const OpsBytes<W>* y;
   using Pre = OpsBytes<W>;
   template <typename IndexT> __device__ __forceinline__ Pre load(IndexT word) const { return y[word]; }
+  // Loose words: the first `valid` elements of the word that starts at element `at`, one element at a time.
+  template <typename IndexT> __device__ __forceinline__ Pre load_loose(IndexT at, int valid) const {
+    return ops_load_loose<(int)sizeof(T), N>(reinterpret_cast<const OpsBytes<sizeof(T)>*>(y), at, valid);
+  }
   __device__ __forceinline__ OpsBytes<W> apply(const OpsBytes<W>& x, const Pre& yw) const {
     OpsVec<T, N> a, b;
     memcpy(&a, &x, W);
@@ -286,8 +318,10 @@ template <int E> struct OpsTileGather<E, 1> {
 // segment starts on a sector and two tiles never share one. The tile holds the X = AL - P input rows before b0
 // too (the rows a shifted output row reaches back to), and each output row gathers its own word (get_row).
 // SB: B is split over two output dims (ops_tile_row_offset).
+// LW (loose words, unshifted tiles only): rows need not start on a word; every global access moves its word's
+// elements one at a time, the last word of a row only up to the row's end (A and B need not be multiples of P).
 // Loop bounds are compile-time (fully unrolled); the edge test against the rows left is hoisted out.
-template <int E, int P, int BR, typename IndexT, int ROWS, int AL, int SB, class Epi>
+template <int E, int P, int BR, typename IndexT, int ROWS, int AL, int SB, int LW, class Epi>
 __global__ void __launch_bounds__(32 * ROWS)
 ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst_v,
                           const OpsTileParams<BR, IndexT> p, const Epi epi) {
@@ -298,9 +332,12 @@ ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst
   constexpr int KL = (T + X + ROWS - 1) / ROWS;  // input rows per thread in phase 1
   static_assert(32 % ROWS == 0, "ROWS divides the tile's 32 words");
   static_assert(AL == 0 || (AL > P && AL % P == 0 && T % AL == 0 && X < T), "AL: whole words, whole tiles");
+  static_assert(LW == 0 || AL == 0, "loose words only on the unshifted tile");
   __shared__ Word tile[T + X][33];
   const Word* __restrict__ src = static_cast<const Word*>(src_v);
   Word* __restrict__ dst = static_cast<Word*>(dst_v);
+  const OpsBytes<E>* __restrict__ src_e = static_cast<const OpsBytes<E>*>(src_v);
+  OpsBytes<E>* __restrict__ dst_e = static_cast<OpsBytes<E>*>(dst_v);
   const int tx = threadIdx.x, ty = threadIdx.y;
 
   IndexT ta, tb, src_base, dst_base;
@@ -314,12 +351,16 @@ ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst
   if (AL == 0) {
     const IndexT b = b0 + (IndexT)(tx * P);   // first output column (element) this thread writes
     if (b < p.B) {
+      const int valid_b = p.B - b < (IndexT)P ? (int)(p.B - b) : P;  // loose words: elements left in the row
 #pragma unroll
       for (int m = 0; m < G; ++m)
 #pragma unroll
         for (int r = 0; r < P; ++r) {
           const int al = P * (ty + ROWS * m) + r;
-          if (al < a_left) pre[m * P + r] = epi.load((dst_base + (a0 + al) * p.out_stride_a + b) / P);
+          if (al < a_left) {
+            const IndexT at = dst_base + (a0 + al) * p.out_stride_a + b;
+            pre[m * P + r] = LW ? epi.load_loose(at, valid_b) : epi.load(at / P);
+          }
         }
     }
   } else {
@@ -339,11 +380,14 @@ ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst
   const IndexT b_left = p.B - (b0 - X) - ty;
   const int lb_first = tb == 0 ? X : 0;
   if (a < p.A) {
+    const int valid_a = p.A - a < (IndexT)P ? (int)(p.A - a) : P;  // loose words: elements left in the row
 #pragma unroll
     for (int k = 0; k < KL; ++k) {
       const int lb = ty + ROWS * k;
-      if ((X == 0 || (lb < T + X && lb >= lb_first)) && ROWS * k < b_left)
-        tile[lb][tx] = src[(src_base + ops_tile_row_offset<SB>(p, b0 - X + lb) + a) / P];
+      if ((X == 0 || (lb < T + X && lb >= lb_first)) && ROWS * k < b_left) {
+        const IndexT at = src_base + ops_tile_row_offset<SB>(p, b0 - X + lb) + a;
+        tile[lb][tx] = LW ? ops_load_loose<E, P>(src_e, at, valid_a) : src[at / P];
+      }
     }
   }
   __syncthreads();
@@ -351,6 +395,7 @@ ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst
   if (AL == 0) {
     const IndexT b = b0 + (IndexT)(tx * P);
     if (b < p.B) {
+      const int valid_b = p.B - b < (IndexT)P ? (int)(p.B - b) : P;
 #pragma unroll
       for (int m = 0; m < G; ++m) {
         const int g = ty + ROWS * m;
@@ -359,8 +404,14 @@ ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst
           OpsTileGather<E, P>::get(tile, tx, g, w);
 #pragma unroll
           for (int r = 0; r < P; ++r)
-            if (P * g + r < a_left)
-              dst[(dst_base + (a0 + P * g + r) * p.out_stride_a + b) / P] = epi.apply(w[r], pre[m * P + r]);
+            if (P * g + r < a_left) {
+              const IndexT at = dst_base + (a0 + P * g + r) * p.out_stride_a + b;
+              const Word out = epi.apply(w[r], pre[m * P + r]);
+              if (LW)
+                ops_store_loose<E, P>(dst_e, at, out, valid_b);
+              else
+                dst[at / P] = out;
+            }
         }
       }
     }
@@ -399,11 +450,11 @@ template <int BR, typename IndexT, int SB = 0, class Map> OpsTileParams<BR, Inde
   return p;
 }
 
-template <int E, int P, int BR, typename IndexT, int ROWS, int AL, int SB, class Epi, class Map>
+template <int E, int P, int BR, typename IndexT, int ROWS, int AL, int SB, int LW, class Epi, class Map>
 void ops_tile_launch(const void* src, void* dst, Map& data, const Epi& epi) {
   const OpsTileParams<BR, IndexT> p = ops_tile_params<BR, IndexT, SB>(data);
   const unsigned int grid = (unsigned int)ops_param(data, "grid");
-  ops_tile_transpose_kernel<E, P, BR, IndexT, ROWS, AL, SB, Epi><<<grid, dim3(32, ROWS)>>>(src, dst, p, epi);
+  ops_tile_transpose_kernel<E, P, BR, IndexT, ROWS, AL, SB, LW, Epi><<<grid, dim3(32, ROWS)>>>(src, dst, p, epi);
   OPS_CHECK_LAUNCH();
 }
 
@@ -490,9 +541,9 @@ void ops_permute_nd(const void* src, void* dst, Map& data) {
   ops_nd_launch<R, C, IndexT, THREADS, UNROLL>(src, dst, data, OpsStoreEpi<C>());
 }
 
-template <int E, int P, int BR, typename IndexT, int ROWS, int AL, int SB, class Map>
+template <int E, int P, int BR, typename IndexT, int ROWS, int AL, int SB, int LW, class Map>
 void ops_permute_tiled(const void* src, void* dst, Map& data) {
-  ops_tile_launch<E, P, BR, IndexT, ROWS, AL, SB>(src, dst, data, OpsStoreEpi<E * P>());
+  ops_tile_launch<E, P, BR, IndexT, ROWS, AL, SB, LW>(src, dst, data, OpsStoreEpi<E * P>());
 }
 
 template <int C, int G, int BR, typename IndexT, int ROWS, class Map>
@@ -514,9 +565,9 @@ void ops_transpose_add_nd(const void* x, const void* y, void* dst, Map& data) {
   ops_nd_launch<R, C, IndexT, THREADS, UNROLL>(x, dst, data, epi);
 }
 
-template <typename T, int E, int P, int BR, typename IndexT, int ROWS, int AL, int SB, class Map>
+template <typename T, int E, int P, int BR, typename IndexT, int ROWS, int AL, int SB, int LW, class Map>
 void ops_transpose_add_tiled(const void* x, const void* y, void* dst, Map& data) {
   OpsAddEpi<T, E * P> epi;
   epi.y = static_cast<const OpsBytes<E * P>*>(y);
-  ops_tile_launch<E, P, BR, IndexT, ROWS, AL, SB>(x, dst, data, epi);
+  ops_tile_launch<E, P, BR, IndexT, ROWS, AL, SB, LW>(x, dst, data, epi);
 }

@@ -34,7 +34,9 @@ tiled_packed  as tiled for 1-, 2- and 4-byte elements, with P elements in one 4-
            Both tiled variants: consecutive blocks step along the output's last dim, and where a permute's
            output rows do not start on 32-byte sectors the shifted tile (template constant ``AL``, data key
            ``align``) starts every output row segment on a unit of 32 or 64 bytes (rule at
-           ``ALIGN_OUT_SWITCH``).
+           ``ALIGN_OUT_SWITCH``). Loose words (template constant ``LW``, data key ``loose``, off unless
+           ``LOOSE_WORD_SWITCH`` asks): packed words in shared memory for rows that do not start on a word,
+           their elements moved one at a time on the global side.
 tiled_grouped  the last dim stays but holds only G = 2, 4 or 8 chunks (e.g. 64 bytes): a tile whose
            elements are those groups, so reads and writes both move runs of 512 bytes or more where the
            general kernel reads runs of G chunks ((1,0,2) on (2048,1024,16) float32, attention layouts).
@@ -59,8 +61,8 @@ from ._jittor import code, has_cuda, jt
 
 __all__ = ["permute", "transpose", "transpose_add", "Permute", "TransposeAdd", "PermuteFunction",
            "TransposeAddFunction", "KernelConfig", "PermutePlan", "normalize_dims", "simplify_permutation",
-           "movement_size", "plan_permute", "pack_word_mode", "tile_order_mode", "align_out_mode", "select_config",
-           "render", "VARIANTS"]
+           "movement_size", "plan_permute", "pack_word_mode", "tile_order_mode", "align_out_mode", "loose_word_mode",
+           "select_config", "render", "VARIANTS"]
 
 # ---- tuning constants -------------------------------------------------------------------------------------
 
@@ -146,6 +148,15 @@ TILE_ORDER_MODES = ("auto", "a", "b")
 # every tiled case whose tile allows it; A/B switch).
 ALIGN_OUT_SWITCH = "OPS_PERMUTE_ALIGN_OUT"
 ALIGN_OUT_MODES = ("auto", "0", "32", "64")
+# Loose words (template constant LW, data key ``loose``): where rows of 1-, 2- or 4-byte elements do not start on
+# a word ((4097, 3071) f16: the plain 32-wide tile, 64-byte row segments, 67% of copy on an H100), the packed
+# tile's words in shared memory with every global access moving the word's elements one at a time: 64- or
+# 128-element row segments, the last word of a row cut at the row's end. Predicted (4097, 3071) f16 67 -> ~80%
+# of copy, its transpose_add 78 -> ~85% (the plain f32 tile, whose segments are 128 bytes, runs 83% there);
+# not measured, so off by default. OPS_PERMUTE_LOOSE_WORD: "0" (default: never), "4" (4-byte words for 1- and
+# 2-byte elements), "8" (8-byte words for 2- and 4-byte elements, 4-byte words for 1-byte ones).
+LOOSE_WORD_SWITCH = "OPS_PERMUTE_LOOSE_WORD"
+LOOSE_WORD_MODES = ("0", "4", "8")
 # Grouped tile: the last dim stays and holds G chunks; taken for G in GROUPS (a warp covers whole groups:
 # G divides 32) when the a dim fills a tile row (32 / G groups) and the b dim at least TILE_MIN_DIM. Predicted
 # (1,0,2) on (2048,1024,16) float32 from 79% (general, 64-byte runs) to ~90% of copy on an H100.
@@ -359,9 +370,29 @@ def _align_for(op: str, chunk: int, pack: int, row_steps: Sequence[int]) -> int:
     return unit if extra < 32 * pack else 0
 
 
+def loose_word_mode() -> str:
+    """``OPS_PERMUTE_LOOSE_WORD``: "0" (default), "4" or "8"."""
+    mode = os.environ.get(LOOSE_WORD_SWITCH, "0").strip().lower() or "0"
+    if mode not in LOOSE_WORD_MODES:
+        raise ValueError(f"{LOOSE_WORD_SWITCH} must be one of {', '.join(LOOSE_WORD_MODES)}, got {mode!r}")
+    return mode
+
+
+def _loose_pack_for(chunk: int, a: int, b: int) -> int:
+    """Elements per loose word (1: none) where the aligned words do not fit: the switch's word, filled as the
+    aligned words are (a whole tile edge for 8-byte words, PACK_MIN_FILL words for 4-byte ones)."""
+    mode = loose_word_mode()
+    if mode == "0" or chunk > 4 or (chunk == 4 and mode == "4"):
+        return 1
+    word = 4 if chunk == 1 else int(mode)
+    pack = word // chunk
+    return pack if min(a, b) >= (32 if word == 8 else PACK_MIN_FILL) * pack else 1
+
+
 def _pack_for(plan: PermutePlan, op: str, a: int, b: int, row_elems: int) -> int:
     """Elements per packed word for the tiled path (1: the plain 32x32 tile): 8-byte words for 2- and 4-byte
-    elements where they win (or are forced) and the tile is whole, else 4-byte words where those fit."""
+    elements where they win (or are forced) and the tile is whole, else 4-byte words where those fit. Only
+    aligned words: every row of both sides starts on a word (``a`` and ``b`` are multiples of the pack)."""
     if plan.chunk > 4:
         return 1
     mode = pack_word_mode()
@@ -390,12 +421,12 @@ def _tile_b_dims(plan: PermutePlan) -> Tuple[int, ...]:
     return (plan.perm[-2], last)
 
 
-def _choose_variant(plan: PermutePlan, op: str) -> Tuple[str, int]:
-    """(variant, pack) for a simplified plan: the dispatch ladder."""
+def _choose_variant(plan: PermutePlan, op: str) -> Tuple[str, int, bool]:
+    """(variant, pack, loose words) for a simplified plan: the dispatch ladder."""
     if plan.is_identity:
-        return ("copy" if op == "permute" else "add"), 1
+        return ("copy" if op == "permute" else "add"), 1, False
     if plan.rank > MAX_RANK:  # only a permute: a swap of two dims simplifies to at most 5 dims
-        return "fallback", 1
+        return "fallback", 1, False
     a_size = plan.in_dims[-1]  # input last dim (contiguous in the input)
     b_dims = _tile_b_dims(plan) if plan.last_moves else (plan.perm[-1],)
     b_size = math.prod(plan.in_dims[k] for k in b_dims)  # the output's last dim(s)
@@ -403,14 +434,17 @@ def _choose_variant(plan: PermutePlan, op: str) -> Tuple[str, int]:
         group = plan.in_dims[-1]  # chunks per row of the staying last dim
         if (group in GROUPS and plan.in_dims[-2] >= 32 // group
                 and plan.in_dims[plan.perm[-2]] >= TILE_MIN_DIM):
-            return "tiled_grouped", 1
-        return "general", 1
+            return "tiled_grouped", 1, False
+        return "general", 1, False
     if min(a_size, b_size) < TILE_MIN_DIM:
-        return "general", 1
+        return "general", 1, False
     in_strides, out_strides = _strides(plan.in_dims), _strides(plan.out_dims)
     row_elems = min(in_strides[b_dims[-1]], out_strides[plan.perm.index(plan.rank - 1)])
-    pack = _pack_for(plan, op, a_size, b_size, row_elems)
-    return ("tiled_packed" if pack > 1 else "tiled"), pack
+    pack, loose = _pack_for(plan, op, a_size, b_size, row_elems), False
+    if pack == 1:
+        pack = _loose_pack_for(plan.chunk, a_size, b_size)
+        loose = pack > 1
+    return ("tiled_packed" if pack > 1 else "tiled"), pack, loose
 
 
 def select_config(shape: Sequence[int], perm: Sequence[int], dtype: str, op: str = "permute") -> KernelConfig:
@@ -423,7 +457,7 @@ def select_config(shape: Sequence[int], perm: Sequence[int], dtype: str, op: str
         raise ValueError(f"op must be one of {sorted(VARIANTS)}, got {op!r}")
     dtype = _codegen.dtype_name(dtype)
     plan = plan_permute(shape, perm, _codegen.ITEMSIZE[dtype])
-    variant, pack = _choose_variant(plan, op)
+    variant, pack, loose = _choose_variant(plan, op)
     count, rank = plan.count, plan.rank
     params = {"count": count, "rank": rank, "chunk": plan.chunk, "bytes": count * plan.chunk, "tile": CPU_TILE}
     batch_rank, block, grid = 0, (), 0  # copy: cudaMemcpyAsync, no launch geometry
@@ -459,14 +493,14 @@ def select_config(shape: Sequence[int], perm: Sequence[int], dtype: str, op: str
         batch = [k for k in range(rank) if k != a_pos and k not in b_pos]  # output dims outside the tile plane
         batch_rank = len(batch)
         row_starts = [out_strides[a_pos]] + [out_strides[k] for k in batch]  # steps between output rows
-        align = _align_for(op, plan.chunk, pack, row_starts)
+        align = 0 if loose else _align_for(op, plan.chunk, pack, row_starts)
         tiles_a = -(-plan.in_dims[a_dim] // (32 * pack))
         # a shifted row reaches back up to align - pack columns: one more tile may be needed along b
         tiles_b = -(-(b_size + (align - pack if align else 0)) // (32 * pack))
         block, grid = (32, _tile_rows(plan.chunk, pack)), tiles_a * tiles_b * math.prod(out_dims[k] for k in batch)
         params.update(A=plan.in_dims[a_dim], B=b_size, isb=in_strides[b_dim],
                       osa=out_strides[a_pos], tiles_a=tiles_a, tiles_b=tiles_b, batch_rank=batch_rank,
-                      b_fast=int(_b_fast()), align=align, split_b=int(len(b_dims) == 2))
+                      b_fast=int(_b_fast()), align=align, split_b=int(len(b_dims) == 2), loose=int(loose))
         if len(b_dims) == 2:  # row b of the plane: input offset (b // bl) * isbh + (b % bl) * isb
             params.update(bl=plan.in_dims[b_dim], isbh=in_strides[b_dims[0]])
         for i, k in enumerate(batch):
@@ -488,11 +522,11 @@ _CUDA_CALLS = {
     ("permute", "general"):
         "ops_permute_nd<${R}, ${C}, ${IDX}, ${THREADS}, ${UNROLL}>(in0_p, out0_p, data);",
     ("permute", "tiled"):
-        "ops_permute_tiled<${C}, ${P}, ${BR}, ${IDX}, ${ROWS}, ${AL}, ${SB}>(in0_p, out0_p, data);",
+        "ops_permute_tiled<${C}, ${P}, ${BR}, ${IDX}, ${ROWS}, ${AL}, ${SB}, ${LW}>(in0_p, out0_p, data);",
     ("transpose_add", "general"):
         "ops_transpose_add_nd<in0_type, ${R}, ${C}, ${IDX}, ${THREADS}, ${UNROLL}>(in0_p, in1_p, out0_p, data);",
     ("transpose_add", "tiled"):
-        "ops_transpose_add_tiled<in0_type, ${C}, ${P}, ${BR}, ${IDX}, ${ROWS}, ${AL}, ${SB}>"
+        "ops_transpose_add_tiled<in0_type, ${C}, ${P}, ${BR}, ${IDX}, ${ROWS}, ${AL}, ${SB}, ${LW}>"
         "(in0_p, in1_p, out0_p, data);",
     ("permute", "grouped"): "ops_permute_grouped<${C}, ${G}, ${BR}, ${IDX}, ${ROWS}>(in0_p, out0_p, data);",
     ("transpose_add", "grouped"):
@@ -511,7 +545,7 @@ def render(cfg: KernelConfig) -> str:
     rows = cfg.block[1] if len(cfg.block) == 2 else 0  # the tiled kernels' block is (32, rows)
     return _codegen.render(template, R=rank, C=cfg.chunk, P=cfg.pack, BR=cfg.batch_rank, IDX=cfg.index_type,
                            THREADS=ND_THREADS, UNROLL=ND_UNROLL, ROWS=rows, G=cfg.data.get("group", 1),
-                           AL=cfg.data.get("align", 0), SB=cfg.data.get("split_b", 0))
+                           AL=cfg.data.get("align", 0), SB=cfg.data.get("split_b", 0), LW=cfg.data.get("loose", 0))
 
 
 # The CPU path: the plan select_config made, walked by a loop nest (variant codes of _CPU_VARIANT). Every value

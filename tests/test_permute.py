@@ -227,17 +227,17 @@ def test_render_depends_only_on_code_constants():
     a = P.select_config((32, 1024, 1024), (0, 2, 1), "float64")
     b = P.select_config((3, 72, 37), (0, 2, 1), "float64")  # output rows of 72 * 8 bytes: whole sectors
     assert a.params != b.params and P.render(a) == P.render(b)
-    assert P.render(a) == "ops_permute_tiled<8, 1, 1, int, 4, 0, 0>(in0_p, out0_p, data);"
+    assert P.render(a) == "ops_permute_tiled<8, 1, 1, int, 4, 0, 0, 0>(in0_p, out0_p, data);"
     shifted = P.select_config((3, 70, 37), (0, 2, 1), "float64")  # rows of 560 bytes: 64-byte units
-    assert P.render(shifted) == "ops_permute_tiled<8, 1, 1, int, 4, 8, 0>(in0_p, out0_p, data);"
+    assert P.render(shifted) == "ops_permute_tiled<8, 1, 1, int, 4, 8, 0, 0>(in0_p, out0_p, data);"
     split = P.select_config((8, 24, 40, 16, 64), (3, 1, 4, 2, 0), "float16")
-    assert P.render(split) == "ops_permute_tiled<2, 2, 2, int, 8, 0, 1>(in0_p, out0_p, data);"
+    assert P.render(split) == "ops_permute_tiled<2, 2, 2, int, 8, 0, 1, 0>(in0_p, out0_p, data);"
     g = P.select_config((2048, 1024, 12), (1, 0, 2), "float32")
     assert P.render(g) == "ops_permute_nd<3, 16, int, 256, 4>(in0_p, out0_p, data);"
     grouped = P.select_config((2048, 1024, 16), (1, 0, 2), "float16")
     assert P.render(grouped) == "ops_permute_grouped<16, 2, 0, int, 8>(in0_p, out0_p, data);"
     t = P.select_config((24300, 11520), (1, 0), "bfloat16", "transpose_add")
-    assert P.render(t) == "ops_transpose_add_tiled<in0_type, 2, 4, 0, int, 16, 0, 0>(in0_p, in1_p, out0_p, data);"
+    assert P.render(t) == "ops_transpose_add_tiled<in0_type, 2, 4, 0, int, 16, 0, 0, 0>(in0_p, in1_p, out0_p, data);"
     s = P.select_config((4, 5), (0, 1), "float32", "transpose_add")
     assert P.render(s) == "ops_transpose_add_nd<in0_type, 1, 16, int, 256, 4>(in0_p, in1_p, out0_p, data);"
     assert P.render(P.select_config((3, 4), (0, 1), "int8")) == "ops_permute_copy(in0_p, out0_p, data);"
@@ -368,7 +368,8 @@ def _emulator(cfg):
 def emulate_tiled(cfg, src):
     """ops_tile_transpose_kernel on elements ``src`` (1-D array of moved elements): every block and thread,
     packed words as groups of P elements; also checks that each packed gather is bank-conflict-free (word
-    indices distinct mod L within each wavefront of L = 128 / W threads, W the word's bytes)."""
+    indices distinct mod L within each wavefront of L = 128 / W threads, W the word's bytes). Loose words
+    start anywhere and are cut at the row's end (the elements past it are -1 in the tile and never written)."""
     d, pk, rows = cfg.data, cfg.pack, cfg.block[1]
     lanes = 128 // (cfg.chunk * pk)  # threads per shared-memory wavefront
     tile_edge = 32 * pk
@@ -378,6 +379,8 @@ def emulate_tiled(cfg, src):
     dst = np.empty(count, dtype=src.dtype)
     written = np.zeros(count, dtype=int)
     unit = d["align"]  # shifted tile: elements per 32-byte sector (0: the plain tile)
+    loose = d["loose"]
+    assert not (loose and unit)
     extra = unit - pk if unit else 0
     b_lo = d["bl"] if d["split_b"] else B  # split B: row b of the plane is (b // bl, b % bl) in the input
     b_div = _divisor(b_lo)
@@ -399,8 +402,9 @@ def emulate_tiled(cfg, src):
                         b = b0 - extra + lb  # tile row lb holds input row b
                         if lb < tile_edge + extra and 0 <= b < B:
                             e = sb + row_offset(b) + a
-                            assert e % pk == 0
-                            tile[lb, tx] = np.arange(e, e + pk)
+                            assert loose or (e % pk == 0 and a + pk <= A)
+                            valid = min(pk, A - a)
+                            tile[lb, tx, :valid] = np.arange(e, e + valid)
         for ty in range(rows):
             for m in range(32 // rows):
                 g = ty + rows * m  # the thread's group: output rows pk * g + r, r < pk
@@ -425,10 +429,11 @@ def emulate_tiled(cfg, src):
                         # elements (np.roll) puts row j's element at position j
                         elems = np.roll([loaded[i][r] for i in range(pk)], rot)
                         assert list(elems) == [tile[row0 + tx * pk + j, g, r] for j in range(pk)]
-                        o = row + b
-                        assert o % pk == 0 and all(e >= 0 for e in elems)
-                        dst[o:o + pk] = src[np.array(elems)]
-                        written[o:o + pk] += 1
+                        o, valid = row + b, min(pk, B - b)
+                        assert loose or (o % pk == 0 and valid == pk)
+                        assert all(e >= 0 for e in elems[:valid])
+                        dst[o:o + valid] = src[np.array(elems[:valid])]
+                        written[o:o + valid] += 1
                     if pk > 1:
                         full = [w for step in slots for w in step if len(w) == lanes]
                         assert all(len({word % lanes for word in w}) == lanes for w in full)
@@ -512,7 +517,7 @@ def test_pack_word_switch(monkeypatch):
     assert P.select_config(shape, perm, "float64").pack == 1
     assert P.select_config((32, 60, 1024), perm, "float16").pack == 2  # 60 < a 128-half edge: 4-byte words
     assert P.select_config((32, 30, 1024), perm, "float16").pack == 1  # below half a 64-half edge too
-    assert "ops_permute_tiled<2, 4, 1, int, 16, 0, 0>" in P.render(P.select_config(shape, perm, "float16"))
+    assert "ops_permute_tiled<2, 4, 1, int, 16, 0, 0, 0>" in P.render(P.select_config(shape, perm, "float16"))
     monkeypatch.setenv(P.PACK_WORD_SWITCH, "16")
     with pytest.raises(ValueError, match=P.PACK_WORD_SWITCH):
         P.select_config(shape, perm, "float16")
@@ -564,6 +569,51 @@ def test_emulated_shifted_tile(shape, perm, dtype, mode, unit, rng, monkeypatch)
     cfg = P.select_config(shape, perm, dtype)
     assert cfg.variant.startswith("tiled") and cfg.data["align"] == unit
     test_emulated_cuda_kernels(shape, perm, dtype, rng)
+
+
+LOOSE = [  # (shape, perm, dtype, mode, expected pack): rows that do not start on a word
+    ((70, 97), (1, 0), "float16", "4", 2),                # odd rows on both sides, partial words at both ends
+    ((133, 141), (1, 0), "bfloat16", "8", 4),              # 8-byte words of 4 halves, 128-element tiles
+    ((3, 67, 70), (0, 2, 1), "int8", "4", 4),              # 1-byte quads, the batch stride off a word too
+    ((65, 131), (1, 0), "float32", "8", 2),                # 2 floats per 8-byte word
+    ((6, 5, 7, 3, 41), (3, 1, 4, 2, 0), "float16", "4", 2),  # split B (7 x 6) with an odd a side
+]
+
+
+@pytest.mark.parametrize("shape, perm, dtype, mode, pack", LOOSE)
+def test_emulated_loose_words(shape, perm, dtype, mode, pack, rng, monkeypatch):
+    """Loose words: every element once, the last word of a row cut at its end; for transpose_add's 2-D swaps
+    too. Under the default switch the same shapes take the plain tile."""
+    cfg = P.select_config(shape, perm, dtype)
+    assert cfg.pack == 1 and cfg.data["loose"] == 0
+    monkeypatch.setenv(P.LOOSE_WORD_SWITCH, mode)
+    cfg = P.select_config(shape, perm, dtype)
+    assert (cfg.variant, cfg.pack, cfg.data["loose"], cfg.data["align"]) == ("tiled_packed", pack, 1, 0)
+    assert P.render(cfg).split("(")[0].endswith(", 1>")
+    test_emulated_cuda_kernels(shape, perm, dtype, rng)
+
+
+def test_loose_word_rule(monkeypatch):
+    def got(shape, perm, dtype, op="permute"):
+        cfg = P.select_config(shape, perm, dtype, op)
+        return cfg.pack, cfg.data.get("loose")
+    assert P.loose_word_mode() == "0" and got((4097, 3071), (1, 0), "float16") == (1, 0)
+    monkeypatch.setenv(P.LOOSE_WORD_SWITCH, " 4 ")
+    assert P.loose_word_mode() == "4"
+    assert got((4097, 3071), (1, 0), "float16") == (2, 1) and got((4097, 3071), (1, 0), "float16", "transpose_add") == (
+        2, 1)
+    assert got((4097, 3071), (1, 0), "float32") == (1, 0)     # 4-byte elements: only 8-byte loose words
+    assert got((4097, 3071), (1, 0), "int8") == (4, 1)
+    assert got((32, 1024, 1024), (0, 2, 1), "float16") == (2, 0)  # aligned rows keep aligned words
+    assert got((31, 3071), (1, 0), "float16") == (1, 0)       # 31 < half a 64-element edge
+    assert got((4097, 3071), (1, 0), "float64") == (1, 0)
+    monkeypatch.setenv(P.LOOSE_WORD_SWITCH, "8")
+    assert got((4097, 3071), (1, 0), "float16") == (4, 1) and got((4097, 3071), (1, 0), "float32") == (2, 1)
+    assert got((4097, 3071), (1, 0), "int8") == (4, 1)        # 1-byte elements: 4-byte words
+    assert got((4097, 127), (1, 0), "float16") == (1, 0)      # below a whole 128-element edge
+    monkeypatch.setenv(P.LOOSE_WORD_SWITCH, "2")
+    with pytest.raises(ValueError, match=P.LOOSE_WORD_SWITCH):
+        P.select_config((4097, 3071), (1, 0), "float16")
 
 
 def test_align_out_rule(monkeypatch):
@@ -905,6 +955,26 @@ def test_cuda_eight_byte_words(shape, perm, dtype, op, rng, monkeypatch):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("shape, perm, dtype, op, mode", [
+    ((4097, 3071), (1, 0), "float16", "permute", "4"),          # the score case's shape, 4-byte words
+    ((4097, 3071), (1, 0), "float16", "transpose_add", "8"),    # 8-byte words of 4 halves
+    ((3, 133, 141), (0, 2, 1), "bfloat16", "transpose_add", "4"),
+    ((4097, 3071), (1, 0), "float32", "permute", "8"),          # 2 floats per word
+    ((2, 67, 1030), (0, 2, 1), "int8", "permute", "4"),         # quads
+    ((6, 5, 7, 3, 41), (3, 1, 4, 2, 0), "float16", "permute", "4"),  # split B
+])
+def test_cuda_loose_words(shape, perm, dtype, op, mode, rng, monkeypatch):
+    """Loose words forced (OPS_PERMUTE_LOOSE_WORD) on rows that do not start on a word."""
+    monkeypatch.setenv(P.LOOSE_WORD_SWITCH, mode)
+    jt.flags.use_cuda = 1
+    try:
+        assert P.select_config(shape, perm, dtype, op).data["loose"] == 1
+        check_on_gpu(shape, perm, dtype, op, rng)
+    finally:
+        jt.flags.use_cuda = 0
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("mode", ["0", "32", "64"])
 @pytest.mark.parametrize("shape, perm, dtype, op", [
     ((3, 132, 142), (0, 2, 1), "bfloat16", "transpose_add"),  # 8-byte words, 284-byte output rows
@@ -976,11 +1046,12 @@ def _instantiations():
             calls.append(f"ops_permute_nd<{r}, {P.CHUNKS[(r + i) % 5]}, {it}, {nd}>(src, dst, data);")
     for n, (e, pk) in enumerate([(1, 1), (2, 1), (4, 1), (8, 1), (16, 1), (1, 4), (2, 2), (2, 4), (4, 2)]):
         for al in _aligns(e, pk):
-            calls.append(f"ops_permute_tiled<{e}, {pk}, {n}, {idx[n % 2]}, {P._tile_rows(e, pk)}, {al}, "
-                         f"{(n + al) % 2}>(src, dst, data);")
+            for lw in ([0, 1] if pk > 1 and al == 0 else [0]):  # loose words: packed, unshifted
+                calls.append(f"ops_permute_tiled<{e}, {pk}, {n}, {idx[(n + lw) % 2]}, {P._tile_rows(e, pk)}, {al}, "
+                             f"{(n + al) % 2}, {lw}>(src, dst, data);")
     for br in range(P.MAX_RANK - 1):
         calls.append(f"ops_permute_tiled<4, 1, {br}, {idx[(br + 1) % 2]}, {P._tile_rows(4, 1)}, {8 * (br % 2)}, "
-                     f"{br // 2 % 2}>(src, dst, data);")
+                     f"{br // 2 % 2}, 0>(src, dst, data);")
     for n, g in enumerate(P.GROUPS):
         for br in range(P.MAX_RANK - 2):
             calls.append(f"ops_permute_grouped<16, {g}, {br}, {idx[(n + br) % 2]}, {rows}>(src, dst, data);")
@@ -993,8 +1064,9 @@ def _instantiations():
         words = [(e, 1), (16, 1)] + ([(e, 4 // e)] if e < 4 else []) + ([(e, 8 // e)] if e in (2, 4) else [])
         for k, (c, pk) in enumerate(words):
             al = _aligns(c, pk)[(n + k) % len(_aligns(c, pk))]
+            lw = int(pk > 1 and al == 0)  # loose words wherever the word is packed and unshifted
             calls.append(f"ops_transpose_add_tiled<{ct}, {c}, {pk}, {(n + k) % 4}, {it}, {P._tile_rows(c, pk)}, "
-                         f"{al}, {k % 2}>(src, src, dst, data);")
+                         f"{al}, {k % 2}, {lw}>(src, src, dst, data);")
     return calls
 
 

@@ -99,7 +99,8 @@ class PermuteFamily(Family):
             return "-"
         op = "transpose_add" if self._is_add(c) else "permute"
         cfg = _impl().select_config(c.shapes[0], _perm(c), c.dtype, op)
-        extra = (f" P{cfg.pack}" if cfg.pack > 1 else "") + (" splitB" if cfg.data.get("split_b") else "")
+        extra = (f" P{cfg.pack}" if cfg.pack > 1 else "") + (" splitB" if cfg.data.get("split_b") else "") + (
+            " loose" if cfg.data.get("loose") else "")
         return f"{cfg.variant}{extra} r{cfg.rank} {cfg.chunk}B"
 
 
