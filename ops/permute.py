@@ -313,12 +313,18 @@ class KernelConfig:
         return dict(self.params)
 
 
+def _switch_mode(switch: str, modes: Tuple[str, ...]) -> str:
+    """The value of the environment switch ``switch`` (case and blanks ignored; unset or empty: ``modes[0]``),
+    or a ValueError naming it."""
+    mode = os.environ.get(switch, modes[0]).strip().lower() or modes[0]
+    if mode not in modes:
+        raise ValueError(f"{switch} must be one of {', '.join(modes)}, got {mode!r}")
+    return mode
+
+
 def pack_word_mode() -> str:
     """``OPS_PERMUTE_PACK_WORD``: "auto" (default), "4" or "8"."""
-    mode = os.environ.get(PACK_WORD_SWITCH, "auto").strip().lower() or "auto"
-    if mode not in PACK_WORD_MODES:
-        raise ValueError(f"{PACK_WORD_SWITCH} must be one of {', '.join(PACK_WORD_MODES)}, got {mode!r}")
-    return mode
+    return _switch_mode(PACK_WORD_SWITCH, PACK_WORD_MODES)
 
 
 def _word8_wins(plan: PermutePlan, op: str, row_elems: int) -> bool:
@@ -332,10 +338,7 @@ def _word8_wins(plan: PermutePlan, op: str, row_elems: int) -> bool:
 
 def tile_order_mode() -> str:
     """``OPS_PERMUTE_TILE_ORDER``: "auto" (default), "a" or "b"."""
-    mode = os.environ.get(TILE_ORDER_SWITCH, "auto").strip().lower() or "auto"
-    if mode not in TILE_ORDER_MODES:
-        raise ValueError(f"{TILE_ORDER_SWITCH} must be one of {', '.join(TILE_ORDER_MODES)}, got {mode!r}")
-    return mode
+    return _switch_mode(TILE_ORDER_SWITCH, TILE_ORDER_MODES)
 
 
 def _b_fast() -> bool:
@@ -346,10 +349,7 @@ def _b_fast() -> bool:
 
 def align_out_mode() -> str:
     """``OPS_PERMUTE_ALIGN_OUT``: "auto" (default), "0", "32" or "64"."""
-    mode = os.environ.get(ALIGN_OUT_SWITCH, "auto").strip().lower() or "auto"
-    if mode not in ALIGN_OUT_MODES:
-        raise ValueError(f"{ALIGN_OUT_SWITCH} must be one of {', '.join(ALIGN_OUT_MODES)}, got {mode!r}")
-    return mode
+    return _switch_mode(ALIGN_OUT_SWITCH, ALIGN_OUT_MODES)
 
 
 def _align_for(op: str, chunk: int, pack: int, row_steps: Sequence[int]) -> int:
@@ -372,10 +372,7 @@ def _align_for(op: str, chunk: int, pack: int, row_steps: Sequence[int]) -> int:
 
 def loose_word_mode() -> str:
     """``OPS_PERMUTE_LOOSE_WORD``: "0" (default), "4" or "8"."""
-    mode = os.environ.get(LOOSE_WORD_SWITCH, "0").strip().lower() or "0"
-    if mode not in LOOSE_WORD_MODES:
-        raise ValueError(f"{LOOSE_WORD_SWITCH} must be one of {', '.join(LOOSE_WORD_MODES)}, got {mode!r}")
-    return mode
+    return _switch_mode(LOOSE_WORD_SWITCH, LOOSE_WORD_MODES)
 
 
 def _loose_pack_for(chunk: int, a: int, b: int) -> int:
