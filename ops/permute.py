@@ -383,7 +383,13 @@ def _loose_pack_for(chunk: int, a: int, b: int) -> int:
         return 1
     word = 4 if chunk == 1 else int(mode)
     pack = word // chunk
-    return pack if min(a, b) >= (32 if word == 8 else PACK_MIN_FILL) * pack else 1
+    return pack if _tile_fills(word, pack, a, b) else 1
+
+
+def _tile_fills(word: int, pack: int, a: int, b: int) -> bool:
+    """Whether both plane dims fill the packed tile of ``pack`` elements per ``word``-byte word: a whole tile
+    edge for 8-byte words, ``PACK_MIN_FILL`` words for 4-byte ones."""
+    return min(a, b) >= (32 if word == 8 else PACK_MIN_FILL) * pack
 
 
 def _pack_for(plan: PermutePlan, op: str, a: int, b: int, row_elems: int) -> int:
@@ -395,10 +401,10 @@ def _pack_for(plan: PermutePlan, op: str, a: int, b: int, row_elems: int) -> int
     mode = pack_word_mode()
     if plan.chunk > 1 and mode != "4" and (mode == "8" or _word8_wins(plan, op, row_elems)):
         pack = 8 // plan.chunk
-        if a % pack == 0 and b % pack == 0 and min(a, b) >= 32 * pack:
+        if a % pack == 0 and b % pack == 0 and _tile_fills(8, pack, a, b):
             return pack
     pack = 4 // plan.chunk
-    if pack == 1 or a % pack or b % pack or min(a, b) < PACK_MIN_FILL * pack:
+    if pack == 1 or a % pack or b % pack or not _tile_fills(4, pack, a, b):
         return 1
     return pack
 

@@ -100,8 +100,8 @@ BLOCK = 256
 # keep more loads in flight; one output per thread was faster or level on every shape measured (H100
 # 2026-11-25, one process, % of copy, 4 or 2 -> 1): k2s2 odd W (8,32,32,63,63) f32 92.9 -> 97.4 with indices,
 # 84.0 -> 87.9 values only; k2s2 ceil f32 81.3 -> 86.5, f16 53.2 -> 66.5; k3s2 ceil (4,32,33,33,33) 69.5 ->
-# 72.5; k3s2p1 f32 45.7 -> 47.2, bf16 24.7 -> 25.3; k3s1 and k3s1 dilation 2 level. More threads, each with
-# its own window, hide latency better than one thread's independent windows.
+# 72.5; k3s2p1 f32 45.7 -> 47.2, bf16 24.7 -> 25.3; k3s1 and k3s1 dilation 2 level. (Our reading, not
+# profiled: more resident threads, each with its own window, hide latency better than one thread's windows.)
 FLAT_OPT = 1
 # Warp layout: a window must have at least one element per lane ...
 WARP_MIN_WINDOW = 32
