@@ -16,9 +16,8 @@
 //    dim, or the output's last two dims where the last is short: split B) goes through shared memory for every
 //    index of the remaining "batch" dims; P > 1 packs P elements of E bytes into one 4-byte word on both the
 //    global read and the global write (the 2-byte pair / 1-byte quad path), or 4 elements of 2 bytes or 2 of 4
-//    bytes into an 8-byte word. LW (loose words): the same words for rows that do not start on a word (odd
-//    2-byte shapes): each warp accesses the aligned words under its row segment and funnel-shifts them into
-//    place across lanes (ops_loose_load / ops_loose_store).
+//    bytes into an 8-byte word. LW (loose words): the same words in shared memory, but each global access
+//    moves their P elements one by one, for rows whose length is not a multiple of P (odd 2-byte shapes).
 //  Both take an epilogue: OpsStoreEpi (plain permute) or OpsAddEpi<T> (transpose + add: out = x^T + y, y read
 //  with the same wide word as the store).
 #pragma once
@@ -51,87 +50,30 @@ template <> struct OpsFastDiv<long long> {
   __device__ __forceinline__ long long div(long long n) const { return n / d; }
 };
 
-// ---- loose words: a warp's row segment of 32 words that need not start on a word --------------------------
-//
-// Warp-collective (all 32 lanes call them, the row is warp-uniform): lane l moves the P elements at row positions
-// pos0 + l * P + j (j < P) of the row whose position 0 is element `row`. The segment starts s = (row + pos0) mod P
-// elements into an aligned word, so each lane accesses the aligned word that holds its first element (its
-// "home") with one W-byte access, and a funnel shift by s elements joins it with the neighbouring lane's
-// (one shuffle): 32 coalesced W-byte accesses per segment plus one for its last s elements, not 32 * P accesses
-// of E bytes. Positions from `end` on are not part of the row: loads leave them unspecified (a home word that
-// starts before `end` may reach past the row; an aligned word never crosses a 32-byte sector, so it stays in the
-// sector that holds the row's last element), stores never write them.
-template <int W> struct OpsWordBits;
-template <> struct OpsWordBits<4> { typedef unsigned int type; };
-template <> struct OpsWordBits<8> { typedef unsigned long long type; };
+// ---- loose words: P elements of E bytes at any element offset ---------------------------------------------
 
-// Low W bytes of (hi:lo) >> sh and high W bytes of (hi:lo) << sh, 0 <= sh < 8 * W.
-__device__ __forceinline__ unsigned int ops_funnel_r(unsigned int lo, unsigned int hi, int sh) {
-  return __funnelshift_r(lo, hi, sh);
-}
-__device__ __forceinline__ unsigned long long ops_funnel_r(unsigned long long lo, unsigned long long hi, int sh) {
-  return sh ? (lo >> sh) | (hi << (64 - sh)) : lo;
-}
-__device__ __forceinline__ unsigned int ops_funnel_l(unsigned int lo, unsigned int hi, int sh) {
-  return __funnelshift_l(lo, hi, sh);
-}
-__device__ __forceinline__ unsigned long long ops_funnel_l(unsigned long long lo, unsigned long long hi, int sh) {
-  return sh ? (hi << sh) | (lo >> (64 - sh)) : hi;
-}
-
+// The word of the P elements from element `at`; those from `valid` on lie past the row's end and stay zero.
 template <int E, int P, typename IndexT>
-__device__ __forceinline__ OpsBytes<E * P> ops_loose_load(const OpsBytes<E * P>* __restrict__ words, IndexT row,
-                                                          IndexT pos0, IndexT end, int lane) {
-  typedef typename OpsWordBits<E * P>::type U;
-  const int s = (int)((row + pos0) & (IndexT)(P - 1));
-  const IndexT home = (row + pos0 - s) / P + lane;   // aligned word of the lane's first element
-  const IndexT home_pos = pos0 + (IndexT)(lane * P - s);  // row position of its first element
-  U h = 0, next = 0;
-  if (home_pos < end) h = reinterpret_cast<const U*>(words)[home];
-  next = __shfl_down_sync(0xffffffffu, h, 1);
-  if (lane == 31) {  // the word after the segment's last home word holds its last s elements
-    next = 0;
-    if (s && home_pos + P < end) next = reinterpret_cast<const U*>(words)[home + 1];
-  }
-  const U w = ops_funnel_r(h, next, 8 * E * s);
-  OpsBytes<E * P> out;
-  memcpy(&out, &w, sizeof(U));
-  return out;
-}
-
-// Writes the elements j of `w` (a W-byte word whose element j lies at row position pos + j) that lie in [lo, hi):
-// one W-byte store when all do, else element by element.
-template <int E, int P, typename IndexT>
-__device__ __forceinline__ void ops_store_within(OpsBytes<E * P>* __restrict__ words, IndexT word, IndexT pos,
-                                                 typename OpsWordBits<E * P>::type w, IndexT lo, IndexT hi) {
-  if (pos >= lo && pos + P <= hi) {
-    reinterpret_cast<typename OpsWordBits<E * P>::type*>(words)[word] = w;
-    return;
-  }
+__device__ __forceinline__ OpsBytes<E * P> ops_load_loose(const OpsBytes<E>* __restrict__ src, IndexT at, int valid) {
   OpsBytes<E> part[P];
-  memcpy(part, &w, sizeof(w));
-  OpsBytes<E>* elems = reinterpret_cast<OpsBytes<E>*>(words) + word * P;
+  memset(part, 0, sizeof(part));
 #pragma unroll
   for (int j = 0; j < P; ++j)
-    if (pos + j >= lo && pos + j < hi) elems[j] = part[j];
+    if (j < valid) part[j] = src[at + j];
+  OpsBytes<E * P> w;
+  memcpy(&w, part, E * P);
+  return w;
 }
 
+// Writes the first `valid` elements of word `w` from element `at`.
 template <int E, int P, typename IndexT>
-__device__ __forceinline__ void ops_loose_store(OpsBytes<E * P>* __restrict__ words, IndexT row, IndexT pos0,
-                                                IndexT end, int lane, const OpsBytes<E * P>& value) {
-  typedef typename OpsWordBits<E * P>::type U;
-  const int s = (int)((row + pos0) & (IndexT)(P - 1));
-  const IndexT home = (row + pos0 - s) / P + lane;
-  const IndexT home_pos = pos0 + (IndexT)(lane * P - s);
-  const IndexT hi = pos0 + 32 * P < end ? pos0 + 32 * P : end;  // the segment's positions: [pos0, hi)
-  U own;
-  memcpy(&own, &value, sizeof(U));
-  const U prev = __shfl_up_sync(0xffffffffu, own, 1);
-  // Home word: the previous lane's last s elements, then this lane's first P - s (lane 0's first s lie before
-  // the segment and are not written).
-  if (home_pos < hi) ops_store_within<E, P>(words, home, home_pos, ops_funnel_l(prev, own, 8 * E * s), pos0, hi);
-  if (lane == 31 && s && home_pos + P < hi)  // the segment's last s elements, at the start of the next word
-    ops_store_within<E, P>(words, home + 1, home_pos + P, ops_funnel_l(own, (U)0, 8 * E * s), pos0, hi);
+__device__ __forceinline__ void ops_store_loose(OpsBytes<E>* __restrict__ dst, IndexT at, const OpsBytes<E * P>& w,
+                                                int valid) {
+  OpsBytes<E> part[P];
+  memcpy(part, &w, E * P);
+#pragma unroll
+  for (int j = 0; j < P; ++j)
+    if (j < valid) dst[at + j] = part[j];
 }
 
 // ---- epilogues: what the store does with the moved word --------------------------------------------------
@@ -139,9 +81,7 @@ __device__ __forceinline__ void ops_loose_store(OpsBytes<E * P>* __restrict__ wo
 template <int W> struct OpsStoreEpi {
   struct Pre {};
   template <typename IndexT> __device__ __forceinline__ Pre load(IndexT) const { return Pre(); }
-  template <typename IndexT> __device__ __forceinline__ Pre load_loose(IndexT, IndexT, IndexT, int) const {
-    return Pre();
-  }
+  template <typename IndexT> __device__ __forceinline__ Pre load_loose(IndexT, int) const { return Pre(); }
   __device__ __forceinline__ OpsBytes<W> apply(const OpsBytes<W>& x, const Pre&) const { return x; }
 };
 
@@ -160,10 +100,9 @@ template <typename T, int W> struct OpsAddEpi {
   const OpsBytes<W>* y;
   using Pre = OpsBytes<W>;
   template <typename IndexT> __device__ __forceinline__ Pre load(IndexT word) const { return y[word]; }
-  // Loose words (warp-collective): lane's word of the segment from position pos0 of the row at element `row`.
-  template <typename IndexT>
-  __device__ __forceinline__ Pre load_loose(IndexT row, IndexT pos0, IndexT end, int lane) const {
-    return ops_loose_load<(int)sizeof(T), N>(y, row, pos0, end, lane);
+  // Loose words: the first `valid` elements of the word that starts at element `at`, one element at a time.
+  template <typename IndexT> __device__ __forceinline__ Pre load_loose(IndexT at, int valid) const {
+    return ops_load_loose<(int)sizeof(T), N>(reinterpret_cast<const OpsBytes<sizeof(T)>*>(y), at, valid);
   }
   __device__ __forceinline__ OpsBytes<W> apply(const OpsBytes<W>& x, const Pre& yw) const {
     OpsVec<T, N> a, b;
@@ -303,6 +242,9 @@ __device__ __forceinline__ IndexT ops_tile_row_offset(const OpsTileParams<BR, In
 //    gives each thread of the L a distinct slot at every step i (conflict-free). Register arrays take only
 //    compile-time indices (a runtime index would spill them to local memory): word i of the loop holds row
 //    (i + rot) % P, so the transposed word has its elements rotated by rot, undone by one funnel shift.
+template <int W> struct OpsWordBits;
+template <> struct OpsWordBits<4> { typedef unsigned int type; };
+template <> struct OpsWordBits<8> { typedef unsigned long long type; };
 template <int E> struct OpsElemBits;
 template <> struct OpsElemBits<1> { typedef unsigned char type; };
 template <> struct OpsElemBits<2> { typedef unsigned short type; };
@@ -376,9 +318,8 @@ template <int E> struct OpsTileGather<E, 1> {
 // segment starts on a sector and two tiles never share one. The tile holds the X = AL - P input rows before b0
 // too (the rows a shifted output row reaches back to), and each output row gathers its own word (get_row).
 // SB: B is split over two output dims (ops_tile_row_offset).
-// LW (loose words, unshifted tiles only): rows need not start on a word, A and B need not be multiples of P; the
-// global accesses are the warp-collective ops_loose_load / ops_loose_store, so every lane of a warp runs them
-// (lanes past the row's end load unspecified words and store nothing).
+// LW (loose words, unshifted tiles only): rows need not start on a word; every global access moves its word's
+// elements one at a time, the last word of a row only up to the row's end (A and B need not be multiples of P).
 // Loop bounds are compile-time (fully unrolled); the edge test against the rows left is hoisted out.
 template <int E, int P, int BR, typename IndexT, int ROWS, int AL, int SB, int LW, class Epi>
 __global__ void __launch_bounds__(32 * ROWS)
@@ -395,6 +336,8 @@ ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst
   __shared__ Word tile[T + X][33];
   const Word* __restrict__ src = static_cast<const Word*>(src_v);
   Word* __restrict__ dst = static_cast<Word*>(dst_v);
+  const OpsBytes<E>* __restrict__ src_e = static_cast<const OpsBytes<E>*>(src_v);
+  OpsBytes<E>* __restrict__ dst_e = static_cast<OpsBytes<E>*>(dst_v);
   const int tx = threadIdx.x, ty = threadIdx.y;
 
   IndexT ta, tb, src_base, dst_base;
@@ -405,23 +348,19 @@ ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst
   constexpr int G = 32 / ROWS;
   const IndexT a_left = p.A - a0;             // output row al of the tile exists iff al < a_left
   typename Epi::Pre pre[K];
-  if constexpr (LW != 0) {  // warp-collective loads: every lane takes part, the row tests are warp-uniform
-#pragma unroll
-    for (int m = 0; m < G; ++m)
-#pragma unroll
-      for (int r = 0; r < P; ++r) {
-        const int al = P * (ty + ROWS * m) + r;
-        if (al < a_left) pre[m * P + r] = epi.load_loose(dst_base + (a0 + al) * p.out_stride_a, b0, p.B, tx);
-      }
-  } else if (AL == 0) {
+  if (AL == 0) {
     const IndexT b = b0 + (IndexT)(tx * P);   // first output column (element) this thread writes
     if (b < p.B) {
+      const int valid_b = p.B - b < (IndexT)P ? (int)(p.B - b) : P;  // loose words: elements left in the row
 #pragma unroll
       for (int m = 0; m < G; ++m)
 #pragma unroll
         for (int r = 0; r < P; ++r) {
           const int al = P * (ty + ROWS * m) + r;
-          if (al < a_left) pre[m * P + r] = epi.load((dst_base + (a0 + al) * p.out_stride_a + b) / P);
+          if (al < a_left) {
+            const IndexT at = dst_base + (a0 + al) * p.out_stride_a + b;
+            pre[m * P + r] = LW ? epi.load_loose(at, valid_b) : epi.load(at / P);
+          }
         }
     }
   } else {
@@ -440,40 +379,23 @@ ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst
   const IndexT a = a0 + (IndexT)(tx * P);     // first input column (element) this thread reads
   const IndexT b_left = p.B - (b0 - X) - ty;
   const int lb_first = tb == 0 ? X : 0;
-  if constexpr (LW != 0) {
+  if (a < p.A) {
+    const int valid_a = p.A - a < (IndexT)P ? (int)(p.A - a) : P;  // loose words: elements left in the row
 #pragma unroll
     for (int k = 0; k < KL; ++k) {
       const int lb = ty + ROWS * k;
-      if (ROWS * k < b_left)
-        tile[lb][tx] = ops_loose_load<E, P>(src, src_base + ops_tile_row_offset<SB>(p, b0 + lb), a0, p.A, tx);
-    }
-  } else if (a < p.A) {
-#pragma unroll
-    for (int k = 0; k < KL; ++k) {
-      const int lb = ty + ROWS * k;
-      if ((X == 0 || (lb < T + X && lb >= lb_first)) && ROWS * k < b_left)
-        tile[lb][tx] = src[(src_base + ops_tile_row_offset<SB>(p, b0 - X + lb) + a) / P];
+      if ((X == 0 || (lb < T + X && lb >= lb_first)) && ROWS * k < b_left) {
+        const IndexT at = src_base + ops_tile_row_offset<SB>(p, b0 - X + lb) + a;
+        tile[lb][tx] = LW ? ops_load_loose<E, P>(src_e, at, valid_a) : src[at / P];
+      }
     }
   }
   __syncthreads();
 
-  if constexpr (LW != 0) {
-#pragma unroll
-    for (int m = 0; m < G; ++m) {
-      const int g = ty + ROWS * m;
-      if (P * g < a_left) {
-        Word w[P];
-        OpsTileGather<E, P>::get(tile, tx, g, w);
-#pragma unroll
-        for (int r = 0; r < P; ++r)
-          if (P * g + r < a_left)
-            ops_loose_store<E, P>(dst, dst_base + (a0 + P * g + r) * p.out_stride_a, b0, p.B, tx,
-                                  epi.apply(w[r], pre[m * P + r]));
-      }
-    }
-  } else if (AL == 0) {
+  if (AL == 0) {
     const IndexT b = b0 + (IndexT)(tx * P);
     if (b < p.B) {
+      const int valid_b = p.B - b < (IndexT)P ? (int)(p.B - b) : P;
 #pragma unroll
       for (int m = 0; m < G; ++m) {
         const int g = ty + ROWS * m;
@@ -482,8 +404,14 @@ ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst
           OpsTileGather<E, P>::get(tile, tx, g, w);
 #pragma unroll
           for (int r = 0; r < P; ++r)
-            if (P * g + r < a_left)
-              dst[(dst_base + (a0 + P * g + r) * p.out_stride_a + b) / P] = epi.apply(w[r], pre[m * P + r]);
+            if (P * g + r < a_left) {
+              const IndexT at = dst_base + (a0 + P * g + r) * p.out_stride_a + b;
+              const Word out = epi.apply(w[r], pre[m * P + r]);
+              if (LW)
+                ops_store_loose<E, P>(dst_e, at, out, valid_b);
+              else
+                dst[at / P] = out;
+            }
         }
       }
     }

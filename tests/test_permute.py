@@ -365,58 +365,11 @@ def _emulator(cfg):
     return emulate_tiled if cfg.variant.startswith("tiled") else emulate_nd
 
 
-def _loose_load(count, row, pos0, end, pk):
-    """ops_loose_load for one warp, on element indices: each lane's word (pk element indices into the moved
-    buffer of ``count`` elements; -1 where the word was not loaded). Checks that only aligned words are read,
-    none starting past the buffer's last element, and that every position before ``end`` holds its element."""
-    s = (row + pos0) % pk
-    def home(lane):  # the aligned word of the lane's first element, or -1s where ops_loose_load skips it
-        if pos0 + lane * pk - s >= end:
-            return [-1] * pk
-        first = row + pos0 - s + lane * pk
-        assert first % pk == 0 and 0 <= first < count
-        return list(range(first, first + pk))
-    words = [home(lane) for lane in range(32)]
-    last_pos = pos0 + 31 * pk - s + pk  # position of the first element of the word after lane 31's home
-    after = home(32) if s and last_pos < end else [-1] * pk  # lane 31's own extra load
-    lanes = []
-    for lane in range(32):
-        joined = words[lane] + (words[lane + 1] if lane < 31 else after)
-        word = joined[s:s + pk]  # the funnel shift right by s elements
-        for j, e in enumerate(word):
-            if pos0 + lane * pk + j < end:
-                assert e == row + pos0 + lane * pk + j
-        lanes.append(word)
-    return lanes
-
-
-def _loose_store(dst, written, lanes, row, pos0, end, pk, src):
-    """ops_loose_store for one warp: lane words (element indices into ``src``) written through the aligned words
-    under the row segment [pos0, min(pos0 + 32 pk, end)), each element once."""
-    s = (row + pos0) % pk
-    hi = min(pos0 + 32 * pk, end)
-    def put(word_first, pos, elems):  # ops_store_within
-        assert word_first % pk == 0 and word_first == row + pos
-        for j, e in enumerate(elems):
-            if pos0 <= pos + j < hi:
-                assert e >= 0
-                dst[word_first + j] = src[e]
-                written[word_first + j] += 1
-    for lane in range(32):
-        home_pos = pos0 + lane * pk - s
-        prev = lanes[lane - 1] if lane else lanes[0]  # __shfl_up_sync: lane 0 gets its own word
-        if home_pos < hi:
-            put(row + home_pos, home_pos, prev[pk - s:] + lanes[lane][:pk - s])  # the funnel shift left by s
-        if lane == 31 and s and home_pos + pk < hi:
-            put(row + home_pos + pk, home_pos + pk, lanes[lane][pk - s:] + [-1] * (pk - s))
-
-
 def emulate_tiled(cfg, src):
     """ops_tile_transpose_kernel on elements ``src`` (1-D array of moved elements): every block and thread,
     packed words as groups of P elements; also checks that each packed gather is bank-conflict-free (word
     indices distinct mod L within each wavefront of L = 128 / W threads, W the word's bytes). Loose words
-    start anywhere: every warp moves its row segment through aligned words and funnel shifts (_loose_load,
-    _loose_store)."""
+    start anywhere and are cut at the row's end (the elements past it are -1 in the tile and never written)."""
     d, pk, rows = cfg.data, cfg.pack, cfg.block[1]
     lanes = 128 // (cfg.chunk * pk)  # threads per shared-memory wavefront
     tile_edge = 32 * pk
@@ -441,11 +394,7 @@ def emulate_tiled(cfg, src):
         a0, b0 = ta * tile_edge, tb * tile_edge
         tile = np.full((tile_edge + extra, 33, pk), -1, dtype=np.int64)  # element indices into src
         for ty in range(rows):
-            for k in range(-(-tile_edge // rows)) if loose else ():
-                lb = ty + rows * k
-                if b0 + lb < B:
-                    tile[lb, :32] = _loose_load(count, sb + row_offset(b0 + lb), a0, A, pk)
-            for tx in range(32 if not loose else 0):
+            for tx in range(32):
                 a = a0 + tx * pk
                 if a < A:
                     for k in range(-(-(tile_edge + extra) // rows)):
@@ -453,8 +402,9 @@ def emulate_tiled(cfg, src):
                         b = b0 - extra + lb  # tile row lb holds input row b
                         if lb < tile_edge + extra and 0 <= b < B:
                             e = sb + row_offset(b) + a
-                            assert e % pk == 0 and a + pk <= A
-                            tile[lb, tx] = np.arange(e, e + pk)
+                            assert loose or (e % pk == 0 and a + pk <= A)
+                            valid = min(pk, A - a)
+                            tile[lb, tx, :valid] = np.arange(e, e + valid)
         for ty in range(rows):
             for m in range(32 // rows):
                 g = ty + rows * m  # the thread's group: output rows pk * g + r, r < pk
@@ -465,10 +415,9 @@ def emulate_tiled(cfg, src):
                     if unit:
                         assert (row + b0 - shift) % unit == 0  # the warp's segment starts on a sector
                     slots = [[set() for _ in range(32 // lanes)] for _ in range(pk)]
-                    warp_words = []  # loose words: the warp's words, stored together after the gather
                     for tx in range(32):
                         b, a_left = b0 - shift + tx * pk, A - a0
-                        if not ((loose or 0 <= b < B) and pk * g + r < a_left):
+                        if not (0 <= b < B and pk * g + r < a_left):
                             continue
                         rot = (tx // (lanes // pk)) % pk if pk > 1 else 0
                         loaded = []  # loop step i loads tile row row0 + tx * pk + (i + rot) % pk, column g
@@ -480,15 +429,11 @@ def emulate_tiled(cfg, src):
                         # elements (np.roll) puts row j's element at position j
                         elems = np.roll([loaded[i][r] for i in range(pk)], rot)
                         assert list(elems) == [tile[row0 + tx * pk + j, g, r] for j in range(pk)]
-                        if loose:
-                            warp_words.append([int(e) for e in elems])
-                            continue
-                        o = row + b
-                        assert o % pk == 0 and b + pk <= B and all(e >= 0 for e in elems)
-                        dst[o:o + pk] = src[np.array(elems)]
-                        written[o:o + pk] += 1
-                    if warp_words:
-                        _loose_store(dst, written, warp_words, row, b0, B, pk, src)
+                        o, valid = row + b, min(pk, B - b)
+                        assert loose or (o % pk == 0 and valid == pk)
+                        assert all(e >= 0 for e in elems[:valid])
+                        dst[o:o + valid] = src[np.array(elems[:valid])]
+                        written[o:o + valid] += 1
                     if pk > 1:
                         full = [w for step in slots for w in step if len(w) == lanes]
                         assert all(len({word % lanes for word in w}) == lanes for w in full)
