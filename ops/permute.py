@@ -34,9 +34,10 @@ tiled_packed  as tiled for 1-, 2- and 4-byte elements, with P elements in one 4-
            Both tiled variants: consecutive blocks step along the output's last dim, and where a permute's
            output rows do not start on 32-byte sectors the shifted tile (template constant ``AL``, data key
            ``align``) starts every output row segment on a unit of 32 or 64 bytes (rule at
-           ``ALIGN_OUT_SWITCH``). Loose words (template constant ``LW``, data key ``loose``, off unless
-           ``LOOSE_WORD_SWITCH`` asks): packed words in shared memory for rows that do not start on a word,
-           their elements moved one at a time on the global side.
+           ``ALIGN_OUT_SWITCH``). Loose words (template constant ``LW``, data key ``loose``; the measured
+           rule at ``LOOSE_WORD_SWITCH``: 1-byte elements, and 4-byte ones in transpose_add): packed words
+           in shared memory for rows that do not start on a word, their elements moved one at a time on
+           the global side.
 tiled_grouped  the last dim stays but holds only G = 2, 4 or 8 chunks (e.g. 64 bytes): a tile whose
            elements are those groups, so reads and writes both move runs of 512 bytes or more where the
            general kernel reads runs of G chunks ((1,0,2) on (2048,1024,16) float32, attention layouts).
@@ -149,14 +150,21 @@ TILE_ORDER_MODES = ("auto", "a", "b")
 ALIGN_OUT_SWITCH = "OPS_PERMUTE_ALIGN_OUT"
 ALIGN_OUT_MODES = ("auto", "0", "32", "64")
 # Loose words (template constant LW, data key ``loose``): where rows of 1-, 2- or 4-byte elements do not start on
-# a word ((4097, 3071) f16: the plain 32-wide tile, 64-byte row segments, 67% of copy on an H100), the packed
-# tile's words in shared memory with every global access moving the word's elements one at a time: 64- or
-# 128-element row segments, the last word of a row cut at the row's end. Predicted (4097, 3071) f16 67 -> ~80%
-# of copy, its transpose_add 78 -> ~85% (the plain f32 tile, whose segments are 128 bytes, runs 83% there);
-# not measured, so off by default. OPS_PERMUTE_LOOSE_WORD: "0" (default: never), "4" (4-byte words for 1- and
-# 2-byte elements), "8" (8-byte words for 2- and 4-byte elements, 4-byte words for 1-byte ones).
+# a word, the packed tile's words in shared memory with every global access moving the word's elements one at a
+# time: 64- or 128-element row segments, the last word of a row cut at the row's end. Predicted (4097, 3071) f16
+# 67 -> ~80% of copy; measured on an H100 (in-process A/B, % of copy, plain tile -> loose words):
+#  * 1-byte elements, 4-byte words: int8 (4097, 3071) 33.4 -> 50.2, (64, 1027, 1025) (0,2,1) 32.6 -> 47.8,
+#    (8, 1023, 2049) 31.6 -> 46.3; bool (4097, 3071) 32.8 -> 49.9; uint8 transpose_add 41.1 -> 47.6.
+#  * 4-byte elements, 8-byte words: transpose_add (4097, 3071) 73.5 -> 82.2, (2049, 6143) 74.1 -> 82.0,
+#    batched (8, 1025, 1023) 74.7 -> 76.7; but permute (the shifted tile's 83%) 83.0 -> 73.0, 83.1 -> 69.5.
+#  * 2-byte elements: always lose: (4097, 3071) f16 permute 67.0 -> 55.2 (4-byte words) / 37.3 (8-byte),
+#    transpose_add 77.4 -> 61.1 / 44.1; (32, 1027, 1025) 75.0 -> 64.1 / 46.5. Moving the words instead as
+#    aligned W-byte accesses joined across lanes by a shuffle and a funnel shift (6915259) lost too: 50-56%.
+# So "auto" (default): 4-byte words for 1-byte elements, 8-byte words for 4-byte elements in transpose_add.
+# OPS_PERMUTE_LOOSE_WORD: "auto", "0" (never), "4" (4-byte words for 1- and 2-byte elements), "8" (8-byte words
+# for 2- and 4-byte elements, 4-byte words for 1-byte ones); the forced modes are A/B switches.
 LOOSE_WORD_SWITCH = "OPS_PERMUTE_LOOSE_WORD"
-LOOSE_WORD_MODES = ("0", "4", "8")
+LOOSE_WORD_MODES = ("auto", "0", "4", "8")
 # Grouped tile: the last dim stays and holds G chunks; taken for G in GROUPS (a warp covers whole groups:
 # G divides 32) when the a dim fills a tile row (32 / G groups) and the b dim at least TILE_MIN_DIM. Predicted
 # (1,0,2) on (2048,1024,16) float32 from 79% (general, 64-byte runs) to ~90% of copy on an H100.
@@ -371,14 +379,17 @@ def _align_for(op: str, chunk: int, pack: int, row_steps: Sequence[int]) -> int:
 
 
 def loose_word_mode() -> str:
-    """``OPS_PERMUTE_LOOSE_WORD``: "0" (default), "4" or "8"."""
+    """``OPS_PERMUTE_LOOSE_WORD``: "auto" (default), "0", "4" or "8"."""
     return _switch_mode(LOOSE_WORD_SWITCH, LOOSE_WORD_MODES)
 
 
-def _loose_pack_for(chunk: int, a: int, b: int) -> int:
-    """Elements per loose word (1: none) where the aligned words do not fit: the switch's word, filled as the
-    aligned words are (a whole tile edge for 8-byte words, PACK_MIN_FILL words for 4-byte ones)."""
+def _loose_pack_for(chunk: int, op: str, a: int, b: int) -> int:
+    """Elements per loose word (1: none) where the aligned words do not fit: the switch's word (under "auto" the
+    measured rule above), filled as the aligned words are (a whole tile edge for 8-byte words, PACK_MIN_FILL
+    words for 4-byte ones)."""
     mode = loose_word_mode()
+    if mode == "auto":
+        mode = "4" if chunk == 1 else ("8" if chunk == 4 and op == "transpose_add" else "0")
     if mode == "0" or chunk > 4 or (chunk == 4 and mode == "4"):
         return 1
     word = 4 if chunk == 1 else int(mode)
@@ -445,7 +456,7 @@ def _choose_variant(plan: PermutePlan, op: str) -> Tuple[str, int, bool]:
     row_elems = min(in_strides[b_dims[-1]], out_strides[plan.perm.index(plan.rank - 1)])
     pack, loose = _pack_for(plan, op, a_size, b_size, row_elems), False
     if pack == 1:
-        pack = _loose_pack_for(plan.chunk, a_size, b_size)
+        pack = _loose_pack_for(plan.chunk, op, a_size, b_size)
         loose = pack > 1
     return ("tiled_packed" if pack > 1 else "tiled"), pack, loose
 

@@ -583,7 +583,8 @@ LOOSE = [  # (shape, perm, dtype, mode, expected pack): rows that do not start o
 @pytest.mark.parametrize("shape, perm, dtype, mode, pack", LOOSE)
 def test_emulated_loose_words(shape, perm, dtype, mode, pack, rng, monkeypatch):
     """Loose words: every element once, the last word of a row cut at its end; for transpose_add's 2-D swaps
-    too. Under the default switch the same shapes take the plain tile."""
+    too. With the switch at "0" the same shapes take the plain tile."""
+    monkeypatch.setenv(P.LOOSE_WORD_SWITCH, "0")
     cfg = P.select_config(shape, perm, dtype)
     assert cfg.pack == 1 and cfg.data["loose"] == 0
     monkeypatch.setenv(P.LOOSE_WORD_SWITCH, mode)
@@ -597,7 +598,22 @@ def test_loose_word_rule(monkeypatch):
     def got(shape, perm, dtype, op="permute"):
         cfg = P.select_config(shape, perm, dtype, op)
         return cfg.pack, cfg.data.get("loose")
-    assert P.loose_word_mode() == "0" and got((4097, 3071), (1, 0), "float16") == (1, 0)
+    # the measured default: 1-byte elements, and 4-byte ones in transpose_add; never 2-byte ones
+    assert P.loose_word_mode() == "auto"
+    assert got((4097, 3071), (1, 0), "float16") == (1, 0)
+    assert got((4097, 3071), (1, 0), "bfloat16", "transpose_add") == (1, 0)
+    for dtype in ("int8", "uint8", "bool"):
+        assert got((4097, 3071), (1, 0), dtype) == (4, 1) and got((64, 1027, 1025), (0, 2, 1), dtype) == (4, 1)
+    assert got((4097, 3071), (1, 0), "uint8", "transpose_add") == (4, 1)
+    assert got((4097, 3071), (1, 0), "float32") == (1, 0)   # permute: the shifted tile wins
+    assert got((4097, 3071), (1, 0), "float32", "transpose_add") == (2, 1)
+    assert got((8, 1025, 1023), (0, 2, 1), "float32", "transpose_add") == (2, 1)
+    assert got((64, 1024, 1024), (0, 2, 1), "int8") == (4, 0)  # aligned rows keep aligned words
+    assert got((4097, 3071), (1, 0), "int32", "transpose_add") == (2, 1)
+    assert got((4097, 3071), (1, 0), "float64", "transpose_add") == (1, 0)
+    monkeypatch.setenv(P.LOOSE_WORD_SWITCH, "0")
+    assert got((4097, 3071), (1, 0), "int8") == (1, 0) and got((4097, 3071), (1, 0), "float32", "transpose_add") == (
+        1, 0)
     monkeypatch.setenv(P.LOOSE_WORD_SWITCH, " 4 ")
     assert P.loose_word_mode() == "4"
     assert got((4097, 3071), (1, 0), "float16") == (2, 1) and got((4097, 3071), (1, 0), "float16", "transpose_add") == (
@@ -962,9 +978,13 @@ def test_cuda_eight_byte_words(shape, perm, dtype, op, rng, monkeypatch):
     ((4097, 3071), (1, 0), "float32", "permute", "8"),          # 2 floats per word
     ((2, 67, 1030), (0, 2, 1), "int8", "permute", "4"),         # quads
     ((6, 5, 7, 3, 41), (3, 1, 4, 2, 0), "float16", "permute", "4"),  # split B
+    ((1025, 3071), (1, 0), "bool", "permute", "auto"),          # the default rule: 1-byte elements
+    ((131, 1027), (1, 0), "uint8", "transpose_add", "auto"),
+    ((3, 1025, 1023), (0, 2, 1), "float32", "transpose_add", "auto"),  # 4-byte elements in transpose_add
 ])
 def test_cuda_loose_words(shape, perm, dtype, op, mode, rng, monkeypatch):
-    """Loose words forced (OPS_PERMUTE_LOOSE_WORD) on rows that do not start on a word."""
+    """Loose words (forced by OPS_PERMUTE_LOOSE_WORD, or by its default rule) on rows that do not start on a
+    word."""
     monkeypatch.setenv(P.LOOSE_WORD_SWITCH, mode)
     jt.flags.use_cuda = 1
     try:

@@ -142,6 +142,7 @@ CASES = [
     _p("021_bool", "fwd", (32, 1024, 1024), "bool", (0, 2, 1)),
     _p("10_int64", "fwd", (4096, 4096), "int64", (1, 0)),
     _p("102_int64", "fwd", (1024, 1024, 8), "int64", (1, 0, 2)),
+    _p("odd_4097x3071_int8", "fwd", (4097, 3071), "int8", (1, 0)),  # 1-byte rows off a word: loose words
     # backward (the inverse permutation through the same kernels)
     _p("021_f32_128MB", "bwd", (32, 1024, 1024), "float32", (0, 2, 1)),
     _p("attn_bshd_f16", "bwd", (32, 512, 16, 64), "float16", (0, 2, 1, 3)),
@@ -150,6 +151,7 @@ CASES = [
     _ta("ta_24300x11520_bf16", "fwd", (24300, 11520), "bfloat16"),
     _ta("ta_8192x8192_f32", "fwd", (8192, 8192), "float32"),
     _ta("ta_odd_4097x3071_f16", "fwd", (4097, 3071), "float16"),
+    _ta("ta_odd_4097x3071_f32", "fwd", (4097, 3071), "float32"),
     _ta("ta_batched_f32", "fwd", (16, 1024, 1024), "float32", 1, 2),
     _ta("ta_batched_f16", "fwd", (32, 1024, 1024), "float16", 1, 2),
     _ta("ta_8192x8192_f32", "bwd", (8192, 8192), "float32", grad_of=(0, 1)),
