@@ -228,17 +228,13 @@ __device__ __forceinline__ IndexT ops_tile_row_offset(const OpsTileParams<BR, In
   return hi * p.in_stride_bh + (b - hi * p.b_lo.value()) * p.in_stride_b;
 }
 
-// The tile in shared memory: row = local b (T = 32 * P rows), 32 words of P elements along a, plus padding
-// (PITCH in ops_tile_transpose_kernel). Shared memory serves a warp's request in wavefronts of 128 bytes: L = 128 / W threads of
-// W-byte words each (the whole warp for 4-byte words, each half warp for 8-byte words), conflict-free when their
-// word indices are distinct mod L. With the 33-word pitch, word row * 33 + col sits in slot (row + col) % L.
-//  * P == 1: thread tx of a warp reads tile[tx][al]: slot (tx + al) % L for 4-byte elements, and for 8- and
-//    16-byte elements per half / quarter warp. 1- and 2-byte elements share 4-byte banks: a 33-element pitch
-//    puts row tx at bank (33 * E * tx / 4) mod 32, 1.5 wavefronts per 2-byte read on average (ncu on (4097,3071)
-//    f16: 1.55, with the memory pipes 84% busy) and 1.75 per 1-byte one. A pitch of an odd number of 4-byte
-//    words (34 halves = 17 words, 36 bytes = 9) gives each row its own bank: one wavefront. Measured: no
-//    change in time ((4097,3071) f16 67.2% of copy, its transpose_add 77.7%, int8 33.7%: the L2 side, 22 of
-//    every 32 bytes of a sector used, limits them, not shared memory).
+// The tile in shared memory: row = local b (T = 32 * P rows), 32 words of P elements along a, plus one pad
+// word. Shared memory serves a warp's request in wavefronts of 128 bytes: L = 128 / W threads of W-byte words
+// each (the whole warp for 4-byte words, each half warp for 8-byte words), conflict-free when their word
+// indices are distinct mod L. With the 33-word pitch, word row * 33 + col sits in slot (row + col) % L.
+//  * P == 1: thread tx of a warp reads tile[tx][al]: slot (tx + al) % L for 4-byte elements; for 1-, 2-, 8-
+//    and 16-byte elements the 33-element pitch also puts the accesses of a warp (1, 2 bytes: distinct words;
+//    8, 16 bytes: per half / quarter warp) in distinct banks.
 //  * P > 1: a thread writes the P output words of rows P * g + r (r < P) of its column together: their
 //    elements lie in the same P words, tile[tx * P + j][g] (j < P), slots (P * tx + j + g) % L. It loads each
 //    once (P loads for P words, not P per word) and transposes the P x P elements in registers. P * tx repeats
@@ -266,8 +262,7 @@ template <int E, int P> struct OpsTileGather {  // P > 1: words of P elements, 4
   typedef typename OpsWordBits<W>::type U;
   typedef typename OpsElemBits<E>::type Elem;
   // out[r] = the word of output row P * g + r at this thread's column.
-  template <int PITCH>
-  static __device__ __forceinline__ void get(const OpsBytes<W> (*tile)[PITCH], int tx, int g, OpsBytes<W> (&out)[P]) {
+  static __device__ __forceinline__ void get(const OpsBytes<W> (*tile)[33], int tx, int g, OpsBytes<W> (&out)[P]) {
     const int rot = (tx / (L / P)) % P;
     OpsVec<Elem, P> in[P];  // in[i]: tile row tx * P + (i + rot) % P
 #pragma unroll
@@ -286,8 +281,7 @@ template <int E, int P> struct OpsTileGather {  // P > 1: words of P elements, 4
   // The word of output row P * g + r alone, its elements in tile rows row0 + tx * P + j (j < P): the shifted
   // tile, where each output row has its own row0. The same load order, so the same conflict-free slots (row0 is
   // uniform across the warp); P loads for one word.
-  template <int PITCH>
-  static __device__ __forceinline__ OpsBytes<W> get_row(const OpsBytes<W> (*tile)[PITCH], int row0, int tx, int g,
+  static __device__ __forceinline__ OpsBytes<W> get_row(const OpsBytes<W> (*tile)[33], int row0, int tx, int g,
                                                         int r) {
     const int rot = (tx / (L / P)) % P;
     OpsVec<Elem, P> t;  // element i: row (i + rot) % P's element r
@@ -306,12 +300,10 @@ template <int E, int P> struct OpsTileGather {  // P > 1: words of P elements, 4
   }
 };
 template <int E> struct OpsTileGather<E, 1> {
-  template <int PITCH>
-  static __device__ __forceinline__ void get(const OpsBytes<E> (*tile)[PITCH], int tx, int g, OpsBytes<E> (&out)[1]) {
+  static __device__ __forceinline__ void get(const OpsBytes<E> (*tile)[33], int tx, int g, OpsBytes<E> (&out)[1]) {
     out[0] = tile[tx][g];
   }
-  template <int PITCH>
-  static __device__ __forceinline__ OpsBytes<E> get_row(const OpsBytes<E> (*tile)[PITCH], int row0, int tx, int g,
+  static __device__ __forceinline__ OpsBytes<E> get_row(const OpsBytes<E> (*tile)[33], int row0, int tx, int g,
                                                         int) {
     return tile[row0 + tx][g];
   }
@@ -341,8 +333,7 @@ ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst
   static_assert(32 % ROWS == 0, "ROWS divides the tile's 32 words");
   static_assert(AL == 0 || (AL > P && AL % P == 0 && T % AL == 0 && X < T), "AL: whole words, whole tiles");
   static_assert(LW == 0 || AL == 0, "loose words only on the unshifted tile");
-  constexpr int PITCH = P == 1 && E < 4 ? 32 + 4 / E : 33;  // words per tile row (see OpsTileGather)
-  __shared__ Word tile[T + X][PITCH];
+  __shared__ Word tile[T + X][33];
   const Word* __restrict__ src = static_cast<const Word*>(src_v);
   Word* __restrict__ dst = static_cast<Word*>(dst_v);
   const OpsBytes<E>* __restrict__ src_e = static_cast<const OpsBytes<E>*>(src_v);

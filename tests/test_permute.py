@@ -368,8 +368,7 @@ def _emulator(cfg):
 def emulate_tiled(cfg, src):
     """ops_tile_transpose_kernel on elements ``src`` (1-D array of moved elements): every block and thread,
     packed words as groups of P elements; also checks that each packed gather is bank-conflict-free (word
-    indices distinct mod L within each wavefront of L = 128 / W threads, W the word's bytes), and so is the
-    plain tile's gather of 1- and 2-byte elements (every lane of a warp in its own 4-byte bank). Loose words
+    indices distinct mod L within each wavefront of L = 128 / W threads, W the word's bytes). Loose words
     start anywhere and are cut at the row's end (the elements past it are -1 in the tile and never written)."""
     d, pk, rows = cfg.data, cfg.pack, cfg.block[1]
     lanes = 128 // (cfg.chunk * pk)  # threads per shared-memory wavefront
@@ -380,7 +379,6 @@ def emulate_tiled(cfg, src):
     dst = np.empty(count, dtype=src.dtype)
     written = np.zeros(count, dtype=int)
     unit = d["align"]  # shifted tile: elements per 32-byte sector (0: the plain tile)
-    narrow_pitch = 32 + 4 // cfg.chunk  # the kernel's PITCH for 1- and 2-byte elements on the plain tile
     loose = d["loose"]
     assert not (loose and unit)
     extra = unit - pk if unit else 0
@@ -417,7 +415,6 @@ def emulate_tiled(cfg, src):
                     if unit:
                         assert (row + b0 - shift) % unit == 0  # the warp's segment starts on a sector
                     slots = [[set() for _ in range(32 // lanes)] for _ in range(pk)]
-                    narrow_words = set()  # P == 1 with 1- or 2-byte elements: the warp's bank words
                     for tx in range(32):
                         b, a_left = b0 - shift + tx * pk, A - a0
                         if not (0 <= b < B and pk * g + r < a_left):
@@ -427,8 +424,6 @@ def emulate_tiled(cfg, src):
                         for i in range(pk):
                             if pk > 1:
                                 slots[i][tx // lanes].add((row0 + tx * pk + (i + rot) % pk) * 33 + g)
-                            elif cfg.chunk < 4:  # bytes of the element in the padded row -> its 4-byte bank word
-                                narrow_words.add(((row0 + tx) * narrow_pitch + g) * cfg.chunk // 4)
                             loaded.append(tile[row0 + tx * pk + (i + rot) % pk, g])
                         # element i of the transposed word: loaded word i's element r; the funnel shift by rot
                         # elements (np.roll) puts row j's element at position j
@@ -439,8 +434,6 @@ def emulate_tiled(cfg, src):
                         assert all(e >= 0 for e in elems[:valid])
                         dst[o:o + valid] = src[np.array(elems[:valid])]
                         written[o:o + valid] += 1
-                    if len(narrow_words) == 32:  # a whole warp: one wavefront iff every word has its own bank
-                        assert len({w % 32 for w in narrow_words}) == 32
                     if pk > 1:
                         full = [w for step in slots for w in step if len(w) == lanes]
                         assert all(len({word % lanes for word in w}) == lanes for w in full)
