@@ -17,7 +17,8 @@
 //    index of the remaining "batch" dims; P > 1 packs P elements of E bytes into one 4-byte word on both the
 //    global read and the global write (the 2-byte pair / 1-byte quad path), or 4 elements of 2 bytes or 2 of 4
 //    bytes into an 8-byte word. LW (loose words): the same words in shared memory, but each global access
-//    moves their P elements one by one, for rows whose length is not a multiple of P (odd 2-byte shapes).
+//    moves their P elements one by one, for rows that do not start on a word (by the measured rule in
+//    ops/permute.py: 1-byte elements, and 4-byte ones in transpose_add).
 //  Both take an epilogue: OpsStoreEpi (plain permute) or OpsAddEpi<T> (transpose + add: out = x^T + y, y read
 //  with the same wide word as the store).
 #pragma once
