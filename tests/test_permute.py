@@ -495,21 +495,21 @@ WORD8_EMULATED = [
 
 
 @pytest.mark.parametrize("shape, perm, dtype", WORD8_EMULATED)
-def test_emulated_eight_byte_words(shape, perm, dtype, rng, monkeypatch):
-    monkeypatch.setenv(P.PACK_WORD_SWITCH, "8")
+def test_emulated_eight_byte_words(shape, perm, dtype, rng, monkeypatch, switches):
+    switches.setenv(P.PACK_WORD_SWITCH, "8")
     cfg = P.select_config(shape, perm, dtype)
     assert (cfg.variant, cfg.pack) == ("tiled_packed", 8 // cfg.chunk)
     test_emulated_cuda_kernels(shape, perm, dtype, rng)
 
 
-def test_pack_word_switch(monkeypatch):
+def test_pack_word_switch(monkeypatch, switches):
     shape, perm = (32, 1024, 1024), (0, 2, 1)
-    monkeypatch.delenv(P.PACK_WORD_SWITCH, raising=False)
+    switches.delenv(P.PACK_WORD_SWITCH, raising=False)
     assert P.pack_word_mode() == "auto" and P.select_config(shape, perm, "float16").pack == 2
-    monkeypatch.setenv(P.PACK_WORD_SWITCH, "4")
+    switches.setenv(P.PACK_WORD_SWITCH, "4")
     assert P.select_config((8192, 8192), (1, 0), "float16").pack == 2
     assert P.select_config(shape, perm, "float32").pack == 1
-    monkeypatch.setenv(P.PACK_WORD_SWITCH, " 8 ")
+    switches.setenv(P.PACK_WORD_SWITCH, " 8 ")
     assert P.pack_word_mode() == "8"
     assert P.select_config(shape, perm, "bfloat16", "transpose_add").pack == 4
     assert P.select_config(shape, perm, "int8").pack == 4  # 1-byte elements keep 4-byte words
@@ -518,7 +518,7 @@ def test_pack_word_switch(monkeypatch):
     assert P.select_config((32, 60, 1024), perm, "float16").pack == 2  # 60 < a 128-half edge: 4-byte words
     assert P.select_config((32, 30, 1024), perm, "float16").pack == 1  # below half a 64-half edge too
     assert "ops_permute_tiled<2, 4, 1, int, 16, 0, 0, 0>" in P.render(P.select_config(shape, perm, "float16"))
-    monkeypatch.setenv(P.PACK_WORD_SWITCH, "16")
+    switches.setenv(P.PACK_WORD_SWITCH, "16")
     with pytest.raises(ValueError, match=P.PACK_WORD_SWITCH):
         P.select_config(shape, perm, "float16")
 
@@ -528,22 +528,22 @@ ORDER_A_EMULATED = [((70, 100), (1, 0), "float32"), ((3, 132, 136), (0, 2, 1), "
 
 
 @pytest.mark.parametrize("shape, perm, dtype", ORDER_A_EMULATED)
-def test_emulated_tile_order_along_a(shape, perm, dtype, rng, monkeypatch):
+def test_emulated_tile_order_along_a(shape, perm, dtype, rng, monkeypatch, switches):
     """The A/B switch's other block order (consecutive blocks along A) still covers every tile once."""
-    monkeypatch.setenv(P.TILE_ORDER_SWITCH, "a")
+    switches.setenv(P.TILE_ORDER_SWITCH, "a")
     assert P.select_config(shape, perm, dtype).data["b_fast"] == 0
     test_emulated_cuda_kernels(shape, perm, dtype, rng)
 
 
-def test_tile_order_switch(monkeypatch):
+def test_tile_order_switch(monkeypatch, switches):
     shape, perm = (24300, 11520), (1, 0)
     assert P.tile_order_mode() == "auto" and P.select_config(shape, perm, "bfloat16").data["b_fast"] == 1
     assert P.select_config((33, 40, 8), (1, 0, 2), "float32").data["b_fast"] == 0  # grouped: one order only
-    monkeypatch.setenv(P.TILE_ORDER_SWITCH, " A ")
+    switches.setenv(P.TILE_ORDER_SWITCH, " A ")
     assert P.select_config(shape, perm, "bfloat16", "transpose_add").data["b_fast"] == 0
-    monkeypatch.setenv(P.TILE_ORDER_SWITCH, "b")
+    switches.setenv(P.TILE_ORDER_SWITCH, "b")
     assert P.select_config(shape, perm, "float32").data["b_fast"] == 1
-    monkeypatch.setenv(P.TILE_ORDER_SWITCH, "c")
+    switches.setenv(P.TILE_ORDER_SWITCH, "c")
     with pytest.raises(ValueError, match=P.TILE_ORDER_SWITCH):
         P.select_config(shape, perm, "float16")
 
@@ -561,11 +561,11 @@ SHIFTED = [  # (shape, perm, dtype, mode, expected elements per aligned unit)
 
 
 @pytest.mark.parametrize("shape, perm, dtype, mode, unit", SHIFTED)
-def test_emulated_shifted_tile(shape, perm, dtype, mode, unit, rng, monkeypatch):
+def test_emulated_shifted_tile(shape, perm, dtype, mode, unit, rng, monkeypatch, switches):
     """The shifted tile (output rows that do not start on a sector): every element once, every warp's row
     segment on a sector boundary, conflict-free gathers; for the permute and for transpose_add's 2-D swaps."""
     if mode != "auto":
-        monkeypatch.setenv(P.ALIGN_OUT_SWITCH, mode)
+        switches.setenv(P.ALIGN_OUT_SWITCH, mode)
     cfg = P.select_config(shape, perm, dtype)
     assert cfg.variant.startswith("tiled") and cfg.data["align"] == unit
     test_emulated_cuda_kernels(shape, perm, dtype, rng)
@@ -581,20 +581,20 @@ LOOSE = [  # (shape, perm, dtype, mode, expected pack): rows that do not start o
 
 
 @pytest.mark.parametrize("shape, perm, dtype, mode, pack", LOOSE)
-def test_emulated_loose_words(shape, perm, dtype, mode, pack, rng, monkeypatch):
+def test_emulated_loose_words(shape, perm, dtype, mode, pack, rng, monkeypatch, switches):
     """Loose words: every element once, the last word of a row cut at its end; for transpose_add's 2-D swaps
     too. With the switch at "0" the same shapes take the plain tile."""
-    monkeypatch.setenv(P.LOOSE_WORD_SWITCH, "0")
+    switches.setenv(P.LOOSE_WORD_SWITCH, "0")
     cfg = P.select_config(shape, perm, dtype)
     assert cfg.pack == 1 and cfg.data["loose"] == 0
-    monkeypatch.setenv(P.LOOSE_WORD_SWITCH, mode)
+    switches.setenv(P.LOOSE_WORD_SWITCH, mode)
     cfg = P.select_config(shape, perm, dtype)
     assert (cfg.variant, cfg.pack, cfg.data["loose"], cfg.data["align"]) == ("tiled_packed", pack, 1, 0)
     assert P.render(cfg).split("(")[0].endswith(", 1>")
     test_emulated_cuda_kernels(shape, perm, dtype, rng)
 
 
-def test_loose_word_rule(monkeypatch):
+def test_loose_word_rule(monkeypatch, switches):
     def got(shape, perm, dtype, op="permute"):
         cfg = P.select_config(shape, perm, dtype, op)
         return cfg.pack, cfg.data.get("loose")
@@ -611,10 +611,10 @@ def test_loose_word_rule(monkeypatch):
     assert got((64, 1024, 1024), (0, 2, 1), "int8") == (4, 0)  # aligned rows keep aligned words
     assert got((4097, 3071), (1, 0), "int32", "transpose_add") == (2, 1)
     assert got((4097, 3071), (1, 0), "float64", "transpose_add") == (1, 0)
-    monkeypatch.setenv(P.LOOSE_WORD_SWITCH, "0")
+    switches.setenv(P.LOOSE_WORD_SWITCH, "0")
     assert got((4097, 3071), (1, 0), "int8") == (1, 0) and got((4097, 3071), (1, 0), "float32", "transpose_add") == (
         1, 0)
-    monkeypatch.setenv(P.LOOSE_WORD_SWITCH, " 4 ")
+    switches.setenv(P.LOOSE_WORD_SWITCH, " 4 ")
     assert P.loose_word_mode() == "4"
     assert got((4097, 3071), (1, 0), "float16") == (2, 1) and got((4097, 3071), (1, 0), "float16", "transpose_add") == (
         2, 1)
@@ -623,16 +623,16 @@ def test_loose_word_rule(monkeypatch):
     assert got((32, 1024, 1024), (0, 2, 1), "float16") == (2, 0)  # aligned rows keep aligned words
     assert got((31, 3071), (1, 0), "float16") == (1, 0)       # 31 < half a 64-element edge
     assert got((4097, 3071), (1, 0), "float64") == (1, 0)
-    monkeypatch.setenv(P.LOOSE_WORD_SWITCH, "8")
+    switches.setenv(P.LOOSE_WORD_SWITCH, "8")
     assert got((4097, 3071), (1, 0), "float16") == (4, 1) and got((4097, 3071), (1, 0), "float32") == (2, 1)
     assert got((4097, 3071), (1, 0), "int8") == (4, 1)        # 1-byte elements: 4-byte words
     assert got((4097, 127), (1, 0), "float16") == (1, 0)      # below a whole 128-element edge
-    monkeypatch.setenv(P.LOOSE_WORD_SWITCH, "2")
+    switches.setenv(P.LOOSE_WORD_SWITCH, "2")
     with pytest.raises(ValueError, match=P.LOOSE_WORD_SWITCH):
         P.select_config((4097, 3071), (1, 0), "float16")
 
 
-def test_align_out_rule(monkeypatch):
+def test_align_out_rule(monkeypatch, switches):
     def unit(shape, perm, dtype, op="permute"):
         return P.select_config(shape, perm, dtype, op).data["align"]
     assert unit((24300, 11520), (1, 0), "bfloat16") == 16          # the seed's shape: 48600-byte output rows
@@ -645,13 +645,13 @@ def test_align_out_rule(monkeypatch):
     assert unit((8192, 8192), (1, 0), "float32") == 0 and unit((32, 1024, 1024), (0, 2, 1), "int8") == 0
     cfg = P.select_config((4097, 3071), (1, 0), "float32")
     assert cfg.data["tiles_b"] == -(-(4097 + 15) // 32)  # the shifted rows reach 15 columns into one more tile
-    monkeypatch.setenv(P.ALIGN_OUT_SWITCH, "0")
+    switches.setenv(P.ALIGN_OUT_SWITCH, "0")
     assert unit((24300, 11520), (1, 0), "bfloat16") == 0
-    monkeypatch.setenv(P.ALIGN_OUT_SWITCH, "64")
+    switches.setenv(P.ALIGN_OUT_SWITCH, "64")
     assert unit((24300, 11520), (1, 0), "bfloat16", "transpose_add") == 32
     assert unit((8192, 8192), (1, 0), "float32") == 16 and unit((4097, 3071), (1, 0), "float16") == 32
     assert unit((4097, 3071), (1, 0), "int8") == 0  # 63 extra rows: no room in a 32-row tile
-    monkeypatch.setenv(P.ALIGN_OUT_SWITCH, "16")
+    switches.setenv(P.ALIGN_OUT_SWITCH, "16")
     with pytest.raises(ValueError, match=P.ALIGN_OUT_SWITCH):
         P.select_config((24300, 11520), (1, 0), "bfloat16")
 
@@ -958,10 +958,10 @@ def check_on_gpu(shape, perm, dtype, op, rng):
     ((4096, 4096), (1, 0), "float32", "transpose_add"),            # 2 floats per word
     ((3, 130, 100), (0, 2, 1), "float32", "permute"),
 ])
-def test_cuda_eight_byte_words(shape, perm, dtype, op, rng, monkeypatch):
+def test_cuda_eight_byte_words(shape, perm, dtype, op, rng, monkeypatch, switches):
     """8-byte words forced (OPS_PERMUTE_PACK_WORD=8; the default takes them by the measured rule): 2-byte
     elements moved 4 to a word, 4-byte elements 2."""
-    monkeypatch.setenv(P.PACK_WORD_SWITCH, "8")
+    switches.setenv(P.PACK_WORD_SWITCH, "8")
     jt.flags.use_cuda = 1
     try:
         assert P.select_config(shape, perm, dtype, op).pack == 8 // _codegen.ITEMSIZE[dtype]
@@ -982,10 +982,10 @@ def test_cuda_eight_byte_words(shape, perm, dtype, op, rng, monkeypatch):
     ((131, 1027), (1, 0), "uint8", "transpose_add", "auto"),
     ((3, 1025, 1023), (0, 2, 1), "float32", "transpose_add", "auto"),  # 4-byte elements in transpose_add
 ])
-def test_cuda_loose_words(shape, perm, dtype, op, mode, rng, monkeypatch):
+def test_cuda_loose_words(shape, perm, dtype, op, mode, rng, monkeypatch, switches):
     """Loose words (forced by OPS_PERMUTE_LOOSE_WORD, or by its default rule) on rows that do not start on a
     word."""
-    monkeypatch.setenv(P.LOOSE_WORD_SWITCH, mode)
+    switches.setenv(P.LOOSE_WORD_SWITCH, mode)
     jt.flags.use_cuda = 1
     try:
         assert P.select_config(shape, perm, dtype, op).data["loose"] == 1
@@ -1003,9 +1003,9 @@ def test_cuda_loose_words(shape, perm, dtype, op, mode, rng, monkeypatch):
     ((36, 3, 70), (2, 1, 0), "float16", "transpose_add"),      # a misaligned batch stride
     ((6, 7, 40), (2, 1, 0), "float32", "permute"),             # split B (7 x 6), 168-byte rows
 ])
-def test_cuda_shifted_tile(shape, perm, dtype, op, mode, rng, monkeypatch):
+def test_cuda_shifted_tile(shape, perm, dtype, op, mode, rng, monkeypatch, switches):
     """The shifted tile forced to each unit (OPS_PERMUTE_ALIGN_OUT; "0" is the plain tile) on misaligned rows."""
-    monkeypatch.setenv(P.ALIGN_OUT_SWITCH, mode)
+    switches.setenv(P.ALIGN_OUT_SWITCH, mode)
     jt.flags.use_cuda = 1
     try:
         assert P.select_config(shape, perm, dtype, op).variant.startswith("tiled")

@@ -175,7 +175,7 @@ def test_select_config_mma2_any_length(mode, variant, shape, dtype, tm, rows):
     assert X.select_config(shape, "grad_w", tensor_cores=mode).variant.startswith("gw_")
 
 
-def test_tensor_cores_need_cuda_and_can_be_switched(monkeypatch):
+def test_tensor_cores_need_cuda_and_can_be_switched(monkeypatch, switches):
     previous = jt.flags.use_cuda
     try:
         jt.flags.use_cuda = 0
@@ -186,16 +186,16 @@ def test_tensor_cores_need_cuda_and_can_be_switched(monkeypatch):
             for value, mode in ((None, X.TC_AUTO), ("auto", X.TC_AUTO), ("1", X.TC_MMA), ("2", X.TC_MMA2),
                                 ("3", X.TC_MMA3), ("0", X.TC_OFF)):
                 if value is None:
-                    monkeypatch.delenv(X.MMA_SWITCH, raising=False)
+                    switches.delenv(X.MMA_SWITCH, raising=False)
                 else:
-                    monkeypatch.setenv(X.MMA_SWITCH, value)
+                    switches.setenv(X.MMA_SWITCH, value)
                 assert X.tensor_cores_available() == (mode if sm80 else X.TC_OFF)
     finally:
         jt.flags.use_cuda = previous
 
 
-def test_tensor_core_switch_rejects_unknown_values(monkeypatch):
-    monkeypatch.setenv(X.MMA_SWITCH, "yes")
+def test_tensor_core_switch_rejects_unknown_values(monkeypatch, switches):
+    switches.setenv(X.MMA_SWITCH, "yes")
     with pytest.raises(ValueError, match="OPS_TIMEX_MMA must be one of 0, 1, 2, 3, auto, got 'yes'"):
         X.tensor_cores_available()
 
@@ -480,8 +480,8 @@ GPU_CASES = [  # (B, C, T, dtype, the default forward on sm_80+ GPUs; grad_k tak
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("B, C, T, dtype, variant", GPU_CASES)
-def test_gpu_sized_values_and_gradients(rng, monkeypatch, B, C, T, dtype, variant):
-    monkeypatch.delenv(X.MMA_SWITCH, raising=False)
+def test_gpu_sized_values_and_gradients(rng, monkeypatch, B, C, T, dtype, variant, switches):
+    switches.delenv(X.MMA_SWITCH, raising=False)
     previous = jt.flags.use_cuda
     jt.flags.use_cuda = 1
     try:
@@ -517,10 +517,10 @@ SWITCHED_CASES = [("0", 32, 16, 768, "float32"), ("0", 3, 8, 1100, "float32"), (
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("switch, B, C, T, dtype", SWITCHED_CASES)
-def test_gpu_switched_forward_and_grad_k(rng, monkeypatch, switch, B, C, T, dtype):
+def test_gpu_switched_forward_and_grad_k(rng, monkeypatch, switch, B, C, T, dtype, switches):
     if switch != "0" and min(jt.flags.cuda_archs) < 80:
         pytest.skip("the tensor-core kernels need sm_80+")
-    monkeypatch.setenv(X.MMA_SWITCH, switch)
+    switches.setenv(X.MMA_SWITCH, switch)
     previous = jt.flags.use_cuda
     jt.flags.use_cuda = 1
     try:
