@@ -1063,14 +1063,16 @@ def test_every_configuration_is_in_its_menu():
     assert kinds == {"copy", "nd", "grouped", "tiled"}
 
 
-# (op, dtype) whose menus the nvcc test compiles: every element size of permute, transpose_add's element types
-NVCC_MENUS = [("permute", "int8"), ("permute", "float16"), ("permute", "float32"), ("permute", "int64"),
-              ("transpose_add", "bfloat16"), ("transpose_add", "float32"), ("transpose_add", "bool")]
+# (op, dtype, index types) whose menus the nvcc test compiles: every element size of permute, transpose_add's
+# arithmetic kinds (half, bfloat16 via float; float; bool as logical or); long long once (one nvcc minute each).
+NVCC_MENUS = [("permute", "int8", ("int",)), ("permute", "float16", ("int",)), ("permute", "float32", ("long long",)),
+              ("permute", "int64", ("int",)), ("transpose_add", "bfloat16", ("int",)),
+              ("transpose_add", "float32", ("int",)), ("transpose_add", "bool", ("int",))]
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("op, dtype", NVCC_MENUS)
-def test_nvcc_compiles_every_menu(op, dtype):
+@pytest.mark.parametrize("op, dtype, index_types", NVCC_MENUS)
+def test_nvcc_compiles_every_menu(op, dtype, index_types):
     from nvcc_util import compile_check
     ctype = _codegen.CTYPES[dtype]
     menu = P.menu(op, _codegen.ITEMSIZE[dtype])
@@ -1080,6 +1082,6 @@ def test_nvcc_compiles_every_menu(op, dtype):
               + _codegen.header(["common", "permute"]) + menu.render(head, op))
     args = "0, x, y, x, data" if op == "transpose_add" else "0, x, x, data"
     body = (f"std::unordered_map<std::string, double> data;\n{ctype}* x = nullptr;\nconst {ctype}* y = nullptr;\n"
-            f"ops_{op}_menu<{ctype}, int>({args});\nops_{op}_menu<{ctype}, long long>({args});")
+            + "\n".join(f"ops_{op}_menu<{ctype}, {it}>({args});" for it in index_types))
     ok, log = compile_check(header, body)
     assert ok, log[-4000:]
