@@ -1,0 +1,213 @@
+"""The CPU path's own code (cuda_snippets/*_cpu.h): the branch-free float16/bfloat16 conversions against NumPy,
+each max_pool3d CPU code path (separable passes, compile-time W windows, flat and per-row H pass, stack and
+thread scratch, packed and wide geometry) against the float64 reference with ties, signed zeros and NaN, and
+the backward from saved indices against the GPU's gather index math run on the CPU, bit for bit."""
+import numpy as np
+import pytest
+
+import ops
+from ops import _codegen
+from ops import pool3d as P
+from ops._jittor import jt
+from ops.scoring import fam_pool3d as F
+from ops.scoring.harness import _InjectGrad, to_numpy64
+from ops.scoring.harness import to_jittor as _to_jittor
+from ops.scoring.spec import random_array, round_to_bfloat16
+
+DTYPES = ["float32", "float16", "bfloat16", "float64"]
+
+
+@pytest.fixture(autouse=True)
+def on_cpu():
+    previous = jt.flags.use_cuda
+    jt.flags.use_cuda = 0
+    yield
+    jt.flags.use_cuda = previous
+
+
+def to_jittor(a, dtype):
+    return jt.array(a, dtype="float64") if dtype == "float64" else _to_jittor(a, dtype)
+
+
+def _kw(k, s=None, p=0, d=1, ceil=False):
+    return dict(kernel_size=k, stride=s, padding=p, dilation=d, ceil_mode=ceil)
+
+
+# ---- cpu_common.h: conversions ----------------------------------------------------------------------------
+
+_CONVERT_HEADER = _codegen.include(("cpu_common.h",))
+
+
+def _convert(src, x, out_dtype):
+    return jt.code(x.shape, out_dtype, [x], cpu_header=_CONVERT_HEADER, cpu_src=src).numpy()
+
+
+def test_half_to_float_is_exact_for_every_bit_pattern():
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.int32)
+    src = ("for (int i = 0; i < in0_shape0; ++i) "
+           "out0_p[i] = ops_cpu::half_bits_to_float((uint16_t)in0_p[i]);")
+    got = _convert(src, jt.array(bits), "float32")
+    want = bits.astype(np.uint16).view(np.float16).astype(np.float32)
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))  # signed zeros too
+
+
+def _edge_floats(rng):
+    """Random floats over the half range and beyond, plus the rounding edges: halfway cases between halves
+    (normal and subnormal), the overflow threshold, the smallest subnormal's half, zeros, infinities."""
+    halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    finite = halves[np.isfinite(halves)].astype(np.float32)
+    finite.sort()
+    mid = (finite[:-1].astype(np.float64) + finite[1:]) / 2  # exact ties in float32 (halves have 11 bits)
+    special = np.array([65504, 65519.99, 65520, 65536, 1e6, 2 ** -25, 2 ** -24, 2 ** -25 * 1.0001, 3 * 2 ** -26,
+                        0.0, -0.0, np.inf, -np.inf, 1e-30, -1e-30], np.float64)
+    rand = np.concatenate([rng.uniform(-70000, 70000, 20000), rng.uniform(-1e-4, 1e-4, 20000),
+                           rng.standard_normal(20000)])
+    return np.concatenate([finite, mid, -mid, special, rand]).astype(np.float32)
+
+
+def test_float_to_half_rounds_to_nearest_even(rng):
+    x = _edge_floats(rng)
+    src = ("for (int i = 0; i < in0_shape0; ++i) "
+           "out0_p[i] = (int)ops_cpu::float_to_half_bits(in0_p[i]);")
+    got = _convert(src, jt.array(x), "int32").astype(np.uint16)
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16).view(np.uint16)  # NumPy rounds to nearest even
+    np.testing.assert_array_equal(got, want)
+    nan = _convert(src, jt.array(np.array([np.nan, -np.nan], np.float32)), "int32").astype(np.uint16)
+    assert np.isnan(nan.view(np.float16)).all()
+
+
+def test_float_to_bfloat16_rounds_to_nearest_even(rng):
+    x = np.concatenate([rng.standard_normal(50000).astype(np.float32),
+                        (rng.integers(0, 1 << 32, 50000, dtype=np.uint64).astype(np.uint32)).view(np.float32)])
+    x = x[np.isfinite(x)]
+    src = ("for (int i = 0; i < in0_shape0; ++i) "
+           "out0_p[i] = (int)ops_cpu::float_to_bfloat_bits(in0_p[i]);")
+    got = _convert(src, jt.array(x), "int32").astype(np.uint32) << 16
+    np.testing.assert_array_equal(got.view(np.float32), round_to_bfloat16(x))
+
+
+# ---- max_pool3d forward: every CPU code path --------------------------------------------------------------
+
+# (shape, parameters, what it exercises)
+FORWARD_PATHS = [
+    ((2, 3, 8, 10, 12), _kw(2), "W pass (2, 2), per-row H"),
+    ((2, 3, 9, 9, 9), _kw(3, 1), "W pass (3, 1), flat H"),
+    ((2, 4, 9, 12, 11), _kw(3, 2, 1), "W pass (3, 2), padding: pads in the slab"),
+    ((2, 2, 9, 9, 12), _kw(3, 3), "W pass (3, 3)"),
+    ((2, 2, 5, 6, 7), _kw((2, 2, 2), 1), "W pass (2, 1), flat H"),
+    ((2, 2, 5, 6, 7), _kw((2, 3, 1), (1, 1, 1), (1, 1, 0)), "W pass (1, 1), flat H with padding"),
+    ((2, 3, 8, 9, 16), _kw(4, 4), "generic W pass"),
+    ((2, 3, 10, 11, 12), _kw((1, 3, 2), (1, 2, 3), (0, 1, 1), (1, 2, 1)), "dilation, generic W pass"),
+    ((2, 2, 9, 10, 13), _kw(3, 2, 1, 2), "dilation in every dim"),
+    ((2, 3, 7, 9, 11), _kw(3, 2, ceil=True), "ceil_mode: columns past the edge"),
+    ((1, 2, 12, 12, 12), _kw(8, 1), "big window"),
+    ((1, 1, 4, 4, 4), _kw(2), "tiny"),
+    ((1, 2, 5, 40, 44), _kw(3, 2, 1), "thread scratch (the slab exceeds the stack buffer)"),
+    ((1, 2, 3, 5, 40), _kw((1, 2, 17), (1, 1, 3)), "wide geometry (a parameter of 16 or more)"),
+    ((2, 3, 6, 7, 8), _kw((2, 3, 3), (2, 1, 1)), "flat H, W pass (3, 1)"),
+]
+
+
+def _tricky(shape, dtype, rng):
+    """Few distinct values (ties everywhere), signed zeros, NaN and infinities."""
+    x = rng.integers(-2, 3, size=shape).astype(np.float32) * 0.5
+    flat = x.reshape(-1)
+    n = flat.size
+    flat[rng.choice(n, max(1, n // 50), replace=False)] = np.nan
+    flat[rng.choice(n, max(1, n // 50), replace=False)] = -np.nan
+    flat[rng.choice(n, max(1, n // 40), replace=False)] = -0.0
+    flat[rng.choice(n, max(1, n // 60), replace=False)] = -np.inf
+    flat[rng.choice(n, max(1, n // 80), replace=False)] = np.inf
+    return x.astype(np.float64) if dtype == "float64" else x
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_forward_paths_match_the_reference(dtype, rng):
+    xs = [_tricky(shape, dtype, rng) for shape, _, _ in FORWARD_PATHS]
+    both = [ops.max_pool3d(to_jittor(x, dtype), return_indices=True, **kw) for x, (_, kw, _) in zip(xs, FORWARD_PATHS)]
+    with jt.no_grad():
+        values = [ops.max_pool3d(to_jittor(x, dtype), **kw) for x, (_, kw, _) in zip(xs, FORWARD_PATHS)]
+    jt.sync([v for pair in both for v in pair] + values)
+    for x, (shape, kw, what), (y, idx), v in zip(xs, FORWARD_PATHS, both, values):
+        want, want_idx = F.reference_pool(x, **kw)
+        for got in (to_numpy64(y), to_numpy64(v)):
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=what)
+            np.testing.assert_array_equal(np.nan_to_num(got), np.nan_to_num(want), err_msg=what)
+        np.testing.assert_array_equal(idx.numpy(), want_idx, err_msg=what)  # first maximum, last NaN
+
+
+def test_signed_zero_ties_keep_the_first_index():
+    x = np.array([-0.0, 0.0, 0.0, -0.0], np.float32).reshape(1, 1, 1, 1, 4)
+    _, idx = ops.max_pool3d(jt.array(x), (1, 1, 2), return_indices=True)
+    assert idx.numpy().reshape(-1).tolist() == [0, 2]
+
+
+def test_geometry_data_is_one_entry_for_small_windows():
+    assert list(P.cpu_geometry_data(P.normalize_params(3, 2, 1))) == ["g"]
+    wide = P.cpu_geometry_data(P.normalize_params((1, 2, 17), (1, 1, 3)))
+    assert wide["g"] == -1 and set(wide) == {"g", "gk", "gs", "gp", "gd"}
+    with pytest.raises(ValueError, match="below"):
+        P.cpu_geometry_data(P.normalize_params((1, 1, 1 << 17)))
+
+
+# ---- max_pool3d backward: the GPU's gather, run on the CPU, gives the same dx bit for bit ------------------
+
+# The CUDA gather's work items (pool3d_gather.cuh: runs of RUN elements of an input row) one after another,
+# reading the indices the forward saved: the GPU's index math and summation order on the CPU.
+_GATHER_SRC = r"""
+typedef ops_cpu::Acc<in0_type>::type A;
+struct Load { A operator()(const in0_type* p) const { return ops_cpu::to_acc(*p); } };
+const int RUN = 4;
+const Pool3dWinR win = {(int)data["kd"], (int)data["kh"], (int)data["kw"], (int)data["sd"], (int)data["sh"],
+                        (int)data["sw"], (int)data["dd"], (int)data["dh"], (int)data["dw"]};
+const Pool3dGatherDims gd = {(int)in0_shape3, (int)in0_shape4, (int)in1_shape2, (int)in1_shape3, (int)in1_shape4,
+                             (int)data["pd"], (int)data["ph"], (int)data["pw"]};
+const long long planes = (long long)in0_shape0 * in0_shape1;
+const long long plane_in = (long long)in0_shape2 * in0_shape3 * in0_shape4;
+const long long plane_out = (long long)in1_shape2 * in1_shape3 * in1_shape4;
+for (long long p = 0; p < planes; ++p)
+  for (int id = 0; id < (int)in0_shape2; ++id)
+    for (int ih = 0; ih < (int)in0_shape3; ++ih)
+      for (int w0 = 0; w0 < (int)in0_shape4; w0 += RUN) {
+        const int n = std::min(RUN, (int)in0_shape4 - w0);
+        A acc[RUN];
+        pool3d_gather_run<A, RUN>(win, gd, (const int*)in2_p + p * plane_out, in1_p + p * plane_out, id, ih, w0, n,
+                                  acc, Load());
+        in0_type* dp = out0_p + p * plane_in + ((long long)id * in0_shape3 + ih) * in0_shape4 + w0;
+        for (int r = 0; r < n; ++r) dp[r] = ops_cpu::from_acc<in0_type>(acc[r]);
+      }
+"""
+
+
+def _gather_on_cpu(x, dy, idx, params):
+    data = P.PoolParams.data(params)
+    header = _codegen.include(("cpu_common.h", "pool3d_gather"))
+    return jt.code(x.shape, x.dtype, [x, dy, idx], cpu_header="#include <algorithm>\n" + header,
+                   cpu_src=_GATHER_SRC, data=data)
+
+
+GRADIENT_PATHS = [
+    ((2, 3, 9, 9, 9), _kw(3, 1)),  # overlapping: sums
+    ((2, 4, 9, 12, 11), _kw(3, 2, 1)),  # overlapping with padding
+    ((1, 2, 12, 12, 12), _kw(8, 1)),  # up to 512 windows per element
+    ((2, 3, 10, 11, 12), _kw((1, 3, 2), (1, 2, 1), (0, 1, 1), (1, 2, 1))),  # dilation
+    ((2, 3, 8, 10, 12), _kw(2)),  # disjoint: a copy
+    ((2, 3, 8, 9, 11), _kw(2, 3)),  # disjoint with gaps
+    ((2, 3, 7, 9, 11), _kw(2, ceil=True)),  # partial windows
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_backward_from_indices_is_the_gather_bit_for_bit(dtype, rng):
+    for shape, kw in GRADIENT_PATHS:
+        x = to_jittor(random_array(shape, dtype, rng), dtype)
+        y, idx = ops.max_pool3d(x, return_indices=True, **kw)
+        dy = to_jittor(random_array(tuple(y.shape), dtype, rng), dtype)
+        got = jt.grad(_InjectGrad.apply(ops.max_pool3d(x, **kw), dy).sum(), x)
+        want = _gather_on_cpu(x, dy, idx, P.normalize_params(**kw))
+        assert got.numpy().tobytes() == want.numpy().tobytes(), (shape, kw)
+        again = jt.grad(_InjectGrad.apply(ops.max_pool3d(x, **kw), dy).sum(), x)
+        assert again.numpy().tobytes() == got.numpy().tobytes(), (shape, kw)
