@@ -22,6 +22,7 @@ typedef uint16_t __attribute__((may_alias)) alias_u16;
 typedef int32_t __attribute__((may_alias)) alias_i32;
 typedef uint32_t __attribute__((may_alias)) alias_u32;
 typedef int64_t __attribute__((may_alias)) alias_i64;
+typedef uint64_t __attribute__((may_alias)) alias_u64;
 typedef float __attribute__((may_alias)) alias_f32;
 
 inline float float_of_bits(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }

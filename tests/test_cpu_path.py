@@ -211,3 +211,91 @@ def test_backward_from_indices_is_the_gather_bit_for_bit(dtype, rng):
         assert got.numpy().tobytes() == want.numpy().tobytes(), (shape, kw)
         again = jt.grad(_InjectGrad.apply(ops.max_pool3d(x, **kw), dy).sum(), x)
         assert again.numpy().tobytes() == got.numpy().tobytes(), (shape, kw)
+
+
+# ---- permute / transpose_add ------------------------------------------------------------------------------
+
+import sys  # noqa: E402
+
+ops.permute  # noqa: B018  (resolve the lazy export first: the function stays the package attribute)
+PM = sys.modules["ops.permute"]
+
+
+def test_cpu_plan_modes():
+    assert PM.cpu_plan_data((4, 5), (0, 1)) == {"m": 0}
+    rows = PM.cpu_plan_data((64, 48, 16), (1, 0, 2))  # output rows of 16 elements, outer dims (48, 64)
+    assert rows == {"m": 1, "r": 16, "k": 2, "A": 48, "I": 16, "B": 64, "J": 768}
+    tiles = PM.cpu_plan_data((8, 96, 80), (0, 2, 1))  # the (96, 80) plane for each of 8 batch indices
+    assert tiles == {"m": 2, "a": 80, "b": 96, "i": 80, "o": 96, "k": 1, "A": 8, "I": 7680, "Q": 7680}
+    assert PM.cpu_plan_data((5, 6, 7, 8), (2, 3, 0, 1))["k"] == 0  # simplified to a (30, 56) transpose
+
+
+# Shapes for the tiles (blocks of 8 and 4, remainders, several tiles, batch dims), the rows (64-, 32-, 16-,
+# 8-byte multiples and odd sizes) and the identity.
+PERMUTE_PATHS = [
+    ((67, 45), (1, 0)), ((3, 33, 70), (0, 2, 1)), ((2, 5, 3, 17, 9), (4, 2, 0, 3, 1)), ((7, 9), (1, 0)),
+    ((5, 6, 7, 8), (2, 3, 0, 1)), ((64, 48, 16), (1, 0, 2)), ((4, 6, 8, 12), (0, 2, 1, 3)),
+    ((3, 5, 4, 3), (1, 0, 2, 3)), ((2, 3, 2, 3, 2, 3, 2, 5), (7, 0, 6, 1, 5, 2, 4, 3)), ((6, 1, 5), (2, 1, 0)),
+    ((12, 40), (0, 1)),
+]
+PERMUTE_DTYPES = ["bool", "int8", "float16", "bfloat16", "int32", "float32", "int64", "float64"]
+
+
+def _values(shape, dtype, rng):
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype.startswith("int"):
+        return rng.integers(-100, 100, size=shape).astype(dtype)
+    return random_array(shape, dtype, rng)
+
+
+@pytest.mark.parametrize("dtype", PERMUTE_DTYPES)
+def test_permute_paths(dtype, rng):
+    xs = [_values(shape, dtype, rng) for shape, _ in PERMUTE_PATHS]
+    outs = [ops.permute(to_jittor(x, dtype), *perm) for x, (_, perm) in zip(xs, PERMUTE_PATHS)]
+    jt.sync(outs)
+    for x, (shape, perm), y in zip(xs, PERMUTE_PATHS, outs):
+        np.testing.assert_array_equal(to_numpy64(y), np.transpose(x, perm).astype(to_numpy64(y).dtype),
+                                      err_msg=str((shape, perm)))
+
+
+def _round(v, dtype):
+    if dtype == "float16":
+        return v.astype(np.float32).astype(np.float16).astype(np.float64)
+    if dtype == "bfloat16":
+        return round_to_bfloat16(v.astype(np.float32)).astype(np.float64)
+    return v
+
+
+@pytest.mark.parametrize("dtype", PERMUTE_DTYPES)
+def test_transpose_add_paths(dtype, rng):
+    for shape, d0, d1 in [((67, 45), 0, 1), ((3, 33, 70), 1, 2), ((4, 6, 8, 12), 1, 2), ((5, 6, 7), 0, 1),
+                          ((12, 40), 1, 1), ((2, 9, 3, 40), 0, 3)]:
+        perm = list(range(len(shape)))
+        perm[d0], perm[d1] = perm[d1], perm[d0]
+        x = _values(shape, dtype, rng)
+        y = _values(tuple(shape[p] for p in perm), dtype, rng)
+        got = to_numpy64(ops.transpose_add(to_jittor(x, dtype), to_jittor(y, dtype), d0, d1))
+        xt = np.transpose(x, perm)
+        if dtype == "bool":
+            want = xt | y
+        elif dtype.startswith("int"):
+            want = (xt + y).astype(dtype)  # wraps
+        else:  # one rounding of the exact sum (float32 sums of 16-bit values are exact)
+            want = _round(xt.astype(np.float64) + y.astype(np.float64), dtype)
+            if dtype == "float32":
+                want = (xt.astype(np.float32) + y.astype(np.float32)).astype(np.float64)
+        np.testing.assert_array_equal(got, want.astype(got.dtype), err_msg=str((shape, d0, d1)))
+
+
+def test_portable_blocks_match_the_simd_ones(rng):
+    """Without SSE2/AVX2 the tiles take the compiler-unrolled 4x4 blocks: the same bytes."""
+    portable = "#undef __AVX2__\n#undef __SSE2__\n" + _codegen.include(("cpu_common.h", "permute_cpu.h"))
+    for dtype in ("int8", "float16", "float32", "int64"):
+        for shape, perm in PERMUTE_PATHS[:5]:
+            x = to_jittor(_values(shape, dtype, rng), dtype)
+            flat = jt.ops.reshape(x, (x.numel(),))
+            got = jt.code((x.numel(),), dtype, [flat], cpu_header=portable, cpu_src=PM._CPU_SRC["permute"],
+                          data=PM.cpu_plan_data(shape, perm))
+            want = ops.permute(x, *perm)
+            assert got.numpy().tobytes() == want.numpy().tobytes(), (dtype, shape, perm)
