@@ -139,6 +139,27 @@ def test_forward_paths_match_the_reference(dtype, rng):
         np.testing.assert_array_equal(idx.numpy(), want_idx, err_msg=what)  # first maximum, last NaN
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_scan_of_short_rows_matches_the_reference(dtype, rng):
+    """Rows shorter than 8 with 2x2x2 / 3x3x3 windows at stride >= 2: planes without NaN take the window scan,
+    planes with one the key passes (both in one batch)."""
+    for shape, kw in [((3, 2, 4, 4, 4), _kw(2)), ((2, 3, 6, 7, 7), _kw(3, 2)), ((2, 2, 6, 6, 6), _kw(3, 3)),
+                      ((2, 2, 5, 7, 5), _kw(2, (2, 3, 2)))]:
+        x = rng.integers(-2, 3, size=shape).astype(np.float32) * 0.5  # ties everywhere
+        x[0, 0].reshape(-1)[rng.choice(x[0, 0].size, 2, replace=False)] = np.nan  # one plane with NaN
+        x[-1, -1].reshape(-1)[rng.choice(x[-1, -1].size, 3, replace=False)] = -np.inf
+        x[-1, 0].reshape(-1)[:5] = -0.0
+        x = x.astype(np.float64) if dtype == "float64" else x
+        y, idx = ops.max_pool3d(to_jittor(x, dtype), return_indices=True, **kw)
+        with jt.no_grad():
+            v = ops.max_pool3d(to_jittor(x, dtype), **kw)
+        want, want_idx = F.reference_pool(x, **kw)
+        for got in (to_numpy64(y), to_numpy64(v)):
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=str((shape, kw)))
+            np.testing.assert_array_equal(np.nan_to_num(got), np.nan_to_num(want), err_msg=str((shape, kw)))
+        np.testing.assert_array_equal(idx.numpy(), want_idx, err_msg=str((shape, kw)))
+
+
 def test_signed_zero_ties_keep_the_first_index():
     x = np.array([-0.0, 0.0, 0.0, -0.0], np.float32).reshape(1, 1, 1, 1, 4)
     _, idx = ops.max_pool3d(jt.array(x), (1, 1, 2), return_indices=True)
