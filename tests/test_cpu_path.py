@@ -320,3 +320,36 @@ def test_portable_blocks_match_the_simd_ones(rng):
                           data=PM.cpu_plan_data(shape, perm))
             want = ops.permute(x, *perm)
             assert got.numpy().tobytes() == want.numpy().tobytes(), (dtype, shape, perm)
+
+
+# ---- expand_as / broadcast_to -----------------------------------------------------------------------------
+
+from ops import broadcast as BC  # noqa: E402
+
+
+def test_broadcast_cpu_data_drops_the_gpu_padding():
+    cfg = BC.select_config((5, 1, 1), (5, 128, 128), "float32")  # padded to a bucket of groups on the GPU
+    assert BC.cpu_forward_data(cfg) == {"n": 2, "A": 5, "a": 1, "B": 16384, "b": 0}
+    assert BC.cpu_forward_data(BC.select_config((1,), (512, 512), "float32")) == {"n": 1, "A": 262144, "a": 0}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+def test_broadcast_grad_sums_rows_of_every_length(dtype, rng):
+    """Row sums over lengths around the 8 partial sums (1, 7, 8, 9, 1001), a split row and a split column, each
+    within the float32 (float64) summation bound of the float64 sum, and the same bits twice."""
+    for x_shape, out in [((9, 1), (9, 1)), ((6, 1), (6, 7)), ((6, 1), (6, 8)), ((5, 1), (5, 9)),
+                         ((3, 1), (3, 1001)), ((1,), (300000,)), ((1, 33), (3000, 33))]:
+        x = to_jittor(random_array(x_shape, dtype, rng), dtype)
+        dy_np = random_array(out, dtype, rng)
+        y = ops.broadcast_to(x, out)
+        dx = jt.grad(_InjectGrad.apply(y, to_jittor(dy_np, dtype)).sum(), x)
+        again = jt.grad(_InjectGrad.apply(ops.broadcast_to(x, out), to_jittor(dy_np, dtype)).sum(), x)
+        assert dx.numpy().tobytes() == again.numpy().tobytes()
+        axes = tuple(d for d in range(len(out)) if (len(x_shape) < len(out) and d < len(out) - len(x_shape))
+                     or (x_shape[d - (len(out) - len(x_shape))] == 1 and out[d] != 1))
+        want = np.asarray(dy_np, np.float64).sum(axis=axes).reshape(x_shape)
+        terms = int(np.prod(out)) // int(np.prod(x_shape))
+        u = 2.0 ** -53 if dtype == "float64" else 2.0 ** -24
+        bound = terms * u * np.abs(np.asarray(dy_np, np.float64)).sum(axis=axes).reshape(x_shape)
+        rounding = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}.get(dtype, 0.0) * np.abs(want)
+        np.testing.assert_array_less(np.abs(to_numpy64(dx) - want), bound + rounding + 1e-300, err_msg=str(out))

@@ -1,0 +1,149 @@
+// broadcast_cpu.h: the expand_as / broadcast_to CPU path (jt.code cpu_src of ops/broadcast.py). Needs
+// cpu_common.h before it.
+//
+// Forward: the simplified groups (ops/broadcast.py: simplify_broadcast) as runs of the innermost group, each a
+// fill of one x element (broadcast innermost group) or a copy of a contiguous run of x (kept innermost group),
+// the run's x offset kept by an odometer over the outer groups. Elements move as unsigned integers of their
+// size (jittor's float16/bfloat16 structs would be copied member-wise).
+//
+// Backward passes (the reductions ops/broadcast.py chains; the same index math as the CUDA kernels):
+//   * row: input [R, C]; segment s (L elements) of row r -> out[r * S + s];
+//   * row split: the same segments into out1 (the float partial sums, as on the GPU), and out0[r] = their sum
+//     in segment order;
+//   * column: input [N, M, J]; segment s (T rows) of the middle dim -> out[(n * S + s) * J + j], each column
+//     summed row by row.
+// Sums are in the accumulator type A (float for float32 and the 16-bit types, double for float64); a row
+// segment is summed in LANES interleaved partial sums added in a fixed tree at the end (the loop the compiler
+// vectorizes; the order is a function of the segment's length only), its 16-bit elements converted by
+// cpu_common.h's branch-free conversion (jittor's own float16 conversion was 74% of a float16 row pass).
+//
+// `data` holds one-letter keys read in one walk over the map (a lookup builds and hashes a std::string, ~20 ns):
+// forward n (groups), 'A' + i the group sizes and 'a' + i x's strides (0: broadcast); passes R C S L (row) or
+// N M J S T (column).
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+namespace bcast_cpu {
+
+const int MAX_GROUPS = 16;
+
+struct Params {
+  double v[128];
+};
+template <class Map> inline Params params(Map& data) {
+  Params p;
+  for (int i = 0; i < 128; ++i) p.v[i] = 0;
+  for (const auto& kv : data) {
+    const unsigned char c = (unsigned char)kv.first[0];
+    if (kv.first.size() == 1 && c < 128) p.v[c] = kv.second;
+  }
+  return p;
+}
+
+template <int SIZE> struct Word;
+template <> struct Word<1> { typedef uint8_t type; };
+template <> struct Word<2> { typedef ops_cpu::alias_u16 type; };
+template <> struct Word<4> { typedef ops_cpu::alias_u32 type; };
+template <> struct Word<8> { typedef ops_cpu::alias_u64 type; };
+
+// Runs [r0, r1) of the forward, elements [k0, k1) of each; the x offset of each run kept by an odometer over the
+// outer groups.
+template <typename E>
+inline void forward_runs(const E* x, E* out, int nd, const long long* dims, const long long* strides, long long r0,
+                         long long r1, long long k0, long long k1) {
+  const long long inner = dims[nd - 1];
+  const bool fill = strides[nd - 1] == 0;
+  long long idx[MAX_GROUPS], off = 0, t = r0;
+  for (int i = nd - 2; i >= 0; --i) {  // the odometer at run r0
+    idx[i] = t % dims[i];
+    t /= dims[i];
+    off += idx[i] * strides[i];
+  }
+  for (long long r = r0; r < r1; ++r) {
+    E* dst = out + r * inner;
+    if (fill) {
+      const E v = x[off];
+      for (long long k = k0; k < k1; ++k) dst[k] = v;
+    } else {
+      const E* src = x + off;
+      for (long long k = k0; k < k1; ++k) dst[k] = src[k];
+    }
+    for (int i = nd - 2; i >= 0; --i) {
+      off += strides[i];
+      if (++idx[i] < dims[i]) break;
+      off -= dims[i] * strides[i];
+      idx[i] = 0;
+    }
+  }
+}
+
+template <typename E> void forward_words(const E* x, E* out, long long numel, const Params& p) {
+  const int nd = (int)p.v['n'];
+  long long dims[MAX_GROUPS], strides[MAX_GROUPS];
+  for (int i = 0; i < nd; ++i) {
+    dims[i] = (long long)p.v['A' + i];
+    strides[i] = (long long)p.v['a' + i];
+  }
+  forward_runs<E>(x, out, nd, dims, strides, 0, numel / dims[nd - 1], 0, dims[nd - 1]);
+}
+
+template <typename T> void forward(const T* x, T* out, long long numel, const Params& p) {
+  typedef typename Word<sizeof(T)>::type E;
+  forward_words<E>(reinterpret_cast<const E*>(x), reinterpret_cast<E*>(out), numel, p);
+}
+
+// Partial sums per lane: 8 lanes of float fill one AVX2 register.
+const int LANES = 8;
+
+template <typename A, typename T> inline A sum_run(const T* x, long long n) {
+  A part[LANES];
+  for (int l = 0; l < LANES; ++l) part[l] = A(0);
+  long long i = 0;
+  for (; i + LANES <= n; i += LANES)
+    for (int l = 0; l < LANES; ++l) part[l] += (A)ops_cpu::to_acc(x[i + l]);
+  for (int l = 0; i + l < n; ++l) part[l] += (A)ops_cpu::to_acc(x[i + l]);
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+template <typename A, typename T, typename O> void row_reduce(const T* x, O* out, const Params& p) {
+  const long long R = (long long)p.v['R'], C = (long long)p.v['C'], S = (long long)p.v['S'], L = (long long)p.v['L'];
+  for (long long r = 0; r < R; ++r)
+    for (long long s = 0; s < S; ++s) {
+      const long long lo = s * L, hi = lo + L < C ? lo + L : C;
+      out[r * S + s] = ops_cpu::from_acc<O>(sum_run<A>(x + r * C + lo, hi - lo));
+    }
+}
+
+template <typename A, typename T, typename O> void row_split_reduce(const T* x, O* out, A* partial, const Params& p) {
+  const long long R = (long long)p.v['R'], C = (long long)p.v['C'], S = (long long)p.v['S'], L = (long long)p.v['L'];
+  for (long long r = 0; r < R; ++r) {
+    A total = A(0);
+    for (long long s = 0; s < S; ++s) {
+      const long long lo = s * L, hi = lo + L < C ? lo + L : C;
+      const A seg = sum_run<A>(x + r * C + lo, hi - lo);
+      partial[r * S + s] = seg;
+      total += seg;  // the row's segment sums in segment order
+    }
+    out[r] = ops_cpu::from_acc<O>(total);
+  }
+}
+
+template <typename A, typename T, typename O> void col_reduce(const T* x, O* out, const Params& p) {
+  const long long N = (long long)p.v['N'], M = (long long)p.v['M'], J = (long long)p.v['J'];
+  const long long S = (long long)p.v['S'], T_rows = (long long)p.v['T'];
+  A* acc = ops_cpu::scratch<A, 0>((size_t)J);
+  for (long long n = 0; n < N; ++n)
+    for (long long s = 0; s < S; ++s) {
+      const long long lo = s * T_rows, hi = lo + T_rows < M ? lo + T_rows : M;
+      for (long long j = 0; j < J; ++j) acc[j] = A(0);
+      for (long long m = lo; m < hi; ++m) {  // each column summed row by row
+        const T* src = x + (n * M + m) * J;
+        for (long long j = 0; j < J; ++j) acc[j] += (A)ops_cpu::to_acc(src[j]);
+      }
+      O* dst = out + (n * S + s) * J;
+      for (long long j = 0; j < J; ++j) dst[j] = ops_cpu::from_acc<O>(acc[j]);
+    }
+}
+
+}  // namespace bcast_cpu
