@@ -43,9 +43,9 @@ template <class Map> inline Params params(Map& data) {
 
 template <int SIZE> struct Word;
 template <> struct Word<1> { typedef uint8_t type; };
-template <> struct Word<2> { typedef ops_cpu::alias_u16 type; };
-template <> struct Word<4> { typedef ops_cpu::alias_u32 type; };
-template <> struct Word<8> { typedef ops_cpu::alias_u64 type; };
+template <> struct Word<2> { typedef uint16_t type; };
+template <> struct Word<4> { typedef uint32_t type; };
+template <> struct Word<8> { typedef uint64_t type; };
 
 // The forward's runs, innermost group: FILL, it is broadcast (a run repeats one x element), else kept (a run
 // copies a contiguous run of x). The next group is a plain loop at a fixed x stride, the outer ones an odometer:

@@ -117,9 +117,9 @@ template <> struct Block<uint8_t> {  // 8 x 8 bytes: 8-byte row loads, three rou
     }
   }
 };
-template <> struct Block<ops_cpu::alias_u16> {  // 8 x 8 two-byte elements: 16-byte rows, three rounds
+template <> struct Block<uint16_t> {  // 8 x 8 two-byte elements: 16-byte rows, three rounds
   static const int N = 8;
-  static void move(const ops_cpu::alias_u16* s, long long ss, ops_cpu::alias_u16* d, long long ds) {
+  static void move(const uint16_t* s, long long ss, uint16_t* d, long long ds) {
     __m128i r[8];
     for (int i = 0; i < 8; ++i) r[i] = _mm_loadu_si128((const __m128i*)(s + i * ss));
     __m128i a[8], b[8];
@@ -142,9 +142,9 @@ template <> struct Block<ops_cpu::alias_u16> {  // 8 x 8 two-byte elements: 16-b
 #endif
 
 #ifdef __AVX2__
-template <> struct Block<ops_cpu::alias_u32> {  // 8 x 8 four-byte elements: 32-byte rows, three rounds
+template <> struct Block<uint32_t> {  // 8 x 8 four-byte elements: 32-byte rows, three rounds
   static const int N = 8;
-  static void move(const ops_cpu::alias_u32* si, long long ss, ops_cpu::alias_u32* di, long long ds) {
+  static void move(const uint32_t* si, long long ss, uint32_t* di, long long ds) {
     const float* s = (const float*)si;
     float* d = (float*)di;
     __m256 r[8];
@@ -163,9 +163,9 @@ template <> struct Block<ops_cpu::alias_u32> {  // 8 x 8 four-byte elements: 32-
     }
   }
 };
-template <> struct Block<ops_cpu::alias_u64> {  // 4 x 4 eight-byte elements: 32-byte rows, two rounds
+template <> struct Block<uint64_t> {  // 4 x 4 eight-byte elements: 32-byte rows, two rounds
   static const int N = 4;
-  static void move(const ops_cpu::alias_u64* si, long long ss, ops_cpu::alias_u64* di, long long ds) {
+  static void move(const uint64_t* si, long long ss, uint64_t* di, long long ds) {
     const double* s = (const double*)si;
     double* d = (double*)di;
     const __m256d r0 = _mm256_loadu_pd(s), r1 = _mm256_loadu_pd(s + ss), r2 = _mm256_loadu_pd(s + 2 * ss),
@@ -180,20 +180,24 @@ template <> struct Block<ops_cpu::alias_u64> {  // 4 x 4 eight-byte elements: 32
 };
 #endif
 
-// The unsigned integer elements of SIZE bytes move as.
+// The unsigned integer elements of SIZE bytes move as (a kernel touches its buffers only through these, so
+// reading, say, floats as uint32_t reorders nothing; GCC drops a may_alias attribute on template arguments).
 template <int SIZE> struct Word;
 template <> struct Word<1> { typedef uint8_t type; };
-template <> struct Word<2> { typedef ops_cpu::alias_u16 type; };
-template <> struct Word<4> { typedef ops_cpu::alias_u32 type; };
-template <> struct Word<8> { typedef ops_cpu::alias_u64 type; };
+template <> struct Word<2> { typedef uint16_t type; };
+template <> struct Word<4> { typedef uint32_t type; };
+template <> struct Word<8> { typedef uint64_t type; };
 
 // out[a * osa + b] = in[b * isb + a] for a < na, b < nb.
 template <typename E> inline void move_tile(const E* in, long long isb, E* out, long long osa, int na, int nb) {
   const int N = Block<E>::N, na_n = na - na % N, nb_n = nb - nb % N;
   for (int a = 0; a < na_n; a += N)
     for (int b = 0; b < nb_n; b += N) Block<E>::move(in + b * isb + a, isb, out + a * osa + b, osa);
-  for (int a = 0; a < na; ++a)
-    for (int b = a < na_n ? nb_n : 0; b < nb; ++b) out[a * osa + b] = in[b * isb + a];
+  if (nb_n < nb)  // the columns right of the blocks
+    for (int a = 0; a < na_n; ++a)
+      for (int b = nb_n; b < nb; ++b) out[a * osa + b] = in[b * isb + a];
+  for (int a = na_n; a < na; ++a)  // the rows below them
+    for (int b = 0; b < nb; ++b) out[a * osa + b] = in[b * isb + a];
 }
 
 // The rows of mode 1, `bytes` bytes each (elements of `size` bytes), as fixed-size copies of CH bytes that the
@@ -253,19 +257,19 @@ template <typename T> void permute(const T* in, T* out, long long count, const P
   permute_elems<E>(reinterpret_cast<const E*>(in), reinterpret_cast<E*>(out), count, p);
 }
 
-// Sums: S is what an element is added as (its bits for the 16-bit floats).
+// Sums: S is what an element is added as (its bits for the 16-bit floats; the buffers are only touched as S).
 template <typename T> struct Sum {
   typedef T S;
   static S add(S a, S b) { return (S)(a + b); }  // bool: a || b; integers wrap
 };
 template <> struct Sum<jittor::float16> {
-  typedef ops_cpu::alias_u16 S;
+  typedef uint16_t S;
   static S add(S a, S b) {
     return ops_cpu::float_to_half_bits(ops_cpu::half_bits_to_float(a) + ops_cpu::half_bits_to_float(b));
   }
 };
 template <> struct Sum<jittor::bfloat16> {
-  typedef ops_cpu::alias_u16 S;
+  typedef uint16_t S;
   static S add(S a, S b) {
     return ops_cpu::float_to_bfloat_bits(ops_cpu::bfloat_bits_to_float(a) + ops_cpu::bfloat_bits_to_float(b));
   }
