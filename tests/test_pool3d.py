@@ -947,3 +947,24 @@ def test_nvcc_compiles_every_menu(dtype, names):
 def test_every_variant_is_in_a_menu():
     entries = {e[0] for itemsize in (2, 4, 8) for m in P.menus(itemsize).values() for e in m.entries}
     assert entries == {v for v in P.VARIANTS["fwd"] + P.VARIANTS["bwd"] if not v.endswith("cpu")}
+
+
+@pytest.mark.parametrize("kw", [_kw(2), _kw(3, 2, 1), _kw((1, 3, 3), (1, 2, 2), (0, 1, 1))])
+def test_grad_source_is_the_backward_kernel_bit_for_bit(device, kw, rng):
+    """The backward runs as the forward's grad source (no Python): jt.grad gives exactly what the backward
+    kernel gives when launched by hand on x, dy, y and the saved indices."""
+    x = to_jittor(random_array((2, 3, 9, 10, 12), "float32", rng), "float32")
+    y = ops.max_pool3d(x, **kw)
+    dy = to_jittor(random_array(tuple(y.shape), "float32", rng), "float32")
+    got = jt.grad(_InjectGrad.apply(y, dy).sum(), x)
+    plan = P.plan(tuple(x.shape), "float32", P.normalize_params(**kw), False, True, device == "cuda")
+    launch = plan.launch
+    kwargs = {k.replace("grad_src", "src"): (v[0] if k.endswith("grad_src") else v)
+              for k, v in launch.kwargs.items() if k.endswith(("grad_src", "header", "data"))}
+    src_key = "cuda_src" if device == "cuda" else "cpu_src"
+    header_key = src_key.replace("src", "header")
+    aliases = "@alias(dout,in1)\n@alias(pout0,in2)\n@alias(pout1,in3)\n@alias(pout,in2)\n"
+    kwargs[header_key] = aliases + kwargs[header_key]
+    y_values, idx = ops.max_pool3d(x, return_indices=True, **kw)
+    want = jt.code(x.shape, x.dtype, [x, dy, y_values, idx], **kwargs)
+    assert got.numpy().tobytes() == want.numpy().tobytes()
