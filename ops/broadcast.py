@@ -487,14 +487,15 @@ def _pass_cpu(kind: str, acc_dtype: str) -> str:
     return _codegen.render({"row": _ROW_CPU, "row_split": _ROW_SPLIT_CPU, "col": _COL_CPU}[kind], ACC=acc)
 
 
-def forward_launch(cfg: KernelConfig, dtype: str, cuda: bool) -> _launch.Launch:
-    """The forward: x flat (its elements in order) to the flat output; the groups through ``data``."""
+def forward_launch(cfg: KernelConfig, dtype: str, cuda: bool, out_shape: Shape) -> _launch.Launch:
+    """The forward: x (any shape: the kernel reads its elements in order) to the output of ``out_shape``; the
+    simplified groups through ``data``."""
     data = cfg.data()
     if cuda:
         data["v"] = FWD_MENU.index((cfg.nd, cfg.inner_bcast))
         src = _codegen.render(_FWD_CUDA, INDEX_T=cfg.index_type)
-        return _launch.Launch((cfg.numel,), dtype, cuda=True, src=src, header=_cuda_header(), data=data)
-    return _launch.Launch((cfg.numel,), dtype, cuda=False, src=_FWD_CPU, header=_FWD_CPU_HEADER, data=data)
+        return _launch.Launch(out_shape, dtype, cuda=True, src=src, header=_cuda_header(), data=data)
+    return _launch.Launch(out_shape, dtype, cuda=False, src=_FWD_CPU, header=_FWD_CPU_HEADER, data=data)
 
 
 def pass_launch(p: ReducePass, cuda: bool) -> _launch.Launch:
@@ -521,18 +522,18 @@ _reshape = jt.ops.reshape
 
 
 class _Plan:
-    """A broadcast of one signature: x flat -> the forward launch -> the output shape; when a backward may
-    follow, recorded for autograd (``_launch.taped``) with the reduction passes as its backward, made on the
+    """A broadcast of one signature: x into the forward launch (no reshape: its kernel reads x's elements in
+    order and writes the output's); when a backward may follow, recorded for autograd (``_launch.taped``) with the reduction passes as its backward, made on the
     first backward."""
 
-    __slots__ = ("launch", "x_numel", "out_shape", "need_grad", "grad_key", "_passes")
+    __slots__ = ("launch", "need_grad", "grad_key", "_passes")
 
-    def __init__(self, launch, x_numel, out_shape, need_grad, grad_key):
-        self.launch, self.x_numel, self.out_shape = launch, x_numel, out_shape
+    def __init__(self, launch, need_grad, grad_key):
+        self.launch = launch
         self.need_grad, self.grad_key, self._passes = need_grad, grad_key, None
 
     def forward(self, inputs):
-        return _reshape(self.launch([_reshape(inputs[0], (self.x_numel,))]), self.out_shape)
+        return self.launch(inputs)
 
     def grad(self, dy):
         x_shape, out_shape, dtype, cuda = self.grad_key
@@ -569,7 +570,7 @@ def _plan(x_shape: Shape, dtype: str, out_shape: Shape, need_grad: bool, cuda: b
         return _EmptyPlan(out_shape, dtype)
     cfg = select_config(x_shape, out_shape, dtype)
     need_grad = need_grad and dtype in ACC_DTYPE
-    return _Plan(forward_launch(cfg, dtype, cuda), math.prod(x_shape), out_shape, need_grad,
+    return _Plan(forward_launch(cfg, dtype, cuda, out_shape), need_grad,
                  (x_shape, out_shape, dtype, cuda))
 
 

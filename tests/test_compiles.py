@@ -56,7 +56,7 @@ def case_keys(fam, case):
     if fam.name == "expand_as":
         x_shape, out_shape = tuple(case.shapes[0]), tuple(case.p["out"])
         p = broadcast._plan(x_shape, dt, out_shape, bwd, True)
-        keys = [_key(p.launch, [(dt, 1)])]
+        keys = [_key(p.launch, [(dt, len(x_shape))])]
         if bwd:
             for rp in broadcast.select_grad_config(x_shape, out_shape, dt).passes:
                 keys.append(_key(broadcast.pass_launch(rp, True), [(rp.in_dtype, 1)]))
