@@ -18,7 +18,10 @@ def _import_ops_alone():
     import tempfile
     with open(os.path.join(tempfile.gettempdir(), "ops-pytest-import.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        import ops  # noqa: F401
+        try:
+            import ops  # noqa: F401
+        finally:  # explicitly: processes jittor forks during the import share the descriptor, and its lock
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 _import_ops_alone()
