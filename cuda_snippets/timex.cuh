@@ -559,7 +559,7 @@ void timex_fwd_mma_launch(const T* w, const T* k, T* out, const TimexFwdParams& 
 
 // ---------------------------------------------------------------------------------------------------------
 // fwd_mma2: fwd_mma reworked for accuracy at any T and for speed (measured 2026-11-23: float32 B32 C768 T768
-// 0.293 ms against fwd_mma's 0.345, errors 0.04-0.15 of the tolerance up to T = 8192; docs/perf-notes.md).
+// 0.293 ms against fwd_mma's 0.345, errors 0.04-0.15 of the tolerance up to T = 8192; docs/design.md).
 // The same block, warp and fragment geometry, and:
 //   * each k-step's mmas start from a zeroed fragment, added to the float32 total with an FADD: the tensor
 //     cores' unrounded accumulation then only ever holds 8-24 products (fwd_mma lost accuracy past T ~ 1024);

@@ -108,7 +108,7 @@ PACK_MIN_FILL = 16
 # (P = 4 halves or 2 floats: 128- and 64-element edges, 33 KB / 17 KB of shared memory, 256-byte row segments on
 # every global access where 4-byte words move 128). 1-byte elements always take 4-byte words (8 per word would
 # need a 256-element edge, 67 KB of shared memory). Sweep of both words on an H100 (2026-11-23, 23 shapes,
-# .devrun/sweep_permute.py in docs/gpu-runs.md), % of the copy roofline, 4-byte -> 8-byte words:
+# .devrun/sweep_permute.py in docs/benchmarking.md), % of the copy roofline, 4-byte -> 8-byte words:
 #  * 4-byte elements: 8-byte words level or ahead on every fully tiled shape: (8192, 8192) transpose_add
 #    93.4 -> 96.4, (2,3,0,1) 92.1 -> 95.4, (0,2,1) 128 MB 94.7 -> 95.9; the one loss 95.6 -> 94.5
 #    (batched (16,1024,1024) transpose_add). So: 8-byte words.

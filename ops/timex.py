@@ -52,7 +52,7 @@ read once per chunk into shared memory with coalesced scalar loads, which take a
 alignment and the time-reversed reads of grad_k. That traffic is ~T/2 times smaller than the FMA work, so
 wider global loads are predicted not to matter (to measure).
 
-Performance, B32 C768 T768 on an H100 (docs/perf-notes.md): the CUDA-core forward 0.468 ms (31 TFLOP/s,
+Performance, B32 C768 T768 on an H100 (docs/design.md): the CUDA-core forward 0.468 ms (31 TFLOP/s,
 about half the FP32 FMA peak), fwd_mma2 0.293 ms and fwd_mma3 0.291 ms in float32 (50 TFLOP/s), fwd_mma 0.181
 ms in bfloat16; the float32 backward (grad_k on fwd_mma2 + grad_w) 0.862 ms.
 
@@ -102,7 +102,7 @@ FWD_LANES_BY_B = ((16, 4), (8, 2), (1, 1))  # (min B, lanes_b)
 # grad_w batch lanes: up to 8 rows per step; the k window load is per (row, lag group) either way, and more
 # row lanes mean fewer distinct lag groups per warp (less triangle divergence).
 GW_MAX_LANES = 8
-# Tensor-core forward (also grad_k) on sm_80+, measured on the H100 on 2026-11-23 (docs/perf-notes.md,
+# Tensor-core forward (also grad_k) on sm_80+, measured on the H100 on 2026-11-23 (docs/design.md,
 # scores/runs/h100-2026-11-23-eve-run1-a.log: each kernel against the CUDA cores in one process):
 # * fwd_mma accumulates 8 products per mma into the fragment without IEEE rounding: past T ~ 1024 some
 #   float32 outputs were off by up to 5x the tolerance (T = 4096, 8192), so it runs only up to MMA_MAX_T.

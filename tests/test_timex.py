@@ -151,7 +151,7 @@ def test_auto_runs_the_kernel_the_switch_runs(B, T, dtype):
 
 
 def test_tensor_core_modes():
-    assert X.MMA_MAX_T == 1024  # fwd_mma's float32 accumulation error past it (docs/perf-notes.md)
+    assert X.MMA_MAX_T == 1024  # fwd_mma's float32 accumulation error past it (docs/design.md)
     for dtype in DTYPES:  # the A/B switches: a kernel wherever it can run, whatever the batch fill
         assert X.select_config((1, 2, 1024), tensor_cores=X.TC_MMA, dtype=dtype).variant == "fwd_mma"
         assert X.select_config((1, 2, 1025), tensor_cores=X.TC_MMA, dtype=dtype).variant == "fwd_tiled"
