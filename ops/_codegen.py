@@ -35,8 +35,15 @@ def snippet_dir() -> Path:
 
 @functools.lru_cache(maxsize=None)
 def snippet(name: str) -> str:
-    """Text of ``cuda_snippets/<name>.cuh``."""
-    return (snippet_dir() / f"{name}.cuh").read_text()
+    """Text of ``cuda_snippets/<name>``: ``<name>.cuh`` for a bare name (the CUDA snippets), the file itself
+    for a name with an extension (``cpu_common.h``, the CPU sources' helpers)."""
+    return (snippet_dir() / (name if "." in name else f"{name}.cuh")).read_text()
+
+
+def cpu_common() -> str:
+    """The helpers every CPU source includes (``cuda_snippets/cpu_common.h``): bfloat16 rounded to nearest even
+    as on the GPU, NaN tests on the bits (jittor's CPU code is built with -Ofast)."""
+    return snippet("cpu_common.h")
 
 
 def header(names: Iterable[str]) -> str:

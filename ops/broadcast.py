@@ -433,7 +433,7 @@ for (int64_t r = 0; r < R; ++r) {
         const in0_type* src = in0_p + r * C;
         ${ACC} acc = 0;
         for (int64_t i = lo; i < hi; ++i) acc += (${ACC})src[i];
-        out0_p[r * S + s] = (out0_type)acc;
+        out0_p[r * S + s] = ops_cpu_from<out0_type>(acc);
     }
 }
 """
@@ -456,7 +456,7 @@ for (int64_t r = 0; r < R; ++r) {
         out1_p[r * S + s] = acc;
         total += acc;
     }
-    out0_p[r] = (out0_type)total;
+    out0_p[r] = ops_cpu_from<out0_type>(total);
 }
 """
 
@@ -479,7 +479,7 @@ for (int64_t n = 0; n < N; ++n) {
             for (int64_t j = 0; j < J; ++j) acc[j] += (${ACC})src[j];
         }
         out0_type* dst = out0_p + (n * S + s) * J;
-        for (int64_t j = 0; j < J; ++j) dst[j] = (out0_type)acc[j];
+        for (int64_t j = 0; j < J; ++j) dst[j] = ops_cpu_from<out0_type>(acc[j]);
     }
 }
 delete[] acc;
@@ -523,7 +523,7 @@ def _launch_args(cfg):
         cpu_header = _FWD_CPU_HEADER
     else:
         cuda, cpu = _pass_sources(cfg.kind, cfg.group, cfg.acc_dtype, cfg.index_type)
-        cpu_header = ""
+        cpu_header = _codegen.cpu_common()  # ops_cpu_from: bfloat16 sums rounded to nearest even, as on the GPU
     return {"cpu_src": cpu, "cpu_header": cpu_header, "cuda_src": cuda, "cuda_header": _cuda_header(),
             "data": cfg.data()}
 

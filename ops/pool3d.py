@@ -526,17 +526,9 @@ CPU_HEADER = r"""
 namespace pool3d_cpu {
 template <typename T> struct Acc { typedef float type; };
 template <> struct Acc<double> { typedef double type; };
-inline bool isnan_bits(float v) { uint32_t b; std::memcpy(&b, &v, 4); return (b << 1) > 0xff000000u; }
-inline bool isnan_bits(double v) { uint64_t b; std::memcpy(&b, &v, 8); return (b << 1) > 0xffe0000000000000ull; }
 inline float neg_inf() { const uint32_t b = 0xff800000u; float f; std::memcpy(&f, &b, 4); return f; }
-template <typename T> inline T from_acc(typename Acc<T>::type v) { return T(v); }
-// jittor's CPU bfloat16 truncates; round to nearest even like the GPU's __float2bfloat16_rn.
-template <> inline jittor::bfloat16 from_acc<jittor::bfloat16>(float v) {
-  uint32_t b; std::memcpy(&b, &v, 4);
-  jittor::bfloat16 r(0.0f);
-  r.x = isnan_bits(v) ? (uint16_t)((b >> 16) | 0x40u) : (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
-  return r;
-}
+// bfloat16 rounded to nearest even like the GPU's __float2bfloat16_rn (cpu_common.h; jittor's truncates).
+template <typename T> inline T from_acc(typename Acc<T>::type v) { return ops_cpu_from<T>(v); }
 
 struct Geom {
   long long D, H, W, Do, Ho, Wo;
@@ -576,7 +568,7 @@ inline long long window_argmax(const T* plane, const Geom& g, long long od, long
         const long long w = w0 + (long long)k * g.dw;
         if (w < 0 || w >= g.W) continue;
         const A c = (A)plane[row + w];
-        if (pos < 0 || isnan_bits(c) || (!isnan_bits(best) && c > best)) { best = c; pos = row + w; }
+        if (pos < 0 || ops_isnan_bits(c) || (!ops_isnan_bits(best) && c > best)) { best = c; pos = row + w; }
       }
     }
   }
@@ -675,8 +667,8 @@ _CUDA_HEADER = None
 
 
 def _cpu_header() -> str:
-    """The gather math shared with CUDA (no includes, so it may come first), then the CPU loop nests."""
-    return _codegen.snippet("pool3d_gather") + "\n" + CPU_HEADER
+    """The CPU helpers, the gather math shared with CUDA (no includes), then the CPU loop nests."""
+    return _codegen.cpu_common() + "\n" + _codegen.snippet("pool3d_gather") + "\n" + CPU_HEADER
 
 
 def _cuda_header() -> str:

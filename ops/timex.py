@@ -323,9 +323,13 @@ def render_source(cfg: KernelConfig, device: str) -> str:
     return _codegen.render(template, FN=fn, TM=cfg.tm, IT=cfg.index_t)
 
 
+# cpu_common.h first: timex_store rounds bfloat16 to nearest even through it, as the GPU does.
+_CPU_HEADER = _codegen.cpu_common() + "\n" + _codegen.snippet("timex")
+
+
 def _code(shapes, dtypes, inputs, cfg: KernelConfig, **extra):
     return code(shapes, dtypes, inputs,
-                cpu_header=_codegen.snippet("timex"), cpu_src=render_source(cfg, "cpu"),
+                cpu_header=_CPU_HEADER, cpu_src=render_source(cfg, "cpu"),
                 cuda_header=_codegen.header(["common", "timex"]), cuda_src=render_source(cfg, "cuda"),
                 data=cfg.data(**extra))
 

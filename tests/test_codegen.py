@@ -5,7 +5,8 @@ import pytest
 
 from ops import _codegen
 
-SNIPPETS = sorted(p.stem for p in _codegen.snippet_dir().glob("*.cuh"))
+SNIPPETS = sorted([p.stem for p in _codegen.snippet_dir().glob("*.cuh")] +
+                  [p.name for p in _codegen.snippet_dir().glob("*.h")])
 
 
 @pytest.mark.parametrize("name", SNIPPETS)
@@ -21,8 +22,8 @@ def test_includes_are_unconditional(name):
         elif re.match(r"#\s*endif", directive):
             depth -= 1
         elif re.match(r"#\s*include", directive):
-            assert depth == 0, f"{name}.cuh:{lineno}: #include inside a preprocessor conditional"
-    assert depth == 0, f"{name}.cuh: unbalanced #if/#endif"
+            assert depth == 0, f"{name}:{lineno}: #include inside a preprocessor conditional"
+    assert depth == 0, f"{name}: unbalanced #if/#endif"
 
 
 @pytest.mark.parametrize("name", SNIPPETS)
@@ -42,3 +43,18 @@ def test_header_dedups_and_render_requires_every_value():
 def test_index_type_switches_above_int32():
     assert _codegen.index_type(2**31 - 1) == "int"
     assert _codegen.index_type(2**31) == "long long"
+
+
+def test_cpu_common_is_found_and_packaged():
+    """The CPU helpers ship with the CUDA snippets (setup.cfg's package_data) and snippet() finds them by name."""
+    import configparser
+    from pathlib import Path
+
+    assert "ops_cpu_bfloat16" in _codegen.cpu_common()
+    assert _codegen.snippet("common") == _codegen.snippet("common.cuh")
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(__file__).resolve().parent.parent / "setup.cfg")
+    patterns = [p.strip() for p in cfg["options.package_data"]["ops.cuda_snippets"].split(",")]
+    for path in _codegen.snippet_dir().iterdir():
+        if path.suffix in (".cuh", ".h"):
+            assert any(path.match(p) for p in patterns), path.name
