@@ -12,7 +12,7 @@ import ops
 from ops import broadcast as B
 from ops._jittor import jt
 from ops.scoring import fam_broadcast
-from ops.scoring.spec import random_array
+from ops.scoring.spec import random_array, round_to_bfloat16
 
 ALL_DTYPES = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
               "float16", "bfloat16", "float32", "float64"]
@@ -417,6 +417,44 @@ def test_grad_half_accumulates_in_float32(device):
         x = jt.ones((1,), dtype)
         dx = vjp(ops.broadcast_to(x, (4096,)), x, jt.ones((4096,), dtype))
         assert float(dx.numpy()[0]) == 4096.0
+
+
+# Every kind of reduction pass, for bfloat16.
+BF16_PASSES = [((4, 1), (4, 300), "row_warp"), ((3, 1), (3, 20), "row_small"), ((2, 1), (2, 40000), "row_split"),
+               ((1, 5), (100, 5), "col"), ((1, 5), (300, 5), "col_split+col"), ((1, 6, 1), (5, 6, 7), "row_small+col")]
+
+
+@pytest.mark.parametrize("x_shape,out_shape,variant", BF16_PASSES)
+def test_grad_bfloat16_is_the_exact_sum_rounded(device, x_shape, out_shape, variant, rng):
+    """dy on a 2^-6 grid keeps every float32 sum exact: dx must be that sum rounded to bfloat16, ties to even
+    (as PyTorch and the GPU's __float2bfloat16_rn do; jittor's CPU conversion truncates)."""
+    assert B.select_grad_config(x_shape, out_shape, "bfloat16").variant == variant
+    dy = rng.integers(-64, 65, size=out_shape) / 64.0
+    x = to_var(random_array(x_shape, "bfloat16", rng), "bfloat16")
+    dx = vjp(ops.broadcast_to(x, out_shape), x, to_var(dy, "bfloat16"))
+    assert str(dx.dtype) == "bfloat16"
+    exact = ref_grad(dy, x_shape, out_shape)
+    assert np.array_equal(exact.astype(np.float32), exact), "the grid keeps float32 sums exact"
+    assert np.array_equal(dx.float32().numpy(), round_to_bfloat16(exact.astype(np.float32)))
+
+
+@pytest.mark.parametrize("x_shape,out_shape,variant", BF16_PASSES)
+def test_grad_bfloat16_rounds_up_where_truncation_would_not(device, x_shape, out_shape, variant, rng):
+    """The issue's case in every pass: 1 + 0.005859375 (3/4 of a bfloat16 ulp above 1) rounds to 1.0078125;
+    truncation gives 1.0. One random sign per dx element, the two values at random places of its sum."""
+    x = to_var(random_array(x_shape, "bfloat16", rng), "bfloat16")
+    lead = len(out_shape) - len(x_shape)
+    padded = (1,) * lead + tuple(x_shape)
+    index = np.indices(out_shape)  # owner: the dx element (flat) each dy element is summed into
+    owner = np.ravel_multi_index(tuple(index[d] if padded[d] != 1 else 0 * index[d] for d in range(len(out_shape))),
+                                 padded).reshape(-1)
+    sign = rng.choice([-1.0, 1.0], size=math.prod(x_shape))
+    dy = np.zeros(math.prod(out_shape))
+    for e in range(math.prod(x_shape)):
+        first, second = rng.choice(np.flatnonzero(owner == e), 2, replace=False)
+        dy[first], dy[second] = sign[e], sign[e] * 0.005859375
+    dx = vjp(ops.broadcast_to(x, out_shape), x, to_var(dy.reshape(out_shape), "bfloat16"))
+    assert np.array_equal(dx.float32().numpy().reshape(-1), sign * 1.0078125)
 
 
 @pytest.mark.parametrize("x_shape,out_shape,dtype", [
