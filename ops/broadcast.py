@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
+import operator
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
 from . import _codegen
+from ._args import as_index, check_rank
 from ._jittor import code, jt
 
 Shape = Tuple[int, ...]
@@ -83,19 +84,24 @@ def _fmt(shape) -> str:
 
 
 def _as_shape(shape, name: str) -> Shape:
-    """``shape`` as a tuple of ints; TypeError naming ``name`` otherwise."""
-    if type(shape) in (tuple, list) and all(type(s) is int for s in shape):  # the common case, without ABCs
+    """``shape`` as a tuple of ints: a sequence (tuple, list, jittor's NanoVector ``x.shape``, ...) of ints in
+    any form ``_args.as_index`` takes, or one such int; TypeError naming ``name`` otherwise."""
+    if type(shape) in (tuple, list) and all(type(s) is int for s in shape):  # the common case, without checks
         return tuple(shape)
-    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
-        return (int(shape),)
-    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+    if isinstance(shape, jt.Var):
+        raise TypeError(f"{name} must be a sequence of ints, got a jittor Var (pass its .shape for its shape)")
+    if isinstance(shape, (str, bytes)):
         raise TypeError(f"{name} must be a sequence of ints, got {type(shape).__name__}")
-    out = []
-    for i, s in enumerate(shape):
-        if isinstance(s, bool) or not isinstance(s, numbers.Integral):
-            raise TypeError(f"{name}[{i}] must be an int, got {type(s).__name__} ({s!r})")
-        out.append(int(s))
-    return tuple(out)
+    if not isinstance(shape, bool):
+        try:
+            return (operator.index(shape),)
+        except TypeError:
+            pass
+    try:
+        items = list(shape)  # NanoVector iterates through __getitem__
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of ints, got {type(shape).__name__}") from None
+    return tuple(as_index(s, f"{name}[{i}]") for i, s in enumerate(items))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -598,6 +604,7 @@ def broadcast_to(x, shape):
     """
     _check_var(x, "x", "broadcast_to")
     target = _as_shape(shape, "shape")
+    check_rank(len(target), "shape")
     out_shape = broadcast_shape(tuple(x.shape), target, "x", "shape")
     return _broadcast(x, out_shape)
 

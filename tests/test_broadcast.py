@@ -472,6 +472,32 @@ def test_grad_int_input_is_not_differentiated(device):
     assert y.numpy().tolist() == [[0, 0], [1, 1], [2, 2]]
 
 
+def test_shape_takes_jittor_shapes_and_index_ints(device, rng):
+    """x.shape is jittor's NanoVector; entries may be anything operator.index takes, or a one-element integer
+    Var (as PyTorch takes 0-d integer tensors)."""
+    x_np = random_array((2, 3), "float32", rng)
+    x, other = to_var(x_np, "float32"), jt.zeros((4, 2, 3), "float32")
+    want = np.broadcast_to(x_np, (4, 2, 3))
+    assert type(other.shape).__name__ == "NanoVector"
+    for shape in (other.shape, [np.int64(4), np.int32(2), 3], (jt.array(4), 2, jt.array([3], "int64")),
+                  np.array([4, 2, 3])):
+        y = ops.broadcast_to(x, shape)
+        assert tuple(y.shape) == (4, 2, 3)
+        np.testing.assert_array_equal(y.numpy(), want)
+    assert tuple(ops.broadcast_to(jt.zeros((1,), "float32"), np.int64(5)).shape) == (5,)
+
+
+def test_ten_dims_and_no_more(device, rng):
+    """jittor Vars hold at most 10 dims (NanoVector); past that, a ValueError naming shape, not jittor's check."""
+    x_np = random_array((3, 1), "float32", rng)
+    shape = (2, 1, 2, 1, 2, 1, 2, 1, 3, 2)
+    y = ops.broadcast_to(to_var(x_np, "float32"), shape)
+    assert tuple(y.shape) == shape
+    np.testing.assert_array_equal(y.numpy(), np.broadcast_to(x_np, shape))
+    with pytest.raises(ValueError, match="shape has 11 dims; jittor Vars have at most 10"):
+        ops.broadcast_to(to_var(x_np, "float32"), (1,) + shape)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # errors
 # ---------------------------------------------------------------------------------------------------------------
@@ -489,6 +515,12 @@ def test_errors_name_the_argument():
         ops.broadcast_to(x, (True, 3, 2))
     with pytest.raises(TypeError, match="shape must be a sequence of ints"):
         ops.broadcast_to(x, "3,2")
+    with pytest.raises(TypeError, match="shape must be a sequence of ints, got a jittor Var"):
+        ops.broadcast_to(x, jt.zeros((4, 3, 2), "float32"))
+    with pytest.raises(TypeError, match=r"shape\[0\] must be an int, got a jittor Var of dtype int32 and shape \(2,\)"):
+        ops.broadcast_to(x, (jt.array([4, 1]), 3, 2))
+    with pytest.raises(TypeError, match=r"shape\[1\] must be an int, got a jittor Var of dtype float32"):
+        ops.broadcast_to(x, (4, jt.array(3.0), 2))
     with pytest.raises(ValueError, match=r"x of shape \(3, 2\) to shape \(4, 2\)"):
         ops.broadcast_to(x, (4, 2))
     with pytest.raises(ValueError, match=r"x of shape \(3, 2\) to other's shape \(3, 5\)"):
