@@ -624,7 +624,7 @@ timex_fwd_mma_kernel(const T* __restrict__ w, const T* __restrict__ k, T* __rest
       float v = 0.f;
       if (b < p.B && u < p.T) v = ops_to_float(k[((IT)b * p.C + c) * p.T + (p.reverse ? p.T - 1 - u : u)]);
       ks[r * KS + tid] = v;
-      nonfinite |= timex_nonfinite(v);
+      if (ui == ti) nonfinite |= timex_nonfinite(v);  // only the diagonal chunk is checked
     }
     if (ui == ti) {  // the diagonal chunk: an Inf or NaN in it sends it to the CUDA cores
       if (__syncthreads_or(nonfinite)) {
