@@ -11,7 +11,10 @@ the same as ``eps + conv1d(pad(k, (T-1, 0)), w.unsqueeze(1), groups=C)``. With t
     grad_w[c, T-1-s]    = sum_b sum_{t=s..T-1} g[b, c, t] * k[b, c, t-s]
 
 float16/bfloat16 inputs are accumulated in float32; outputs have the input dtype. grad_w is summed over the
-batch inside the op, in a fixed order (no atomics): the same inputs give bit-identical gradients.
+batch inside the op, in a fixed order (no atomics): the same inputs give bit-identical gradients. Every sum
+holds its own terms only, for any input values: terms outside it (u > t, the zero padding past T) are left
+out by selection, never multiplied by a staged zero, so an Inf or NaN reaches only the sums that hold it
+(timex.cuh: timex_fwd_step, timex_gw_step, timex_mma_exact_diagonal).
 
 Layers (top to bottom):
 
@@ -399,8 +402,11 @@ def timex(w, k, eps=0.0):
     """RWKV time-mix: ``out[b, c, t] = eps + sum_{u<=t} w[c, T-1-(t-u)] * k[b, c, u]``.
 
     ``w``: (C, T); ``k``: (B, C, T), both float32, float16 or bfloat16 (the same dtype; float16/bfloat16 are
-    accumulated in float32); ``eps``: a float added to every output. Returns (B, C, T) in k's dtype.
-    Differentiable in ``w`` and ``k`` (deterministic gradients).
+    accumulated in float32 and rounded to nearest even); ``eps``: a float added to every output. Returns
+    (B, C, T) in k's dtype. Differentiable in ``w`` and ``k`` (deterministic gradients).
+
+    Each output (and each gradient element) sums its own terms only, as IEEE would: an Inf or NaN in k at step
+    u reaches out[..., t] for t >= u only (0 * Inf inside a sum is NaN), never an earlier output.
     """
     _check_var(w, "w", 2, "(C, T)")
     _check_var(k, "k", 3, "(B, C, T)")
