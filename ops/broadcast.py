@@ -549,10 +549,22 @@ def _launch_pass(p: ReducePass, v):
     return code((p.out_numel,), p.out_dtype, [v], **_launch_args(p))
 
 
+def cast_rounded(v, dtype: str):
+    """``v`` in ``dtype``; a float cast to bfloat16 is rounded to nearest even on every device (jittor's CPU cast
+    truncates), through a row pass of one element per row."""
+    src = str(v.dtype)
+    if src == dtype:
+        return v
+    if dtype != "bfloat16" or src not in ACC_DTYPE:
+        return v.cast(dtype)
+    (cast_pass,) = _row_passes(v.numel(), 1, src, dtype, ACC_DTYPE[dtype], None)
+    return _reshape(_launch_pass(cast_pass, _flat(v)), tuple(v.shape))
+
+
 def _run_grad(cfg: GradConfig, dy, x_shape: Shape, dtype: str):
     v = _flat(dy)
     if not cfg.passes:
-        return _reshape(v if str(v.dtype) == dtype else v.cast(dtype), x_shape)
+        return _reshape(cast_rounded(v, dtype), x_shape)
     for p in cfg.passes:
         v = _launch_pass(p, v)
     return _reshape(v, x_shape)

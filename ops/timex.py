@@ -72,6 +72,7 @@ from typing import Sequence, Tuple
 
 from . import _codegen
 from ._jittor import code, jt
+from .broadcast import cast_rounded
 
 __all__ = ["timex", "TimeX", "TimeXFunction", "KernelConfig", "select_config", "render_source",
            "launch_forward", "launch_grad_w", "VARIANTS", "DTYPES"]
@@ -368,8 +369,8 @@ class TimeXFunction(jt.Function):
     def grad(self, dout):
         if dout is None:
             return None, None, None
-        if str(dout.dtype) != str(self.k.dtype):
-            dout = dout.cast(self.k.dtype)
+        if str(dout.dtype) != str(self.k.dtype):  # bfloat16 rounded to nearest even (jittor's CPU cast truncates)
+            dout = cast_rounded(dout, str(self.k.dtype))
         grad_k = launch_forward(self.w, dout, 0.0, reverse=True)
         grad_w = launch_grad_w(self.k, dout)
         return grad_w, grad_k, None

@@ -12,6 +12,7 @@ import ops
 from ops import broadcast as B
 from ops._jittor import jt
 from ops.scoring import fam_broadcast
+from ops.scoring.harness import _InjectGrad
 from ops.scoring.spec import random_array, round_to_bfloat16
 
 ALL_DTYPES = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
@@ -455,6 +456,20 @@ def test_grad_bfloat16_rounds_up_where_truncation_would_not(device, x_shape, out
         dy[first], dy[second] = sign[e], sign[e] * 0.005859375
     dx = vjp(ops.broadcast_to(x, out_shape), x, to_var(dy.reshape(out_shape), "bfloat16"))
     assert np.array_equal(dx.float32().numpy().reshape(-1), sign * 1.0078125)
+
+
+@pytest.mark.parametrize("out_shape", [(2, 3), (4, 2, 3)])
+def test_grad_of_another_dtype_is_rounded_to_bfloat16(device, out_shape, rng):
+    """An output gradient in float32 for a bfloat16 x (a custom backward may pass one): dx is rounded to nearest
+    even, also where nothing is summed (jittor's CPU cast would truncate 1.005859375 to 1.0)."""
+    x = to_var(random_array((2, 3), "bfloat16", rng), "bfloat16")
+    reps = math.prod(out_shape) // 6
+    dy = np.full(out_shape, 1.005859375, np.float32)
+    dx = jt.grad(_InjectGrad.apply(ops.broadcast_to(x, out_shape), jt.array(dy)).sum(), x)
+    assert str(dx.dtype) == "bfloat16"
+    np.testing.assert_array_equal(dx.float32().numpy(), round_to_bfloat16(np.full((2, 3), reps * 1.005859375,
+                                                                                  np.float32)))
+    assert float(dx.float32().numpy()[0, 0]) != reps  # truncation would give this
 
 
 @pytest.mark.parametrize("x_shape,out_shape,dtype", [

@@ -558,6 +558,16 @@ def test_bfloat16_results_are_rounded_to_nearest_even(device, rng):
         assert np.array_equal(got, rounded.astype(np.float64)), what
 
 
+def test_bfloat16_gradients_of_a_float32_output_gradient_are_rounded(device):
+    """A float32 output gradient (a custom backward may pass one) is cast to bfloat16 rounded to nearest even
+    before the gradients (jittor's CPU cast would truncate 1.005859375 to 1.0)."""
+    w = to_jittor(np.ones((1, 2)), "bfloat16")
+    k = to_jittor(np.ones((1, 1, 2)), "bfloat16")
+    g = jt.array(np.array([[[1.005859375, 0.0]]], np.float32))
+    gw, gk = jt.grad(_InjectGrad.apply(ops.timex(w, k), g).sum(), [w, k])
+    assert to_numpy64(gk).tolist() == [[[1.0078125, 0.0]]] and to_numpy64(gw).tolist() == [[0.0, 1.0078125]]
+
+
 # ---- errors -----------------------------------------------------------------------------------------------
 
 def test_errors_name_the_argument():
