@@ -476,9 +476,13 @@ template <int N> __device__ __forceinline__ bool timex_any_nonfinite(const float
   return any;
 }
 
-// One operand element as TF32: big (and, for float32 inputs, the TF32 rounding of the remainder). An Inf or
-// NaN has no remainder (Inf - Inf would make small a NaN, and w * Inf a NaN instead of an Inf); a finite x
-// that rna rounds past the largest TF32 value keeps its truncation as big, so that big + small stays finite.
+// One operand element as TF32: big (and, for float32 inputs, the TF32 rounding of the remainder). 3xTF32 adds
+// the cross terms small * big' and big * small', so non-finite values need care for the products to be IEEE's:
+//   * Inf: big = the largest TF32 value of its sign, small = the Inf. w * k then sums Inf * k_big (NaN only
+//     for k = 0, as IEEE says), a finite term and max * k_big (finite, or an Inf of the same sign); with
+//     big = Inf instead, Inf * small' = Inf * 0 would be NaN for every k exact in TF32;
+//   * NaN: big = NaN (every product NaN);
+//   * a finite x that rna rounds past the largest TF32 value: big = its truncation (finite), small = the rest.
 template <bool SPLIT> struct TimexTf32 {
   unsigned int big, small;
   __device__ __forceinline__ explicit TimexTf32(float x) {
@@ -487,7 +491,11 @@ template <bool SPLIT> struct TimexTf32 {
     big = timex_tf32(x);
     if (SPLIT) big = timex_nonfinite(__uint_as_float(big)) && !timex_nonfinite(x) ? xb & 0xffffe000u : big;
     small = SPLIT ? timex_tf32(x - __uint_as_float(big)) : 0u;
-    if (SPLIT) small = timex_nonfinite(x) ? 0u : small;
+    if (SPLIT) {
+      const bool inf = (xb & 0x7fffffffu) == 0x7f800000u;
+      small = timex_nonfinite(x) ? (inf ? xb : 0u) : small;
+      big = inf ? (xb & 0x80000000u) | 0x7f7fe000u : big;
+    }
   }
 };
 

@@ -498,8 +498,10 @@ def test_nonfinite_values_stay_causal_with_forced_tiles_on_cpu(rng):
 # gw_tiled) and the tensor cores (1: fwd_mma, 2: fwd_mma2, 3: fwd_mma3; n-tiles 1, 2 and 4; float32 through
 # 3xTF32), whose diagonal chunks with an Inf or NaN run on the CUDA cores.
 NONFINITE_GPU_CASES = [("0", 3, 2, 37, "fwd_single"), ("0", 2, 2, 1100, "fwd_tiled"), ("0", 9, 1, 600, "fwd_single"),
+                       ("0", 1, 2, 4, "fwd_single"),
                        ("1", 8, 2, 300, "fwd_mma"), ("1", 16, 1, 37, "fwd_mma"), ("1", 32, 1, 260, "fwd_mma"),
                        ("2", 20, 2, 300, "fwd_mma2"), ("2", 3, 2, 4, "fwd_mma2"), ("2", 32, 1, 1100, "fwd_mma2"),
+                       ("2", 16, 1, 130, "fwd_mma2"),
                        ("3", 20, 2, 300, "fwd_mma3"), ("3", 16, 1, 1100, "fwd_mma3"), ("3", 32, 1, 130, "fwd_mma3"),
                        ("3", 3, 2, 4, "fwd_mma3")]
 
@@ -813,6 +815,48 @@ def test_tensor_core_fragment_math_matches_the_definition(rng, version, B, T, NT
         got = emulate_mma_block(version, w[0], k[:, 0], ti, NT)
         n = min(128, T - ti * 128)
         np.testing.assert_allclose(got[:B, :n], want[:, ti * 128:ti * 128 + n], rtol=1e-12, atol=1e-12)
+
+
+def tf32_split(x):
+    """TimexTf32<true> (timex.cuh) in NumPy: (big, small) float32 arrays for float32 ``x``; cvt.rna.tf32.f32
+    rounds the magnitude half away from zero to 10 mantissa bits (past the largest TF32 value: Inf)."""
+    x = np.asarray(x, np.float32)
+    xb = x.view(np.uint32)
+
+    def tf32(v):
+        b = (v.view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)
+        return np.where(np.isnan(v), np.uint32(0x7FFFFFFF), b).astype(np.uint32)
+
+    def nonfinite(bits):
+        return (bits & np.uint32(0x7F800000)) == np.uint32(0x7F800000)
+
+    with np.errstate(invalid="ignore", over="ignore"):
+        big = tf32(x)
+        big = np.where(nonfinite(big) & ~nonfinite(xb), xb & np.uint32(0xFFFFE000), big).astype(np.uint32)
+        small = tf32((x - big.view(np.float32)).astype(np.float32))
+        inf = (xb & np.uint32(0x7FFFFFFF)) == np.uint32(0x7F800000)
+        small = np.where(nonfinite(xb), np.where(inf, xb, np.uint32(0)), small).astype(np.uint32)
+        big = np.where(inf, (xb & np.uint32(0x80000000)) | np.uint32(0x7F7FE000), big).astype(np.uint32)
+    return big.view(np.float32), small.view(np.float32)
+
+
+def test_3xtf32_products_of_special_values_are_ieee():
+    """The float32 tensor-core product small_w * big_k + big_w * small_k + big_w * big_k of the split above has
+    IEEE's class for Inf, NaN, zero and values near the float32 maximum (NaN only where w * k is NaN, Infs of
+    the right sign), and w * k's value to ~2^-21 elsewhere."""
+    fmax = np.array(0x7F7FFFFF, np.uint32).view(np.float32)  # not np.finfo: it warns under jittor's flush to zero
+    specials = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 0.5, -1.75, 3.0e-30, 1.2345678, -7.654321e5,
+                         fmax, -fmax, fmax * np.float32(0.99997), 2.0 ** 127], np.float32)
+    w, k = np.meshgrid(specials, specials)
+    (wb, ws), (kb, ks) = tf32_split(w), tf32_split(k)
+    with np.errstate(invalid="ignore", over="ignore"):
+        got = ws.astype(np.float64) * kb + wb.astype(np.float64) * ks + wb.astype(np.float64) * kb
+        want = w.astype(np.float64) * k
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    inf = np.isinf(want)
+    assert np.array_equal(got[inf], want[inf])
+    fin = np.isfinite(want)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=2.0 ** -20, atol=0)
 
 
 # ---- nvcc: every instantiation the dispatcher can render compiles for sm_90 -------------------------------
