@@ -448,7 +448,7 @@ void timex_gw_launch(const T* k, const T* g, T* gw, float* partial, const TimexG
 // t rows [32q, 32q + 32) (two m-tiles) for all BN rows (NT n-tiles). It walks the u-chunks ui = 0..ti of 128;
 // in the diagonal chunk it stops after the k-steps that reach its own rows (u > t contributes zero there:
 // A's zero entries come from the zero lags of wl; a diagonal chunk whose k holds an Inf or NaN, where 0 * Inf
-// would not be zero, runs on the CUDA cores instead: timex_mma_exact_diagonal).
+// would not be zero, runs on the CUDA cores instead: timex_mma_exact_diagonal, timex_mma_exact_diagonal_add).
 // Shared memory: wl[(ti + 2) * 128] = w by lag, wl[j] = wr[j - 128], zero for lags < 0 or >= T (an A entry
 // is read straight from it: a warp's 32 lanes read 11 consecutive words, no bank conflict);
 // ks[BN][128 + 4] = the k chunk (zero past T and past B; rows 4 words apart mod 32, so the fragment reads
@@ -769,7 +769,7 @@ timex_fwd_mma2_kernel(const T* __restrict__ w, const T* __restrict__ k, T* __res
   float kv[BN], wv[2];
   timex_mma2_fetch<T, NT, IT>(kv, wv, w, k, p, c, b0, ti, 0, tid);
   timex_mma2_put<T, NT>(sm, kv, wv, tid);
-  // exact: the diagonal chunk holds an Inf or NaN k and runs on the CUDA cores (timex_mma_exact_diagonal)
+  // exact: the diagonal chunk holds an Inf or NaN k and runs on the CUDA cores (timex_mma_exact_diagonal_add)
   bool exact = false;
   if (ti == 0) exact = __syncthreads_or(timex_any_nonfinite(kv));
   else __syncthreads();
