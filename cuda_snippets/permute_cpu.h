@@ -1,7 +1,7 @@
 // permute_cpu.h: the permute / transpose_add CPU path (jt.code cpu_src of ops/permute.py): the plan
 // select_config made, walked by a loop nest (variant codes of _CPU_VARIANT). Every value comes from `data`, so
 // there is one compile per dtype and op. bfloat16 sums are rounded to nearest even here (jittor's CPU bfloat16
-// conversion truncates) to match the GPU's __float2bfloat16_rn.
+// conversion truncates) to match the GPU's __float2bfloat16_rn (cpu_common.h, included before this file).
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -123,12 +123,7 @@ static inline jittor::float16 ops_cpu_add(jittor::float16 a, jittor::float16 b) 
   return jittor::float16((float)a + (float)b);  // jittor's CPU float16 conversion rounds to nearest even
 }
 static inline jittor::bfloat16 ops_cpu_add(jittor::bfloat16 a, jittor::bfloat16 b) {
-  const float f = (float)a + (float)b;
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  jittor::bfloat16 r(0.f);
-  r.x = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-  return r;
+  return ops_cpu_bfloat16((float)a + (float)b);  // cpu_common.h: rounded to nearest even
 }
 
 template <typename T, int L> static void ops_cpu_transpose_add_lanes(const T* x, const T* y, T* dst,

@@ -2,7 +2,8 @@
 // loop nests (flat work-item index split into plane, z, y, x; the same window scan and NaN rule; the same tile,
 // scatter and gather algorithms). Compare values are float (double for float64); NaN tests read the bits
 // because jittor compiles CPU code with -Ofast. Every size and parameter comes from the shapes and `data`: one
-// compile per dtype and algorithm. Needs pool3d_gather.cuh included before it (ops/pool3d.py does).
+// compile per dtype and algorithm. Needs cpu_common.h and pool3d_gather.cuh included before it (ops/pool3d.py
+// does).
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -10,17 +11,9 @@
 namespace pool3d_cpu {
 template <typename T> struct Acc { typedef float type; };
 template <> struct Acc<double> { typedef double type; };
-inline bool isnan_bits(float v) { uint32_t b; std::memcpy(&b, &v, 4); return (b << 1) > 0xff000000u; }
-inline bool isnan_bits(double v) { uint64_t b; std::memcpy(&b, &v, 8); return (b << 1) > 0xffe0000000000000ull; }
 inline float neg_inf() { const uint32_t b = 0xff800000u; float f; std::memcpy(&f, &b, 4); return f; }
-template <typename T> inline T from_acc(typename Acc<T>::type v) { return T(v); }
-// jittor's CPU bfloat16 truncates; round to nearest even like the GPU's __float2bfloat16_rn.
-template <> inline jittor::bfloat16 from_acc<jittor::bfloat16>(float v) {
-  uint32_t b; std::memcpy(&b, &v, 4);
-  jittor::bfloat16 r(0.0f);
-  r.x = isnan_bits(v) ? (uint16_t)((b >> 16) | 0x40u) : (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
-  return r;
-}
+// bfloat16 rounded to nearest even like the GPU's __float2bfloat16_rn (cpu_common.h; jittor's truncates).
+template <typename T> inline T from_acc(typename Acc<T>::type v) { return ops_cpu_from<T>(v); }
 
 struct Geom {
   long long D, H, W, Do, Ho, Wo;
@@ -60,7 +53,7 @@ inline long long window_argmax(const T* plane, const Geom& g, long long od, long
         const long long w = w0 + (long long)k * g.dw;
         if (w < 0 || w >= g.W) continue;
         const A c = (A)plane[row + w];
-        if (pos < 0 || isnan_bits(c) || (!isnan_bits(best) && c > best)) { best = c; pos = row + w; }
+        if (pos < 0 || ops_isnan_bits(c) || (!ops_isnan_bits(best) && c > best)) { best = c; pos = row + w; }
       }
     }
   }

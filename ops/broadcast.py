@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
+import operator
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
 from . import _codegen
 from . import _launch
+from ._args import as_index, check_rank
 from ._jittor import jt
 
 Shape = Tuple[int, ...]
@@ -85,19 +86,24 @@ def _fmt(shape) -> str:
 
 
 def _as_shape(shape, name: str) -> Shape:
-    """``shape`` as a tuple of ints; TypeError naming ``name`` otherwise."""
-    if type(shape) in (tuple, list) and all(type(s) is int for s in shape):  # the common case, without ABCs
+    """``shape`` as a tuple of ints: a sequence (tuple, list, jittor's NanoVector ``x.shape``, ...) of ints in
+    any form ``_args.as_index`` takes, or one such int; TypeError naming ``name`` otherwise."""
+    if type(shape) in (tuple, list) and all(type(s) is int for s in shape):  # the common case, without checks
         return tuple(shape)
-    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
-        return (int(shape),)
-    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+    if isinstance(shape, jt.Var):
+        raise TypeError(f"{name} must be a sequence of ints, got a jittor Var (pass its .shape for its shape)")
+    if isinstance(shape, (str, bytes)):
         raise TypeError(f"{name} must be a sequence of ints, got {type(shape).__name__}")
-    out = []
-    for i, s in enumerate(shape):
-        if isinstance(s, bool) or not isinstance(s, numbers.Integral):
-            raise TypeError(f"{name}[{i}] must be an int, got {type(s).__name__} ({s!r})")
-        out.append(int(s))
-    return tuple(out)
+    if not isinstance(shape, bool):
+        try:
+            return (operator.index(shape),)
+        except TypeError:
+            pass
+    try:
+        items = list(shape)  # NanoVector iterates through __getitem__
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of ints, got {type(shape).__name__}") from None
+    return tuple(as_index(s, f"{name}[{i}]") for i, s in enumerate(items))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -437,7 +443,7 @@ for (int64_t r = 0; r < R; ++r) {
         const in0_type* src = in0_p + r * C;
         ${ACC} acc = 0;
         for (int64_t i = lo; i < hi; ++i) acc += (${ACC})src[i];
-        out0_p[r * S + s] = (out0_type)acc;
+        out0_p[r * S + s] = ops_cpu_from<out0_type>(acc);
     }
 }
 """
@@ -456,7 +462,7 @@ for (int64_t r = 0; r < R; ++r) {
         out1_p[r * S + s] = acc;
         total += acc;
     }
-    out0_p[r] = (out0_type)total;
+    out0_p[r] = ops_cpu_from<out0_type>(total);
 }
 """
 
@@ -474,7 +480,7 @@ for (int64_t n = 0; n < N; ++n) {
             for (int64_t j = 0; j < J; ++j) acc[j] += (${ACC})src[j];
         }
         out0_type* dst = out0_p + (n * S + s) * J;
-        for (int64_t j = 0; j < J; ++j) dst[j] = (out0_type)acc[j];
+        for (int64_t j = 0; j < J; ++j) dst[j] = ops_cpu_from<out0_type>(acc[j]);
     }
 }
 delete[] acc;
@@ -506,14 +512,26 @@ def pass_launch(p: ReducePass, cuda: bool) -> _launch.Launch:
         shapes, dtypes = [(p.out_numel,), (p.outer * p.segments,)], [p.out_dtype, p.acc_dtype]
     else:
         shapes, dtypes = (p.out_numel,), p.out_dtype
-    if not cuda:
-        src, header = _pass_cpu(p.kind, p.acc_dtype), ""
+    if not cuda:  # ops_cpu_from (cpu_common.h): bfloat16 sums rounded to nearest even, as on the GPU
+        src, header = _pass_cpu(p.kind, p.acc_dtype), _codegen.include(("cpu_common.h",))
     elif p.kind == "row_split":
         src, header = _codegen.render(_ROW_SPLIT_CUDA, ACC=acc, INDEX_T=p.index_type), _cuda_header()
     else:
         data["v"] = PASS_MENU.index(("row", p.group) if p.kind == "row" else ("col", 0))
         src, header = _codegen.render(_PASS_CUDA, ACC=acc, INDEX_T=p.index_type), _cuda_header()
     return _launch.Launch(shapes, dtypes, cuda=cuda, src=src, header=header, data=data)
+
+
+def cast_rounded(v, dtype: str):
+    """``v`` in ``dtype``; a float cast to bfloat16 is rounded to nearest even on every device (jittor's CPU cast
+    truncates), through a row pass of one element per row."""
+    src = str(v.dtype)
+    if src == dtype:
+        return v
+    if dtype != "bfloat16" or src not in ACC_DTYPE:
+        return v.cast(dtype)
+    (cast_pass,) = _row_passes(v.numel(), 1, src, dtype, ACC_DTYPE[dtype], None)
+    return _reshape(pass_launch(cast_pass, _launch.on_cuda())([_reshape(v, (v.numel(),))]), tuple(v.shape))
 
 
 # Host time counts for small cases: jt.ops.reshape skips jt.Var.reshape's argument parsing (~1.4 us a call on
@@ -542,7 +560,7 @@ class _Plan:
             self._passes = [(pass_launch(p, cuda), p.kind == "row_split") for p in cfg.passes]
         v = _reshape(dy, (dy.numel(),))
         if not self._passes:
-            return (_reshape(v if str(v.dtype) == dtype else v.cast(dtype), x_shape),)
+            return (_reshape(cast_rounded(v, dtype), x_shape),)
         for launch, split in self._passes:
             v = launch([v])[0] if split else launch([v])
         return (_reshape(v, x_shape),)
@@ -592,7 +610,11 @@ def _broadcast(x, target, other_name: str, key):
     plan = _PLANS.get(key)
     if plan is None:
         x_shape = tuple(x.shape)
-        target_shape = _as_shape(target, "shape") if other_name == "shape" else tuple(target.shape)
+        if other_name == "shape":
+            target_shape = _as_shape(target, "shape")
+            check_rank(len(target_shape), "shape")
+        else:
+            target_shape = tuple(target.shape)
         out_shape = broadcast_shape(x_shape, target_shape, "x", other_name)
         plan = _PLANS.put(key, _plan(x_shape, str(x.dtype), out_shape, need_grad, cuda))
     return plan(x)

@@ -53,12 +53,12 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 from dataclasses import dataclass
 from typing import Dict, Sequence, Tuple
 
 from . import _codegen
 from . import _launch
+from ._args import as_index
 from ._jittor import jt
 
 __all__ = ["permute", "transpose", "transpose_add", "Permute", "TransposeAdd", "KernelConfig", "PermutePlan",
@@ -187,21 +187,12 @@ _CPU_VARIANT = {"copy": 0, "add": 1, "general": 1, "tiled": 2, "tiled_packed": 2
 # ---- shape algebra ----------------------------------------------------------------------------------------
 
 
-def _as_int(value, name: str) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must hold ints, got a bool ({value!r})")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must hold ints, got {type(value).__name__} ({value!r})") from None
-
-
 def normalize_dims(ndim: int, dims: Sequence, name: str = "dims") -> Tuple[int, ...]:
     """``dims`` as a permutation of ``range(ndim)`` (negative dims counted from the end).
 
     Raises TypeError (not ints) or ValueError (wrong length, out of range, repeated), naming ``name``.
     """
-    dims = tuple(_as_int(d, name) for d in dims)
+    dims = tuple(as_index(d, f"{name}[{i}]") for i, d in enumerate(dims))
     if len(dims) != ndim:
         raise ValueError(f"{name} must list each of the {ndim} dims of x once, got {len(dims)} dims {dims}")
     out = []
@@ -630,7 +621,7 @@ def launch(cfg: KernelConfig, cuda: bool) -> _launch.Launch:
         src = _CUDA_SRC[cfg.op].format(I=cfg.index_type)
         header = cuda_header(cfg.op, _codegen.ITEMSIZE[cfg.dtype])
     else:
-        src, header = _CPU_SRC[cfg.op], _codegen.include(("permute_cpu.h",))
+        src, header = _CPU_SRC[cfg.op], _codegen.include(("cpu_common.h", "permute_cpu.h"))
     return _launch.Launch((numel,), cfg.dtype, cuda=cuda, src=src, header=header, data=data)
 
 
@@ -732,7 +723,7 @@ def _check_var(v, name: str):
 
 
 def _check_dim(ndim: int, d, name: str) -> int:
-    d = _as_int(d, name)
+    d = as_index(d, name)
     if not -ndim <= d < ndim:
         raise ValueError(f"{name}={d} is out of range for a tensor of {ndim} dims")
     return d % ndim
@@ -816,7 +807,7 @@ class Permute(jt.Module):
 
     def __init__(self, *dims):
         super().__init__()
-        self.dims = tuple(_as_int(d, "dims") for d in _dims_arg(dims))
+        self.dims = tuple(as_index(d, f"dims[{i}]") for i, d in enumerate(_dims_arg(dims)))
 
     def execute(self, x):
         return permute(x, *self.dims)
@@ -827,8 +818,8 @@ class TransposeAdd(jt.Module):
 
     def __init__(self, dim0=0, dim1=1):
         super().__init__()
-        self.dim0 = _as_int(dim0, "dim0")
-        self.dim1 = _as_int(dim1, "dim1")
+        self.dim0 = as_index(dim0, "dim0")
+        self.dim1 = as_index(dim1, "dim1")
 
     def execute(self, x, y):
         return transpose_add(x, y, self.dim0, self.dim1)
