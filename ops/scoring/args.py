@@ -11,6 +11,7 @@ import os
 
 # The built-in families' names (a test keeps this in step with ops/scoring/fam_*.py).
 FAMILY_NAMES = ("max_pool3d", "permute", "expand_as", "timex")
+REFERENCE_NAMES = ("naive", "jittor", "torch", "compile")
 FAMILY_MODULES_ENV = "OPS_SCORING_FAMILY_MODULES"
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_REFERENCE_TIMEOUT_S = 60.0
@@ -33,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--direction", choices=("fwd", "bwd"), default=None, help="only forward or backward cases")
     ap.add_argument("--compile", action="store_true", help="also time torch.compile")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch references")
+    ap.add_argument("--references", default=None, metavar="LIST",
+                    help="the references to time, comma-separated from naive,jittor,torch,compile (default: "
+                         "naive,jittor and, where PyTorch is installed, torch; compile with --compile)")
     ap.add_argument("--impl", default="ops", help="module to grade, exposing ops' functions")
     ap.add_argument("--tiers", metavar="F", help="grade against tiers stored in F (from --save-tiers); cases "
                     "missing there, or a file from another device, are reported and flagged")
@@ -73,6 +77,12 @@ def parse_args(argv=None):
             ap.error(f"--{name.replace('_', '-')} must be positive")
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")
+    if args.references is not None:
+        names = [r for r in args.references.split(",") if r]
+        unknown = [r for r in names if r not in REFERENCE_NAMES]
+        if unknown:
+            ap.error(f"--references: unknown {', '.join(unknown)}; choose from {', '.join(REFERENCE_NAMES)}")
+        args.references = names
     if args.budget is not None and args.budget < 0:
         ap.error("--budget must not be negative")
     return ap, args
