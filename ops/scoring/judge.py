@@ -57,9 +57,9 @@ def ulp(values: np.ndarray, dtype: str) -> np.ndarray:
     p = SIGNIFICAND_BITS[dtype]
     min_exp = {"float16": -14, "bfloat16": -126, "float32": -126, "float64": -1022}[dtype]
     a = np.abs(np.asarray(values, dtype=np.float64))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        _, e = np.frexp(np.where(np.isfinite(a) & (a > 0), a, 1.0))
-    return np.ldexp(1.0, np.maximum(e - 1, min_exp) - (p - 1))
+    usable = np.isfinite(a) & (a > 0)
+    _, e = np.frexp(np.where(usable, a, 1.0))
+    return np.ldexp(1.0, np.maximum(np.where(usable, e - 1, min_exp), min_exp) - (p - 1))
 
 
 def sum_bound(want: np.ndarray, l2: np.ndarray, n: int, dtype: str, acc_dtype: str = "float32",
