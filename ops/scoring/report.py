@@ -46,7 +46,8 @@ def _notes(res: CaseResult, references: Sequence[str]) -> List[str]:
     if res.tiers_source not in ("this run", "stored"):
         notes.append(f"tiers: {res.tiers_source}")
     if res.flops and res.ours.ok and res.correct:
-        notes.append(f"{res.flops / (res.ours.ms * 1e-3) / 1e12:.1f} TFLOP/s")
+        rate = res.flops / (res.ours.ms * 1e-3)
+        notes.append(f"{rate / 1e12:.1f} TFLOP/s" if rate >= 1e11 else f"{rate / 1e9:.2f} GFLOP/s")
     for r in references:
         t = res.refs.get(r)
         if t is None:
@@ -110,9 +111,9 @@ def format_table(head, body, markdown: bool, width: Optional[int] = None) -> str
         lines = ["| " + " | ".join(esc[0]) + " |", "|" + "---|" * len(head)]
         return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in esc[1:]])
     table = [list(map(str, r)) for r in [head] + body]
-    if width:
+    if width:  # the note gives way first (the per-case lines above the table have it in full), then the case
         others = sum(max(len(r[i]) for r in table) + 2 for i in range(1, len(head) - 1))
-        case_w = max(16, min(max(len(r[0]) for r in table), width - others - 14))
+        case_w = max(16, min(max(len(r[0]) for r in table), width - others - 6))
         for r in table:
             r[0] = _shorten(r[0], case_w)
     widths = [max(len(r[i]) for r in table) for i in range(len(head) - 1)]
