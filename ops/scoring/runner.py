@@ -63,8 +63,10 @@ class Worker:
         job = {"device": device, "impl": impl, "copy": copy}
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         if device == "cpu":
-            # jittor's and PyTorch's OpenMP pools would spin against each other between interleaved calls
-            env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+            # Single-threaded CPU timing: the CPU cases are small, and with two thread pools (jittor's and
+            # PyTorch's) or another busy process, one preempted thread stalls a whole parallel region; that
+            # noise moved cases across tier boundaries from run to run.
+            env.setdefault("OMP_NUM_THREADS", "1")
         self.log_path = log_path
         self.log = open(log_path, "ab")
         self.proc = subprocess.Popen(

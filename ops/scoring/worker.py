@@ -98,25 +98,26 @@ def run_case(fam, case, api, cmd) -> None:
         emit("timing", {"name": "ours", "timing": dataclasses.asdict(Timing(error=H.short_error(err)))})
         return
 
-    meters, failed = [], {}
+    meters = []
     for name in cmd["references"]:
         key = (case.family, name, case.dtype, case.direction)
+        failed = None
+        emit("phase", name)  # a failure's timing follows in the same phase: the parent keeps its log with it
         if key in _COMPILE_FAILURES:
-            failed[name] = Timing(error=_COMPILE_FAILURES[key])
-            continue
-        emit("phase", name)
-        try:
-            meter = H.Meter(name, H.build_reference(fam, case, name, sets), n_sets)
-            meter.warm()
-            meters.append(meter)
-        except H.ReferenceSkipped as why:
-            failed[name] = Timing(error=f"skipped: {why}")
-        except Exception as err:
-            failed[name] = Timing(error=H.short_error(err))
-            if any(m in str(err) for m in _COMPILE_FAILURE_MARKS):
-                _COMPILE_FAILURES[key] = f"as in {case.id}: {failed[name].error}"
-    for name, timing in failed.items():
-        emit("timing", {"name": name, "timing": dataclasses.asdict(timing)})
+            failed = Timing(error=_COMPILE_FAILURES[key])
+        else:
+            try:
+                meter = H.Meter(name, H.build_reference(fam, case, name, sets), n_sets)
+                meter.warm()
+                meters.append(meter)
+            except H.ReferenceSkipped as why:
+                failed = Timing(error=f"skipped: {why}")
+            except Exception as err:
+                failed = Timing(error=H.short_error(err))
+                if any(m in str(err) for m in _COMPILE_FAILURE_MARKS):
+                    _COMPILE_FAILURES[key] = f"as in {case.id}: {failed.error}"
+        if failed is not None:
+            emit("timing", {"name": name, "timing": dataclasses.asdict(failed)})
 
     emit("phase", "rounds")
     fast = [m for m in meters if not m.slow]
