@@ -142,3 +142,18 @@ def test_family_names_of_the_parser_match_the_table():
     from ops.scoring.families import FAMILY_MODULES
     import importlib
     assert tuple(importlib.import_module(f"ops.scoring.{m}").FAMILY.name for m in FAMILY_MODULES) == FAMILY_NAMES
+
+
+def test_a_reference_that_fails_to_compile_is_one_line_and_its_log_is_kept(tmp_path):
+    """jittor's built-in max_pool3d backward does not compile for bfloat16 on the CPU: the table says so in one
+    line, the compiler's output is in the JSON, and none of it reaches the terminal."""
+    out_json = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, GET_SCORE, "--device", "cpu", "--no-progress", "--no-warm", "--repeats",
+                           "1", "--op", "max_pool3d", "--direction", "bwd", "-k", "cpu_k3s2p1_bf16", "--references",
+                           "jittor", "--json", str(out_json)], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ref = json.loads(out_json.read_text())["results"][0]["refs"]["jittor"]
+    assert ref["error"].startswith("compile failed: ") and "\n" not in ref["error"], ref["error"]
+    assert "error" in ref["log"] and "\x1b[" not in ref["log"]
+    assert "error:" not in proc.stdout + proc.stderr and "g++" not in proc.stdout + proc.stderr

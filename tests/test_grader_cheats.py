@@ -85,3 +85,13 @@ def test_work_on_the_host_shows_in_the_time_that_earns_points(tmp_path):
         assert r["correct"], (case_id, r["why"])
         assert ours["wall_ms"] > ours["kernel_ms"] and ours["ms"] == ours["wall_ms"], (case_id, ours)
         assert r["points"] == grading.points_for(grading.gbps(r["nbytes"], ours["ms"]), r["tiers"], True)
+
+
+def test_waiting_for_work_done_elsewhere_counts(tmp_path):
+    """On the CPU the grader times by the worker's CPU time (other processes do not inflate it); a call that
+    waits instead of computing is timed by the wall clock, its wait included."""
+    results = grade("cheat_wait", "--op", "permute", "--direction", "fwd", "-k", "cpu_021_f32,cpu_10_int8",
+                    tmp_path=tmp_path)
+    for case_id, r in results.items():
+        assert r["correct"], (case_id, r["why"])
+        assert r["ours"]["ms"] >= 2.0 and r["ours"]["call_ms"] >= 2.0, (case_id, r["ours"])

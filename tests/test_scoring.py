@@ -251,3 +251,11 @@ def test_keyword_filter_takes_comma_separated_alternatives():
     assert _matches("expand_as/fwd/paddle0-1785x1", "tiny,paddle0")
     assert not _matches("permute/fwd/102_f32_16MB", "tiny,paddle0")
     assert not _matches("permute/fwd/102_f32_16MB", ",")
+
+
+def test_a_compile_failure_is_reported_by_its_first_compiler_error():
+    from ops.scoring.runner import compile_error
+    log = "x.cc:1:2: warning: unused\nx.cc:9:4: error: no match for 'operator+='\nmore\n"
+    assert compile_error("Check failed ret(256) == 0(0) Run cmd failed: g++ ...", log) == \
+        "compile failed: no match for 'operator+='"
+    assert compile_error("RuntimeError: size of var should be larger", log) == "RuntimeError: size of var should be larger"

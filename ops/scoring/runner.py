@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import queue
+import re
 import shutil
 import subprocess
 import sys
@@ -54,6 +55,15 @@ def scratch_root() -> str:
     """/dev/shm where it exists (the inputs and outputs never touch a disk), else the temporary folder."""
     shm = "/dev/shm"
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+
+
+def compile_error(reason: str, log: Optional[str]) -> str:
+    """A failed compile's one-line reason: the compiler's first error line rather than jittor's "Run cmd
+    failed: <the whole command>"."""
+    if not log or not any(m in reason for m in ("Check failed", "Compile", "compil")):
+        return reason
+    first = re.search(r"\berror\b:? *(.*)", log)
+    return f"compile failed: {first.group(1).strip()}"[:160] if first else reason
 
 
 class Worker:
@@ -117,7 +127,7 @@ class Worker:
                 text = f.read().decode(errors="replace")
         except OSError:
             return ""
-        return text[-LOG_TAIL:]
+        return re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text)[-LOG_TAIL:]
 
     def exit_code(self) -> Optional[int]:
         try:
@@ -339,6 +349,7 @@ class Runner:
                 t = _result_from_json({"case_id": "", "nbytes": 0, "ours": d["timing"], "refs": {}}).ours
                 if t.error and d["name"] != "ours":
                     t.log = w.log_since(log_mark) or None
+                    t.error = compile_error(t.error, t.log)
                 timings[d["name"]] = t
             elif kind == "done":
                 w.next(self.timeout_s)  # @@ready
