@@ -157,3 +157,13 @@ def test_a_reference_that_fails_to_compile_is_one_line_and_its_log_is_kept(tmp_p
     assert ref["error"].startswith("compile failed: ") and "\n" not in ref["error"], ref["error"]
     assert "error" in ref["log"] and "\x1b[" not in ref["log"]
     assert "error:" not in proc.stdout + proc.stderr and "g++" not in proc.stdout + proc.stderr
+
+
+def test_a_module_that_does_not_import_fails_every_case_with_the_reason(tmp_path):
+    out_json = tmp_path / "r.json"
+    proc = toy_run("-k", "ok", "--impl", "no_such_module_here", "--json", str(out_json))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out_json.read_text())["results"]
+    assert len(results) == 2
+    assert all(r["why"].startswith("crashed: the grading worker exited") and "no_such_module_here" in r["why"]
+               for r in results)

@@ -233,6 +233,7 @@ class Runner:
         self.seed, self.scratch, self.stored, self.deadline = seed, scratch, stored_tiers or {}, deadline
         self.env: dict = {}
         self.worker: Optional[Worker] = None
+        self.start_failure: Optional[str] = None
         self.fresh = np.random.SeedSequence().entropy
         self.logs: List[str] = []
 
@@ -245,7 +246,7 @@ class Runner:
             code = w.exit_code()
             tail = w.log_since(0)[-1500:]
             w.stop()
-            raise RuntimeError(f"the grading worker exited with code {code} before running a case:\n{tail}")
+            raise RuntimeError(f"the grading worker exited with code {code} before running a case\n{tail.strip()}")
         self.env.update(json.loads(msg[1]))  # a restarted worker does not measure the copy again
         w.next(self.timeout_s)  # @@ready
         return w
@@ -306,8 +307,14 @@ class Runner:
     def _attempt(self, case: Case, folder: str, refs: List[str], nbytes: int):
         """Send the case to a worker and collect its messages. Returns ("ok", files, timings),
         ("reference hung", name, Timing), ("hung"|"crashed"|"budget", why)."""
+        if self.start_failure:
+            return ("crashed", self.start_failure)
         if self.worker is None:
-            self.worker = self._start()
+            try:
+                self.worker = self._start()
+            except RuntimeError as err:  # the graded module does not import, say: every case fails alike
+                self.start_failure = f"crashed: {str(err).splitlines()[0]} ({str(err).splitlines()[-1][:200]})"
+                return ("crashed", self.start_failure)
         w = self.worker
         stored = self.stored.get(case.id)
         w.send({"case": case.id, "dir": folder, "references": refs, "nbytes": nbytes,
