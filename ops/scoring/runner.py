@@ -30,6 +30,7 @@ from .spec import Case, Family
 
 DEFAULT_TIMEOUT_S = 600.0  # per case: first-time kernel compiles and torch.compile are slow
 DEFAULT_REFERENCE_TIMEOUT_S = 60.0
+START_TIMEOUT_S = 300.0  # a worker imports jittor, ops and the graded module, and measures the copy bandwidth
 SMALL_CASE_BYTES = 64 << 20  # cases whose inputs are at most this get 3 timed sets, larger ones 2
 LOG_TAIL = 4000  # characters of a failing reference's compiler output kept in the JSON
 
@@ -241,14 +242,18 @@ class Runner:
         log = os.path.join(self.scratch, f"worker{len(self.logs)}.log")
         self.logs.append(log)
         w = Worker(device=self.device, impl=self.impl, log_path=log, copy=not self.env)
-        msg = w.next(self.timeout_s)
+        try:
+            msg = w.next(max(START_TIMEOUT_S, self.timeout_s))
+        except _Timeout:
+            w.stop()
+            raise RuntimeError(f"the grading worker did not start within {max(START_TIMEOUT_S, self.timeout_s):.0f} s"
+                               f"\n(importing jittor, ops and the graded module)")
         if msg is None or msg[0] != "env":
             code = w.exit_code()
             tail = w.log_since(0)[-1500:]
             w.stop()
             raise RuntimeError(f"the grading worker exited with code {code} before running a case\n{tail.strip()}")
         self.env.update(json.loads(msg[1]))  # a restarted worker does not measure the copy again
-        w.next(self.timeout_s)  # @@ready
         return w
 
     def _budget_left(self) -> float:
@@ -358,8 +363,7 @@ class Runner:
                     t.log = w.log_since(log_mark) or None
                     t.error = compile_error(t.error, t.log)
                 timings[d["name"]] = t
-            elif kind == "done":
-                w.next(self.timeout_s)  # @@ready
+            elif kind == "done":  # the worker's "@@ready" that follows is read (and ignored) with the next case
                 return ("ok", files, timings)
 
 
