@@ -12,6 +12,7 @@
 // sum has a fixed order that depends only on the shape, the config and the address of `in` modulo 16 bytes.
 // Index type I is int (fast division by OpsDivisor) below 2^31 elements, long long above.
 #pragma once
+#include <string>
 
 // ---- index math -------------------------------------------------------------------------------------------
 template <typename I> struct OpsBcastDiv;
@@ -179,6 +180,18 @@ void ops_bcast_forward_shaped(const T* in, T* out, long long numel, const long l
   }
   const long long vecs = ops_ceil_div(numel / (long long)(16 / sizeof(T)), (long long)(BLOCK * UNROLL));
   ops_bcast_forward<T, ND, INNER_BCAST, I, BLOCK, UNROLL>(in, out, numel, dims, strides, vecs > 0 ? vecs : 1);
+}
+
+// The forward with the simplified groups from jittor's `data` (d0.., s0.., grid): the menu of ops/broadcast.py
+// calls this for its (ND, INNER_BCAST) entries.
+template <typename T, int ND, bool INNER_BCAST, typename I, int BLOCK, int UNROLL, class Map>
+void ops_bcast_forward_data(const T* in, T* out, long long numel, Map& data) {
+  long long dims[ND], strides[ND];
+  for (int i = 0; i < ND; ++i) {
+    dims[i] = (long long)data["d" + std::to_string(i)];
+    strides[i] = (long long)data["s" + std::to_string(i)];
+  }
+  ops_bcast_forward<T, ND, INNER_BCAST, I, BLOCK, UNROLL>(in, out, numel, dims, strides, (long long)data["grid"]);
 }
 
 // =============================================================================================================
@@ -414,4 +427,18 @@ void ops_bcast_col_reduce(const T* in, OutT* out, long long N, long long M, long
   ops_bcast_col_reduce_kernel<T, OutT, A, I><<<(unsigned int)grid, 256>>>(in, out, (I)N, (I)M, (I)J, (I)S, (I)Ms,
                                                                           (I)tiles, vec_ok);
   OPS_CHECK_LAUNCH();
+}
+
+// The single-output reduction passes with their sizes from jittor's `data` (the menu of ops/broadcast.py).
+template <typename T, typename OutT, typename A, int G, typename I, class Map>
+void ops_bcast_row_reduce_data(const T* in, OutT* out, Map& data) {
+  ops_bcast_row_reduce<T, OutT, A, G, I>(in, out, (long long)data["R"], (long long)data["C"], (long long)data["S"],
+                                         (long long)data["L"], (long long)data["grid"]);
+}
+
+template <typename T, typename OutT, typename A, typename I, class Map>
+void ops_bcast_col_reduce_data(const T* in, OutT* out, Map& data) {
+  ops_bcast_col_reduce<T, OutT, A, I>(in, out, (long long)data["N"], (long long)data["M"], (long long)data["J"],
+                                      (long long)data["S"], (long long)data["Ms"], (long long)data["tiles"],
+                                      (long long)data["grid"]);
 }

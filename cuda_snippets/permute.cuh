@@ -181,7 +181,10 @@ void ops_nd_launch(const void* src, void* dst, Map& data, const Epi& epi) {
 
 // ---- tiled path: the last dim moves ------------------------------------------------------------------------
 
-template <int BR, typename IndexT> struct OpsTileParams {
+// Batch dims (outside the tile plane) a tile launch takes: MAX_RANK (8) simplified dims minus the two of the plane.
+#define OPS_MAX_BATCH 6
+
+template <typename IndexT> struct OpsTileParams {
   IndexT A, B;                     // A: input last dim (contiguous in the input); B: output last dim
   IndexT in_stride_b;              // input stride of the B dim (of its low part where B is split)
   OpsFastDiv<IndexT> b_lo;         // split B only: the output's last dim, the low part of B
@@ -189,13 +192,14 @@ template <int BR, typename IndexT> struct OpsTileParams {
   IndexT out_stride_a;             // output stride of the A dim
   IndexT tiles_a, tiles_b;         // tiles along A and along B
   int b_fast;                      // block order: consecutive blocks step along B (1) or along A (0)
-  IndexT batch_dim[BR > 0 ? BR : 1], batch_in[BR > 0 ? BR : 1], batch_out[BR > 0 ? BR : 1];
+  int batch_rank;                  // batch dims in use (a run-time count: the decomposition runs once per block)
+  IndexT batch_dim[OPS_MAX_BATCH], batch_in[OPS_MAX_BATCH], batch_out[OPS_MAX_BATCH];
 };
 
 // Block index -> (tile along A, tile along B, input and output offsets of the batch index). Tile index
 // ((batch * tiles_b) + tb) * tiles_a + ta, or with b_fast ((batch * tiles_a) + ta) * tiles_b + tb.
-template <int BR, typename IndexT>
-__device__ __forceinline__ void ops_tile_coords(const OpsTileParams<BR, IndexT>& p, IndexT& ta, IndexT& tb,
+template <typename IndexT>
+__device__ __forceinline__ void ops_tile_coords(const OpsTileParams<IndexT>& p, IndexT& ta, IndexT& tb,
                                                 IndexT& src_base, IndexT& dst_base) {
   IndexT t = (IndexT)blockIdx.x;
   if (p.b_fast) {
@@ -212,7 +216,8 @@ __device__ __forceinline__ void ops_tile_coords(const OpsTileParams<BR, IndexT>&
   src_base = 0;
   dst_base = 0;
 #pragma unroll
-  for (int k = BR - 1; k >= 0; --k) {
+  for (int k = OPS_MAX_BATCH - 1; k >= 0; --k) {
+    if (k >= p.batch_rank) continue;
     const IndexT c = t % p.batch_dim[k];
     t /= p.batch_dim[k];
     src_base += c * p.batch_in[k];
@@ -222,8 +227,8 @@ __device__ __forceinline__ void ops_tile_coords(const OpsTileParams<BR, IndexT>&
 
 // Input offset of the plane's row b. SB (split B): B is the output's last two dims, b = hi * b_lo + lo, which
 // lie at unrelated input strides; the output holds them contiguous, so only the input side needs the split.
-template <int SB, int BR, typename IndexT>
-__device__ __forceinline__ IndexT ops_tile_row_offset(const OpsTileParams<BR, IndexT>& p, IndexT b) {
+template <int SB, typename IndexT>
+__device__ __forceinline__ IndexT ops_tile_row_offset(const OpsTileParams<IndexT>& p, IndexT b) {
   if (!SB) return b * p.in_stride_b;
   const IndexT hi = p.b_lo.div(b);
   return hi * p.in_stride_bh + (b - hi * p.b_lo.value()) * p.in_stride_b;
@@ -322,10 +327,10 @@ template <int E> struct OpsTileGather<E, 1> {
 // LW (loose words, unshifted tiles only): rows need not start on a word; every global access moves its word's
 // elements one at a time, the last word of a row only up to the row's end (A and B need not be multiples of P).
 // Loop bounds are compile-time (fully unrolled); the edge test against the rows left is hoisted out.
-template <int E, int P, int BR, typename IndexT, int ROWS, int AL, int SB, int LW, class Epi>
+template <int E, int P, typename IndexT, int ROWS, int AL, int SB, int LW, class Epi>
 __global__ void __launch_bounds__(32 * ROWS)
 ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst_v,
-                          const OpsTileParams<BR, IndexT> p, const Epi epi) {
+                          const OpsTileParams<IndexT> p, const Epi epi) {
   using Word = OpsBytes<E * P>;
   constexpr int T = 32 * P;               // tile edge in elements
   constexpr int K = T / ROWS;             // output rows per thread in phase 2
@@ -432,8 +437,8 @@ ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst
   }
 }
 
-template <int BR, typename IndexT, int SB = 0, class Map> OpsTileParams<BR, IndexT> ops_tile_params(Map& data) {
-  OpsTileParams<BR, IndexT> p;
+template <typename IndexT, int SB = 0, class Map> OpsTileParams<IndexT> ops_tile_params(Map& data) {
+  OpsTileParams<IndexT> p;
   p.b_lo.set(SB ? ops_param(data, "bl") : 1);
   p.in_stride_bh = (IndexT)(SB ? ops_param(data, "isbh") : 0);
   p.A = (IndexT)ops_param(data, "A");
@@ -443,19 +448,21 @@ template <int BR, typename IndexT, int SB = 0, class Map> OpsTileParams<BR, Inde
   p.tiles_a = (IndexT)ops_param(data, "tiles_a");
   p.tiles_b = (IndexT)ops_param(data, "tiles_b");
   p.b_fast = (int)ops_param(data, "b_fast");
-  for (int k = 0; k < (BR > 0 ? BR : 1); ++k) {
-    p.batch_dim[k] = (IndexT)(k < BR ? ops_param(data, "bd", k) : 1);
-    p.batch_in[k] = (IndexT)(k < BR ? ops_param(data, "bi", k) : 0);
-    p.batch_out[k] = (IndexT)(k < BR ? ops_param(data, "bo", k) : 0);
+  p.batch_rank = (int)ops_param(data, "batch_rank");
+  CHECK(p.batch_rank <= OPS_MAX_BATCH);
+  for (int k = 0; k < OPS_MAX_BATCH; ++k) {
+    p.batch_dim[k] = (IndexT)(k < p.batch_rank ? ops_param(data, "bd", k) : 1);
+    p.batch_in[k] = (IndexT)(k < p.batch_rank ? ops_param(data, "bi", k) : 0);
+    p.batch_out[k] = (IndexT)(k < p.batch_rank ? ops_param(data, "bo", k) : 0);
   }
   return p;
 }
 
-template <int E, int P, int BR, typename IndexT, int ROWS, int AL, int SB, int LW, class Epi, class Map>
+template <int E, int P, typename IndexT, int ROWS, int AL, int SB, int LW, class Epi, class Map>
 void ops_tile_launch(const void* src, void* dst, Map& data, const Epi& epi) {
-  const OpsTileParams<BR, IndexT> p = ops_tile_params<BR, IndexT, SB>(data);
+  const OpsTileParams<IndexT> p = ops_tile_params<IndexT, SB>(data);
   const unsigned int grid = (unsigned int)ops_param(data, "grid");
-  ops_tile_transpose_kernel<E, P, BR, IndexT, ROWS, AL, SB, LW, Epi><<<grid, dim3(32, ROWS)>>>(src, dst, p, epi);
+  ops_tile_transpose_kernel<E, P, IndexT, ROWS, AL, SB, LW, Epi><<<grid, dim3(32, ROWS)>>>(src, dst, p, epi);
   OPS_CHECK_LAUNCH();
 }
 
@@ -468,10 +475,10 @@ void ops_tile_launch(const void* src, void* dst, Map& data, const Epi& epi) {
 // is 32 chunks (TA = 32 / G groups), every output row segment 32 * G chunks (TB = 32 groups).
 // Shared tile [TB][32 + G] chunks: the pitch 32 + G puts the phase-2 accesses of a warp (G chunks of each of
 // 32 / G rows) in distinct banks for C = 4, 8 and 16; phase 1 writes 32 consecutive chunks of one row.
-template <int C, int G, int BR, typename IndexT, int ROWS, class Epi>
+template <int C, int G, typename IndexT, int ROWS, class Epi>
 __global__ void __launch_bounds__(32 * ROWS)
 ops_group_tile_kernel(const OpsBytes<C>* __restrict__ src, OpsBytes<C>* __restrict__ dst,
-                      const OpsTileParams<BR, IndexT> p, const Epi epi) {
+                      const OpsTileParams<IndexT> p, const Epi epi) {
   static_assert(G >= 2 && 32 % G == 0, "a warp covers whole groups");
   constexpr int TA = 32 / G;          // groups along a per tile
   constexpr int TB = 32;              // groups along b per tile
@@ -521,11 +528,11 @@ ops_group_tile_kernel(const OpsBytes<C>* __restrict__ src, OpsBytes<C>* __restri
   }
 }
 
-template <int C, int G, int BR, typename IndexT, int ROWS, class Epi, class Map>
+template <int C, int G, typename IndexT, int ROWS, class Epi, class Map>
 void ops_group_tile_launch(const void* src, void* dst, Map& data, const Epi& epi) {
-  const OpsTileParams<BR, IndexT> p = ops_tile_params<BR, IndexT>(data);
+  const OpsTileParams<IndexT> p = ops_tile_params<IndexT>(data);
   const unsigned int grid = (unsigned int)ops_param(data, "grid");
-  ops_group_tile_kernel<C, G, BR, IndexT, ROWS, Epi><<<grid, dim3(32, ROWS)>>>(
+  ops_group_tile_kernel<C, G, IndexT, ROWS, Epi><<<grid, dim3(32, ROWS)>>>(
       static_cast<const OpsBytes<C>*>(src), static_cast<OpsBytes<C>*>(dst), p, epi);
   OPS_CHECK_LAUNCH();
 }
@@ -542,21 +549,21 @@ void ops_permute_nd(const void* src, void* dst, Map& data) {
   ops_nd_launch<R, C, IndexT, THREADS, UNROLL>(src, dst, data, OpsStoreEpi<C>());
 }
 
-template <int E, int P, int BR, typename IndexT, int ROWS, int AL, int SB, int LW, class Map>
+template <int E, int P, typename IndexT, int ROWS, int AL, int SB, int LW, class Map>
 void ops_permute_tiled(const void* src, void* dst, Map& data) {
-  ops_tile_launch<E, P, BR, IndexT, ROWS, AL, SB, LW>(src, dst, data, OpsStoreEpi<E * P>());
+  ops_tile_launch<E, P, IndexT, ROWS, AL, SB, LW>(src, dst, data, OpsStoreEpi<E * P>());
 }
 
-template <int C, int G, int BR, typename IndexT, int ROWS, class Map>
+template <int C, int G, typename IndexT, int ROWS, class Map>
 void ops_permute_grouped(const void* src, void* dst, Map& data) {
-  ops_group_tile_launch<C, G, BR, IndexT, ROWS>(src, dst, data, OpsStoreEpi<C>());
+  ops_group_tile_launch<C, G, IndexT, ROWS>(src, dst, data, OpsStoreEpi<C>());
 }
 
-template <typename T, int C, int G, int BR, typename IndexT, int ROWS, class Map>
+template <typename T, int C, int G, typename IndexT, int ROWS, class Map>
 void ops_transpose_add_grouped(const void* x, const void* y, void* dst, Map& data) {
   OpsAddEpi<T, C> epi;
   epi.y = static_cast<const OpsBytes<C>*>(y);
-  ops_group_tile_launch<C, G, BR, IndexT, ROWS>(x, dst, data, epi);
+  ops_group_tile_launch<C, G, IndexT, ROWS>(x, dst, data, epi);
 }
 
 template <typename T, int R, int C, typename IndexT, int THREADS, int UNROLL, class Map>
@@ -566,9 +573,9 @@ void ops_transpose_add_nd(const void* x, const void* y, void* dst, Map& data) {
   ops_nd_launch<R, C, IndexT, THREADS, UNROLL>(x, dst, data, epi);
 }
 
-template <typename T, int E, int P, int BR, typename IndexT, int ROWS, int AL, int SB, int LW, class Map>
+template <typename T, int E, int P, typename IndexT, int ROWS, int AL, int SB, int LW, class Map>
 void ops_transpose_add_tiled(const void* x, const void* y, void* dst, Map& data) {
   OpsAddEpi<T, E * P> epi;
   epi.y = static_cast<const OpsBytes<E * P>*>(y);
-  ops_tile_launch<E, P, BR, IndexT, ROWS, AL, SB, LW>(x, dst, data, epi);
+  ops_tile_launch<E, P, IndexT, ROWS, AL, SB, LW>(x, dst, data, epi);
 }

@@ -66,17 +66,17 @@ __device__ __forceinline__ void pool3d_split(const Pool3dArgs<I>& a, I i, I& pla
   z = (int)(q1 - plane * a.nz.value());
 }
 
-// The pooling parameters arrive as literals of the generated source, not through jittor's `data` map: on the
-// GPU machine each `data` lookup cost ~0.23 us of host time per call (H100, 2026-11-23: 14 lookups took a
-// tiny code op from 4.3 to 7.4 us), which is the whole difference on small inputs.
-inline Pool3dGeom pool3d_geom(long long D, long long H, long long W, long long Do, long long Ho, long long Wo, int kd,
-                              int kh, int kw, int sd, int sh, int sw, int pd, int ph, int pw, int dd, int dh, int dw) {
+// The geometry of one launch: the sizes from the tensors' shapes, the pooling parameters from jittor's `data`
+// (kd kh kw sd sh sw pd ph pw dd dh dw), so one compiled kernel serves every layer of its kind.
+template <class Map>
+inline Pool3dGeom pool3d_geom(long long D, long long H, long long W, long long Do, long long Ho, long long Wo,
+                              Map& data) {
   Pool3dGeom g;
   g.D = (int)D; g.H = (int)H; g.W = (int)W; g.Do = (int)Do; g.Ho = (int)Ho; g.Wo = (int)Wo;
-  g.kd = kd; g.kh = kh; g.kw = kw;
-  g.sd = sd; g.sh = sh; g.sw = sw;
-  g.pd = pd; g.ph = ph; g.pw = pw;
-  g.dd = dd; g.dh = dh; g.dw = dw;
+  g.kd = (int)data["kd"]; g.kh = (int)data["kh"]; g.kw = (int)data["kw"];
+  g.sd = (int)data["sd"]; g.sh = (int)data["sh"]; g.sw = (int)data["sw"];
+  g.pd = (int)data["pd"]; g.ph = (int)data["ph"]; g.pw = (int)data["pw"];
+  g.dd = (int)data["dd"]; g.dh = (int)data["dh"]; g.dw = (int)data["dw"];
   return g;
 }
 
@@ -530,67 +530,72 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_k2s2(const T* __restrict__ x
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Host launchers (called from jt.code's cuda_src; grid: select_config's formula over the tensors' sizes,
-// rendered by ops.pool3d.grid_expression).
+// Host launchers. Every one takes the same arguments (the menus of ops/pool3d.py call them through one switch)
+// and computes its own grid from the geometry; the window sizes KD/KH/KW (0: run time), the vector width and
+// the flags are the instantiation's, the rest comes from Pool3dGeom.
+
+template <typename I, int PER_BLOCK>
+inline unsigned int pool3d_grid(const Pool3dArgs<I>& a) {
+  return (unsigned int)ops_ceil_div((long long)a.total, (long long)PER_BLOCK);
+}
 
 template <typename T, typename I, int KD, int KH, int KW, bool NOPAD, bool CLAMP, int MODE, int OPT, int BLOCK>
-void pool3d_fwd_flat_launch(const T* x, T* y, int* yi, const Pool3dGeom& g, long long planes, long long grid) {
+void pool3d_fwd_flat_launch(const T* x, T* y, int* yi, const Pool3dGeom& g, long long planes) {
   CHECK(!CLAMP || (g.pd == 0 && g.ph == 0 && g.pw == 0 && g.dd == 1 && g.dh == 1 && g.dw == 1));
   const Pool3dArgs<I> a = pool3d_args<I>(g, planes, g.Wo, g.Ho, g.Do);
-  pool3d_fwd_flat<T, I, KD, KH, KW, NOPAD, CLAMP, MODE, OPT, BLOCK><<<(unsigned int)grid, BLOCK>>>(x, y, yi, a);
+  pool3d_fwd_flat<T, I, KD, KH, KW, NOPAD, CLAMP, MODE, OPT, BLOCK><<<pool3d_grid<I, BLOCK * OPT>(a), BLOCK>>>(
+      x, y, yi, a);
   OPS_CHECK_LAUNCH();
 }
 
 template <typename T, typename I, int KD, int KH, int KW, bool NOPAD, int MODE, int BLOCK>
-void pool3d_fwd_warp_launch(const T* x, T* y, int* yi, const Pool3dGeom& g, long long planes, long long grid) {
+void pool3d_fwd_warp_launch(const T* x, T* y, int* yi, const Pool3dGeom& g, long long planes) {
   const Pool3dArgs<I> a = pool3d_args<I>(g, planes, g.Wo, g.Ho, g.Do);
-  pool3d_fwd_warp<T, I, KD, KH, KW, NOPAD, MODE, BLOCK><<<(unsigned int)grid, BLOCK>>>(x, y, yi, a);
+  pool3d_fwd_warp<T, I, KD, KH, KW, NOPAD, MODE, BLOCK><<<pool3d_grid<I, BLOCK / 32>(a), BLOCK>>>(x, y, yi, a);
   OPS_CHECK_LAUNCH();
 }
 
 template <typename T, typename I, int VEC, int MODE, int OPT, int BLOCK>
-void pool3d_fwd_k2s2_launch(const T* x, T* y, int* yi, const Pool3dGeom& g, long long planes, long long grid) {
+void pool3d_fwd_k2s2_launch(const T* x, T* y, int* yi, const Pool3dGeom& g, long long planes) {
   CHECK(g.W % VEC == 0 && ((unsigned long long)x) % (VEC * sizeof(T)) == 0 &&
         ((unsigned long long)y) % (VEC / 2 * sizeof(T)) == 0 && ((unsigned long long)yi) % (VEC / 2 * 4) == 0);
   const Pool3dArgs<I> a = pool3d_args<I>(g, planes, g.Wo / (VEC / 2), g.Ho, g.Do);
-  pool3d_fwd_k2s2<T, I, VEC, MODE, OPT, BLOCK><<<(unsigned int)grid, BLOCK>>>(x, y, yi, a);
+  pool3d_fwd_k2s2<T, I, VEC, MODE, OPT, BLOCK><<<pool3d_grid<I, BLOCK * OPT>(a), BLOCK>>>(x, y, yi, a);
   OPS_CHECK_LAUNCH();
 }
 
 template <typename T, typename I, int VEC, int KW, int SW, int PW, bool NOPAD, int BLOCK>
-void pool3d_fwd_rows_launch(const T* x, T* y, const Pool3dGeom& g, long long planes, long long grid) {
+void pool3d_fwd_rows_launch(const T* x, T* y, int* /* values only */, const Pool3dGeom& g, long long planes) {
   CHECK(g.W % VEC == 0 && g.kw == KW && g.sw == SW && g.pw == PW && PW <= VEC && g.dw == 1 &&
         ((unsigned long long)x) % (VEC * sizeof(T)) == 0);
   const Pool3dArgs<I> a = pool3d_args<I>(g, planes, ops_ceil_div(g.Wo, VEC), g.Ho, g.Do);
-  pool3d_fwd_rows<T, I, VEC, KW, SW, PW, NOPAD, BLOCK><<<(unsigned int)grid, BLOCK>>>(x, y, a);
+  pool3d_fwd_rows<T, I, VEC, KW, SW, PW, NOPAD, BLOCK><<<pool3d_grid<I, BLOCK>(a), BLOCK>>>(x, y, a);
   OPS_CHECK_LAUNCH();
 }
 
 template <typename T, typename I, int KD, int KH, int KW, bool NOPAD, bool TILE, int OPT, int BLOCK>
-void pool3d_bwd_flat_launch(const T* x, const T* dy, T* dx, const Pool3dGeom& g, long long planes,
-                            long long grid) {
+void pool3d_bwd_flat_launch(const T* x, const T* dy, T* dx, const Pool3dGeom& g, long long planes) {
   const Pool3dArgs<I> a = pool3d_args<I>(g, planes, g.Wo, g.Ho, g.Do);
   if (!TILE) cudaMemsetAsync(dx, 0, sizeof(T) * (size_t)planes * (size_t)a.plane_in);
-  pool3d_bwd_flat<T, I, KD, KH, KW, NOPAD, TILE, OPT, BLOCK><<<(unsigned int)grid, BLOCK>>>(x, dy, dx, a);
+  pool3d_bwd_flat<T, I, KD, KH, KW, NOPAD, TILE, OPT, BLOCK><<<pool3d_grid<I, BLOCK * OPT>(a), BLOCK>>>(
+      x, dy, dx, a);
   OPS_CHECK_LAUNCH();
 }
 
 template <typename T, typename I, int KD, int KH, int KW, bool NOPAD, bool TILE, int BLOCK>
-void pool3d_bwd_warp_launch(const T* x, const T* dy, T* dx, const Pool3dGeom& g, long long planes,
-                            long long grid) {
+void pool3d_bwd_warp_launch(const T* x, const T* dy, T* dx, const Pool3dGeom& g, long long planes) {
   const Pool3dArgs<I> a = pool3d_args<I>(g, planes, g.Wo, g.Ho, g.Do);
   if (!TILE) cudaMemsetAsync(dx, 0, sizeof(T) * (size_t)planes * (size_t)a.plane_in);
-  pool3d_bwd_warp<T, I, KD, KH, KW, NOPAD, TILE, BLOCK><<<(unsigned int)grid, BLOCK>>>(x, dy, dx, a);
+  pool3d_bwd_warp<T, I, KD, KH, KW, NOPAD, TILE, BLOCK><<<pool3d_grid<I, BLOCK / 32>(a), BLOCK>>>(x, dy, dx, a);
   OPS_CHECK_LAUNCH();
 }
 
 template <typename T, typename I, int VEC, int OPT, int BLOCK>
-void pool3d_bwd_k2s2_launch(const T* x, const T* dy, T* dx, const Pool3dGeom& g, long long planes,
-                            long long grid) {
+void pool3d_bwd_k2s2_launch(const T* x, const T* dy, T* dx, const Pool3dGeom& g, long long planes) {
   CHECK(g.W % VEC == 0 && ((unsigned long long)x) % (VEC * sizeof(T)) == 0 &&
         ((unsigned long long)dx) % (VEC * sizeof(T)) == 0 &&
         ((unsigned long long)dy) % (VEC / 2 * sizeof(T)) == 0);
   const Pool3dArgs<I> a = pool3d_args<I>(g, planes, g.Wo / (VEC / 2), g.Ho, g.Do);
-  pool3d_bwd_k2s2<T, I, VEC, OPT, BLOCK><<<(unsigned int)grid, BLOCK>>>(x, dy, dx, a);
+  pool3d_bwd_k2s2<T, I, VEC, OPT, BLOCK><<<pool3d_grid<I, BLOCK * OPT>(a), BLOCK>>>(x, dy, dx, a);
   OPS_CHECK_LAUNCH();
 }

@@ -13,8 +13,9 @@
 // with compile-time strides and one range per run, ~30 per element: predicted 0.05-0.07 ms, measured 0.098 ms
 // (75% of the roofline counting dy, indices and dx once; PyTorch 0.117 ms; H100, 2026-11-23 night).
 //
-// On CUDA the window parameters are compile-time (Pool3dWinC: every quotient and remainder by a stride is a
-// multiply-shift); on the CPU they are run-time (Pool3dWinR: one compile serves every layer).
+// On CUDA the window parameters are compile-time for the windows of the dispatcher's menu (Pool3dWinC: every
+// quotient and remainder by a stride is a multiply-shift) and run-time for the others and on the CPU
+// (Pool3dWinR: one compile serves every layer).
 #pragma once
 
 #ifdef __CUDACC__
@@ -79,6 +80,18 @@ POOL3D_GATHER_FN void pool3d_gather_run(const Win& win, const Pool3dGatherDims& 
 }
 
 #ifdef __CUDACC__
+template <int KD, int KH, int KW, int SD, int SH, int SW, int DD, int DH, int DW>
+inline Pool3dWinC<KD, KH, KW, SD, SH, SW, DD, DH, DW> pool3d_gather_window(
+    const Pool3dGeom& g, Pool3dWinC<KD, KH, KW, SD, SH, SW, DD, DH, DW> win) {
+  CHECK(g.kd == KD && g.kh == KH && g.kw == KW && g.sd == SD && g.sh == SH && g.sw == SW && g.dd == DD &&
+        g.dh == DH && g.dw == DW);
+  return win;
+}
+inline Pool3dWinR pool3d_gather_window(const Pool3dGeom& g, Pool3dWinR) {
+  const Pool3dWinR win = {g.kd, g.kh, g.kw, g.sd, g.sh, g.sw, g.dd, g.dh, g.dw};
+  return win;
+}
+
 template <typename T> struct Pool3dGatherLoad {
   __device__ __forceinline__ typename Pool3dAcc<T>::type operator()(const T* p) const { return pool3d_acc(*p); }
 };
@@ -88,7 +101,8 @@ template <typename T> struct Pool3dGatherLoad {
 template <typename T, typename I, class Win, int RUN, int BLOCK>
 __global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather(const int* __restrict__ idx, const T* __restrict__ dy,
                                                            T* __restrict__ dx, const Pool3dArgs<I> a,
-                                                           const Pool3dGatherDims gd, const bool vec_ok) {
+                                                           const Pool3dGatherDims gd, const bool vec_ok,
+                                                           const Win win) {
   const I item = (I)blockIdx.x * BLOCK + threadIdx.x;
   if (item >= a.total) return;
   I plane;
@@ -98,7 +112,7 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather(const int* __restrict
   const int n = pool3d_min(RUN, gd.W - w0);
   typedef typename Pool3dAcc<T>::type A;
   A acc[RUN];
-  pool3d_gather_run<A, RUN>(Win(), gd, idx + plane * a.plane_out, dy + plane * a.plane_out, id, ih, w0, n, acc,
+  pool3d_gather_run<A, RUN>(win, gd, idx + plane * a.plane_out, dy + plane * a.plane_out, id, ih, w0, n, acc,
                             Pool3dGatherLoad<T>());
   T* __restrict__ dp = dx + plane * a.plane_in + (I)(id * gd.H + ih) * gd.W + w0;
   if (vec_ok) {
@@ -114,17 +128,15 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather(const int* __restrict
   }
 }
 
-template <typename T, typename I, int KD, int KH, int KW, int SD, int SH, int SW, int DD, int DH, int DW, int RUN,
-          int BLOCK>
-void pool3d_bwd_gather_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom& g, long long planes,
-                              long long grid) {
-  CHECK(g.kd == KD && g.kh == KH && g.kw == KW && g.sd == SD && g.sh == SH && g.sw == SW && g.dd == DD &&
-        g.dh == DH && g.dw == DW);
+// The launcher: Win is a Pool3dWinC (compile-time window, checked against the geometry) or Pool3dWinR (the
+// geometry's window at run time).
+template <typename T, typename I, class Win, int RUN, int BLOCK>
+void pool3d_bwd_gather_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom& g, long long planes) {
+  const Win win = pool3d_gather_window(g, Win());
   const Pool3dArgs<I> a = pool3d_args<I>(g, planes, ops_ceil_div(g.W, RUN), g.H, g.D);
   const Pool3dGatherDims gd = {g.H, g.W, g.Do, g.Ho, g.Wo, g.pd, g.ph, g.pw};
   const bool vec_ok = g.W % RUN == 0 && ((unsigned long long)dx) % (RUN * sizeof(T)) == 0;
-  typedef Pool3dWinC<KD, KH, KW, SD, SH, SW, DD, DH, DW> Win;
-  pool3d_bwd_gather<T, I, Win, RUN, BLOCK><<<(unsigned int)grid, BLOCK>>>(idx, dy, dx, a, gd, vec_ok);
+  pool3d_bwd_gather<T, I, Win, RUN, BLOCK><<<pool3d_grid<I, BLOCK>(a), BLOCK>>>(idx, dy, dx, a, gd, vec_ok, win);
   OPS_CHECK_LAUNCH();
 }
 #endif

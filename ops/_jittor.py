@@ -198,47 +198,9 @@ import jittor as jt  # noqa: E402  (must follow the bootstrap)
 if MACHINE is not None and should_patch(os.environ, MACHINE) and getattr(jt, "has_cuda", 0):
     jt.flags.nvcc_flags = cuda_std_fix(jt.flags.nvcc_flags)
 
-__all__ = ["jt", "has_cuda", "MACHINE", "code"]
+__all__ = ["jt", "has_cuda", "MACHINE"]
 
 
 def has_cuda() -> bool:
     """True when jittor was built with CUDA and can run CUDA code here."""
     return bool(getattr(jt, "has_cuda", 0))
-
-
-# ---- code ops with an optimized host half -----------------------------------------------------------------
-# jittor hands a CUDA code op's source to nvcc with no host optimization level, so the host half (reading
-# `data`, building kernel arguments) runs unoptimized: on an H100 machine each `data["..."]` lookup cost
-# ~0.23 us per call (2026-11-23 probe), against ~0.01 us in jittor's CPU code ops, which it builds with -O2.
-# So our CUDA code ops' host half is built with -O2 (jittor's per-op compile options); OPS_CUDA_HOST_O2=0 turns
-# it off. Measured on the H100 (2026-11-23, one process, -O0 -> -O2, jittor's profiler per call): tiny
-# max_pool3d forward 4.66 -> 4.00 us, backward 5.53 -> 4.62; expand_as [1785,1]->[1785,128] and [5,1,1]->
-# [5,128,128] forwards 0.3-1.0 us and backwards 0.65-1.2 us less; (0,2,1) f32 16 MB 10.8 -> 8.5 us; kernels
-# of 25 us and more unchanged. jittor keys its kernel cache on the source text, not on flags, so such sources
-# carry a mark.
-HOST_OPT_SWITCH = "OPS_CUDA_HOST_O2"
-HOST_OPT_OPTIONS = {"FLAGS: -Xcompiler -O2 ": 1}
-HOST_OPT_MARK = "// ops: host half built with -Xcompiler -O2\n"
-
-
-def host_opt_wanted(env: Mapping[str, str]) -> bool:
-    return env.get(HOST_OPT_SWITCH, "1") != "0"
-
-
-_HOST_OPT = host_opt_wanted(os.environ)
-
-
-def host_opt_args(kwargs: dict, on_cuda: bool, enabled: bool) -> Tuple[dict, Optional[dict]]:
-    """(jt.code keyword arguments, compile options for its first output or None)."""
-    if not (enabled and on_cuda and kwargs.get("cuda_src")):
-        return kwargs, None
-    return dict(kwargs, cuda_src=HOST_OPT_MARK + kwargs["cuda_src"]), HOST_OPT_OPTIONS
-
-
-def code(shapes, dtypes, inputs, **kwargs):
-    """``jt.code`` for this package's ops (see HOST_OPT_SWITCH)."""
-    kwargs, options = host_opt_args(kwargs, bool(jt.flags.use_cuda), _HOST_OPT)
-    out = jt.code(shapes, dtypes, inputs, **kwargs)
-    if options:
-        (out[0] if isinstance(out, (list, tuple)) else out).compile_options = options
-    return out

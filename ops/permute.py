@@ -51,19 +51,20 @@ everything from ``data``: one CPU compile per dtype and op.
 """
 from __future__ import annotations
 
+import functools
 import math
 import operator
-import os
 from dataclasses import dataclass
 from typing import Dict, Sequence, Tuple
 
 from . import _codegen
-from ._jittor import code, has_cuda, jt
+from . import _launch
+from ._jittor import jt
 
-__all__ = ["permute", "transpose", "transpose_add", "Permute", "TransposeAdd", "PermuteFunction",
-           "TransposeAddFunction", "KernelConfig", "PermutePlan", "normalize_dims", "simplify_permutation",
-           "movement_size", "plan_permute", "pack_word_mode", "tile_order_mode", "align_out_mode", "loose_word_mode",
-           "select_config", "render", "VARIANTS"]
+__all__ = ["permute", "transpose", "transpose_add", "Permute", "TransposeAdd", "KernelConfig", "PermutePlan",
+           "normalize_dims", "simplify_permutation", "movement_size", "plan_permute", "pack_word_mode",
+           "tile_order_mode", "align_out_mode", "loose_word_mode", "select_config", "render", "menu", "cuda_header",
+           "launch", "run_config", "VARIANTS"]
 
 # ---- tuning constants -------------------------------------------------------------------------------------
 
@@ -121,6 +122,7 @@ WORD8_L2_BYTES = 32 << 20
 # OPS_PERMUTE_PACK_WORD: "auto" (default, the rule above), "4" or "8" (forced where the tile allows; A/B switch).
 PACK_WORD_SWITCH = "OPS_PERMUTE_PACK_WORD"
 PACK_WORD_MODES = ("auto", "4", "8")
+_launch.register_switch(PACK_WORD_SWITCH, PACK_WORD_MODES)
 # Order of the tiled kernel's blocks: consecutive blocks step along B, the output's last dim, so two tiles that
 # share an output row's edge sectors (rows whose byte length is not a multiple of 32) write them close together
 # in time and L2 merges the halves. H100 A/B (2026-11-24, in one process), blocks along A -> along B, % of copy
@@ -130,6 +132,7 @@ PACK_WORD_MODES = ("auto", "4", "8")
 # OPS_PERMUTE_TILE_ORDER: "auto" (default: along B), "a" or "b" (A/B switch).
 TILE_ORDER_SWITCH = "OPS_PERMUTE_TILE_ORDER"
 TILE_ORDER_MODES = ("auto", "a", "b")
+_launch.register_switch(TILE_ORDER_SWITCH, TILE_ORDER_MODES)
 # Shifted tile for output rows that do not start on a 32-byte sector ((24300, 11520) bf16: rows of 48600 bytes;
 # (4097, 3071)): each output row's segment starts on a unit boundary, the tile holds the extra input rows that
 # needs (AL - P, AL = unit bytes / element bytes), and no two tiles share a unit. H100 A/B (2026-11-24, one
@@ -149,6 +152,7 @@ TILE_ORDER_MODES = ("auto", "a", "b")
 # every tiled case whose tile allows it; A/B switch).
 ALIGN_OUT_SWITCH = "OPS_PERMUTE_ALIGN_OUT"
 ALIGN_OUT_MODES = ("auto", "0", "32", "64")
+_launch.register_switch(ALIGN_OUT_SWITCH, ALIGN_OUT_MODES)
 # Loose words (template constant LW, data key ``loose``): where rows of 1-, 2- or 4-byte elements do not start on
 # a word, the packed tile's words in shared memory with every global access moving the word's elements one at a
 # time: 64- or 128-element row segments, the last word of a row cut at the row's end. Predicted (4097, 3071) f16
@@ -165,6 +169,7 @@ ALIGN_OUT_MODES = ("auto", "0", "32", "64")
 # for 2- and 4-byte elements, 4-byte words for 1-byte ones); the forced modes are A/B switches.
 LOOSE_WORD_SWITCH = "OPS_PERMUTE_LOOSE_WORD"
 LOOSE_WORD_MODES = ("auto", "0", "4", "8")
+_launch.register_switch(LOOSE_WORD_SWITCH, LOOSE_WORD_MODES)
 # Grouped tile: the last dim stays and holds G chunks; taken for G in GROUPS (a warp covers whole groups:
 # G divides 32) when the a dim fills a tile row (32 / G groups) and the b dim at least TILE_MIN_DIM. Predicted
 # (1,0,2) on (2048,1024,16) float32 from 79% (general, 64-byte runs) to ~90% of copy on an H100.
@@ -321,18 +326,9 @@ class KernelConfig:
         return dict(self.params)
 
 
-def _switch_mode(switch: str, modes: Tuple[str, ...]) -> str:
-    """The value of the environment switch ``switch`` (case and blanks ignored; unset or empty: ``modes[0]``),
-    or a ValueError naming it."""
-    mode = os.environ.get(switch, modes[0]).strip().lower() or modes[0]
-    if mode not in modes:
-        raise ValueError(f"{switch} must be one of {', '.join(modes)}, got {mode!r}")
-    return mode
-
-
 def pack_word_mode() -> str:
     """``OPS_PERMUTE_PACK_WORD``: "auto" (default), "4" or "8"."""
-    return _switch_mode(PACK_WORD_SWITCH, PACK_WORD_MODES)
+    return _launch.switch(PACK_WORD_SWITCH)
 
 
 def _word8_wins(plan: PermutePlan, op: str, row_elems: int) -> bool:
@@ -346,7 +342,7 @@ def _word8_wins(plan: PermutePlan, op: str, row_elems: int) -> bool:
 
 def tile_order_mode() -> str:
     """``OPS_PERMUTE_TILE_ORDER``: "auto" (default), "a" or "b"."""
-    return _switch_mode(TILE_ORDER_SWITCH, TILE_ORDER_MODES)
+    return _launch.switch(TILE_ORDER_SWITCH)
 
 
 def _b_fast() -> bool:
@@ -357,7 +353,7 @@ def _b_fast() -> bool:
 
 def align_out_mode() -> str:
     """``OPS_PERMUTE_ALIGN_OUT``: "auto" (default), "0", "32" or "64"."""
-    return _switch_mode(ALIGN_OUT_SWITCH, ALIGN_OUT_MODES)
+    return _launch.switch(ALIGN_OUT_SWITCH)
 
 
 def _align_for(op: str, chunk: int, pack: int, row_steps: Sequence[int]) -> int:
@@ -380,7 +376,7 @@ def _align_for(op: str, chunk: int, pack: int, row_steps: Sequence[int]) -> int:
 
 def loose_word_mode() -> str:
     """``OPS_PERMUTE_LOOSE_WORD``: "auto" (default), "0", "4" or "8"."""
-    return _switch_mode(LOOSE_WORD_SWITCH, LOOSE_WORD_MODES)
+    return _launch.switch(LOOSE_WORD_SWITCH)
 
 
 def _loose_pack_for(chunk: int, op: str, a: int, b: int) -> int:
@@ -529,264 +525,202 @@ def select_config(shape: Sequence[int], perm: Sequence[int], dtype: str, op: str
                         params=tuple(sorted(params.items())))
 
 
-# ---- sources ----------------------------------------------------------------------------------------------
+# ---- sources: the menus ----------------------------------------------------------------------------------
+#
+# One translation unit per (op, dtype, index type): its header includes the kernels and a generated menu (a host
+# function switching over every instantiation the dispatcher can pick for that element size); the source is one
+# line calling the menu with the entry's index from `data["v"]`. Batch rank is a run-time value of the tile
+# kernels, so every permute of a dtype, of any rank and shape, shares one compile.
 
-_CUDA_CALLS = {
-    ("permute", "copy"): "ops_permute_copy(in0_p, out0_p, data);",
-    ("permute", "general"):
-        "ops_permute_nd<${R}, ${C}, ${IDX}, ${THREADS}, ${UNROLL}>(in0_p, out0_p, data);",
-    ("permute", "tiled"):
-        "ops_permute_tiled<${C}, ${P}, ${BR}, ${IDX}, ${ROWS}, ${AL}, ${SB}, ${LW}>(in0_p, out0_p, data);",
-    ("transpose_add", "general"):
-        "ops_transpose_add_nd<in0_type, ${R}, ${C}, ${IDX}, ${THREADS}, ${UNROLL}>(in0_p, in1_p, out0_p, data);",
-    ("transpose_add", "tiled"):
-        "ops_transpose_add_tiled<in0_type, ${C}, ${P}, ${BR}, ${IDX}, ${ROWS}, ${AL}, ${SB}, ${LW}>"
-        "(in0_p, in1_p, out0_p, data);",
-    ("permute", "grouped"): "ops_permute_grouped<${C}, ${G}, ${BR}, ${IDX}, ${ROWS}>(in0_p, out0_p, data);",
-    ("transpose_add", "grouped"):
-        "ops_transpose_add_grouped<in0_type, ${C}, ${G}, ${BR}, ${IDX}, ${ROWS}>(in0_p, in1_p, out0_p, data);",
-}
-_CUDA_FAMILY = {"copy": "copy", "add": "general", "general": "general", "tiled": "tiled", "tiled_packed": "tiled",
-                "tiled_grouped": "grouped"}
+def _entry(cfg: KernelConfig) -> tuple:
+    """The menu key of a configuration."""
+    v = cfg.variant
+    if v == "copy":
+        return ("copy",)
+    if v in ("general", "add"):
+        return ("nd", 1 if v == "add" else cfg.rank, cfg.chunk)
+    if v == "tiled_grouped":
+        return ("grouped", cfg.chunk, cfg.data["group"])
+    d = cfg.data
+    return ("tiled", cfg.chunk, cfg.pack, d["align"], d["split_b"], d["loose"])
+
+
+def _call(op: str, entry: tuple, index_type: str) -> str:
+    """The launcher call of a menu entry (pointers in0_p / in1_p / out0_p and jittor's ``data``)."""
+    kind, args = entry[0], entry[1:]
+    add = op == "transpose_add"
+    io = "(in0_p, in1_p, out0_p, data)" if add else "(in0_p, out0_p, data)"
+    t = "T, " if add else ""
+    if kind == "copy":
+        return "ops_permute_copy(in0_p, out0_p, data)"
+    if kind == "nd":
+        rank, chunk = args
+        return f"ops_{op}_nd<{t}{rank}, {chunk}, {index_type}, {ND_THREADS}, {ND_UNROLL}>{io}"
+    if kind == "grouped":
+        chunk, group = args
+        return f"ops_{op}_grouped<{t}{chunk}, {group}, {index_type}, {TILE_ROWS}>{io}"
+    chunk, pack, align, split_b, loose = args
+    return (f"ops_{op}_tiled<{t}{chunk}, {pack}, {index_type}, {_tile_rows(chunk, pack)}, {align}, {split_b}, "
+            f"{loose}>{io}")
 
 
 def render(cfg: KernelConfig) -> str:
-    """``cuda_src`` for ``cfg``: one launcher call; only code-changing constants appear in the text."""
+    """The launcher call of ``cfg`` (its menu entry): only code-changing constants appear in the text."""
     if cfg.variant == "fallback":
         raise ValueError("the fallback variant runs jittor's own permute and has no CUDA source")
-    template = _CUDA_CALLS[(cfg.op, _CUDA_FAMILY[cfg.variant])]
-    rank = 1 if cfg.variant == "add" else cfg.rank
-    rows = cfg.block[1] if len(cfg.block) == 2 else 0  # the tiled kernels' block is (32, rows)
-    return _codegen.render(template, R=rank, C=cfg.chunk, P=cfg.pack, BR=cfg.batch_rank, IDX=cfg.index_type,
-                           THREADS=ND_THREADS, UNROLL=ND_UNROLL, ROWS=rows, G=cfg.data.get("group", 1),
-                           AL=cfg.data.get("align", 0), SB=cfg.data.get("split_b", 0), LW=cfg.data.get("loose", 0))
+    return _call(cfg.op, _entry(cfg), cfg.index_type) + ";"
 
 
-# The CPU path: the plan select_config made, walked by a loop nest (variant codes of _CPU_VARIANT). Every value
-# comes from data, so there is one compile per dtype and op. bfloat16 sums are rounded to nearest even here
-# (jittor's CPU bfloat16 conversion truncates) to match the GPU's __float2bfloat16_rn.
-CPU_HEADER = r"""
-#include <cstdint>
-#include <cstdio>
-#include <cstring>
-#include <vector>
+def _aligns(chunk: int, pack: int) -> Tuple[int, ...]:
+    """The shifted tile's units (elements per 32- or 64-byte unit) a tile of (chunk, pack) can take, 0 first."""
+    units = [u // chunk for u in (32, 64) if u > chunk * pack]
+    return (0,) + tuple(u for u in units if u - pack < 32 * pack and u % pack == 0 and (32 * pack) % u == 0)
 
-struct OpsCpuPlan {
-  int variant, rank, batch_rank;
-  long long chunk, count, bytes, tile;
-  long long dims[8], src_stride[8];
-  long long A, B, in_stride_b, out_stride_a, b_lo, in_stride_bh;
-  long long batch_dim[8], batch_in[8], batch_out[8];
-};
 
-template <class Map> static long long ops_cpu_param(Map& data, const char* name, int i = -1) {
-  char key[32];
-  if (i < 0) snprintf(key, sizeof(key), "%s", name);
-  else snprintf(key, sizeof(key), "%s%d", name, i);
-  return (long long)data[key];
+def _packs(chunk: int) -> Tuple[Tuple[int, bool], ...]:
+    """(pack, loose) of the tiles of ``chunk``-byte elements: plain, 4-byte and 8-byte words, loose words."""
+    packs = [(1, False)]
+    if chunk < 4:
+        packs.append((4 // chunk, False))
+    if chunk in (2, 4):
+        packs.append((8 // chunk, False))
+    packs += [(p, True) for p, _ in packs[1:]]
+    return tuple(packs)
+
+
+@functools.lru_cache(maxsize=None)
+def menu(op: str, itemsize: int) -> _codegen.Menu:
+    """Every instantiation the dispatcher can pick for ``op`` on elements of ``itemsize`` bytes."""
+    chunks = [c for c in CHUNKS if c >= itemsize and c % itemsize == 0]
+    entries = [] if op == "transpose_add" else [("copy",)]
+    entries += [("nd", rank, c) for c in chunks for rank in range(1, MAX_RANK + 1)]
+    entries += [("grouped", c, g) for c in chunks for g in GROUPS]
+    for c in chunks:
+        for pack, loose in _packs(c):
+            for align in ((0,) if loose else _aligns(c, pack)):
+                entries += [("tiled", c, pack, align, split_b, int(loose)) for split_b in (0, 1)]
+    return _codegen.Menu(entries, lambda e: _call(op, e, "I"))
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_header(op: str, itemsize: int) -> str:
+    """``cuda_header`` of every ``op`` launch on elements of ``itemsize`` bytes: the kernels and the menu."""
+    head = (f"template <typename T, typename I, class Map>\nvoid ops_{op}_menu(int v, const T* in0_p, "
+            + ("const T* in1_p, " if op == "transpose_add" else "") + "T* out0_p, Map& data)")
+    text = (f"// ops: {op} menu for {itemsize}-byte elements (generated by ops/permute.py)\n#pragma once\n"
+            + menu(op, itemsize).render(head, op))
+    return _codegen.include(("common", "permute"), (_codegen.generated(f"{op}_menu_{itemsize}", text),))
+
+_CUDA_SRC = {
+    "permute": "ops_permute_menu<in0_type, {I}>((int)data[\"v\"], in0_p, out0_p, data);",
+    "transpose_add": "ops_transpose_add_menu<in0_type, {I}>((int)data[\"v\"], in0_p, in1_p, out0_p, data);",
 }
-
-template <class Map> static OpsCpuPlan ops_cpu_plan(Map& data) {
-  OpsCpuPlan p;
-  p.variant = (int)ops_cpu_param(data, "variant");
-  p.chunk = ops_cpu_param(data, "chunk");
-  p.count = ops_cpu_param(data, "count");
-  p.bytes = ops_cpu_param(data, "bytes");
-  p.rank = p.batch_rank = 0;
-  if (p.variant == 1) {
-    p.rank = (int)ops_cpu_param(data, "rank");
-    for (int k = 0; k < p.rank; ++k) {
-      p.dims[k] = ops_cpu_param(data, "d", k);
-      p.src_stride[k] = ops_cpu_param(data, "s", k);
-    }
-  } else if (p.variant == 2) {
-    p.tile = ops_cpu_param(data, "tile");
-    p.A = ops_cpu_param(data, "A");
-    p.B = ops_cpu_param(data, "B");
-    p.in_stride_b = ops_cpu_param(data, "isb");
-    p.out_stride_a = ops_cpu_param(data, "osa");
-    const bool split = ops_cpu_param(data, "split_b") != 0;  // B = the output's last two dims (b_lo: the last)
-    p.b_lo = split ? ops_cpu_param(data, "bl") : p.B;
-    p.in_stride_bh = split ? ops_cpu_param(data, "isbh") : 0;
-    p.batch_rank = (int)ops_cpu_param(data, "batch_rank");
-    for (int k = 0; k < p.batch_rank; ++k) {
-      p.batch_dim[k] = ops_cpu_param(data, "bd", k);
-      p.batch_in[k] = ops_cpu_param(data, "bi", k);
-      p.batch_out[k] = ops_cpu_param(data, "bo", k);
-    }
-  }
-  return p;
-}
-
-// move(o, i): output element o takes input element i (moved elements of p.chunk bytes).
-template <class Move> static void ops_cpu_walk(const OpsCpuPlan& p, Move move) {
-  if (p.variant == 2) {  // tiled: the (A, B) plane in CPU_TILE blocks, for every index of the batch dims
-    std::vector<long long> row_in((size_t)p.tile);
-    long long nbatch = 1;
-    for (int k = 0; k < p.batch_rank; ++k) nbatch *= p.batch_dim[k];
-    for (long long bt = 0; bt < nbatch; ++bt) {
-      long long t = bt, sb = 0, db = 0;
-      for (int k = p.batch_rank - 1; k >= 0; --k) {
-        const long long c = t % p.batch_dim[k];
-        t /= p.batch_dim[k];
-        sb += c * p.batch_in[k];
-        db += c * p.batch_out[k];
-      }
-      for (long long a0 = 0; a0 < p.A; a0 += p.tile) {
-        const long long a1 = a0 + p.tile < p.A ? a0 + p.tile : p.A;
-        for (long long b0 = 0; b0 < p.B; b0 += p.tile) {
-          const long long b1 = b0 + p.tile < p.B ? b0 + p.tile : p.B;
-          for (long long b = b0; b < b1; ++b)  // input offset of row b (split B: two input strides)
-            row_in[b - b0] = sb + (b / p.b_lo) * p.in_stride_bh + (b % p.b_lo) * p.in_stride_b;
-          for (long long a = a0; a < a1; ++a)
-            for (long long b = b0; b < b1; ++b) move(db + a * p.out_stride_a + b, row_in[b - b0] + a);
-        }
-      }
-    }
-    return;
-  }
-  // N-d: output rows in order; the input offset of each row kept by an odometer over the outer dims
-  const int last = p.rank - 1;
-  const long long n = p.dims[last], step = p.src_stride[last];
-  long long idx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  long long off = 0;
-  for (long long o = 0; o < p.count; o += n) {
-    for (long long j = 0; j < n; ++j) move(o + j, off + j * step);
-    for (int k = last - 1; k >= 0; --k) {
-      if (++idx[k] < p.dims[k]) {
-        off += p.src_stride[k];
-        break;
-      }
-      off -= (p.dims[k] - 1) * p.src_stride[k];
-      idx[k] = 0;
-    }
-  }
-}
-
-template <int C> static void ops_cpu_permute_chunks(const char* src, char* dst, const OpsCpuPlan& p) {
-  ops_cpu_walk(p, [&](long long o, long long i) { std::memcpy(dst + o * C, src + i * C, C); });
-}
-
-static void ops_cpu_permute(const char* src, char* dst, const OpsCpuPlan& p) {
-  if (p.variant == 0) {
-    std::memcpy(dst, src, (size_t)p.bytes);
-    return;
-  }
-  switch (p.chunk) {
-    case 1: ops_cpu_permute_chunks<1>(src, dst, p); break;
-    case 2: ops_cpu_permute_chunks<2>(src, dst, p); break;
-    case 4: ops_cpu_permute_chunks<4>(src, dst, p); break;
-    case 8: ops_cpu_permute_chunks<8>(src, dst, p); break;
-    default: ops_cpu_permute_chunks<16>(src, dst, p); break;
-  }
-}
-
-template <typename T> static inline T ops_cpu_add(T a, T b) { return (T)(a + b); }  // bool: a || b
-static inline jittor::float16 ops_cpu_add(jittor::float16 a, jittor::float16 b) {
-  return jittor::float16((float)a + (float)b);  // jittor's CPU float16 conversion rounds to nearest even
-}
-static inline jittor::bfloat16 ops_cpu_add(jittor::bfloat16 a, jittor::bfloat16 b) {
-  const float f = (float)a + (float)b;
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  jittor::bfloat16 r(0.f);
-  r.x = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-  return r;
-}
-
-template <typename T, int L> static void ops_cpu_transpose_add_lanes(const T* x, const T* y, T* dst,
-                                                                     const OpsCpuPlan& p) {
-  ops_cpu_walk(p, [&](long long o, long long i) {
-    for (int l = 0; l < L; ++l) dst[o * L + l] = ops_cpu_add(x[i * L + l], y[o * L + l]);
-  });
-}
-
-// chunk / sizeof(T) elements per moved element: 1, 2, 4, 8 or 16
-template <typename T> static void ops_cpu_transpose_add(const T* x, const T* y, T* dst, const OpsCpuPlan& p) {
-  switch (p.chunk / (long long)sizeof(T)) {
-    case 1: ops_cpu_transpose_add_lanes<T, 1>(x, y, dst, p); break;
-    case 2: ops_cpu_transpose_add_lanes<T, 2>(x, y, dst, p); break;
-    case 4: ops_cpu_transpose_add_lanes<T, 4>(x, y, dst, p); break;
-    case 8: ops_cpu_transpose_add_lanes<T, 8>(x, y, dst, p); break;
-    default: ops_cpu_transpose_add_lanes<T, 16>(x, y, dst, p); break;
-  }
-}
-"""
-
 _CPU_SRC = {
-    "permute": "OpsCpuPlan plan = ops_cpu_plan(data);\n"
-               "ops_cpu_permute((const char*)in0_p, (char*)out0_p, plan);\n",
-    "transpose_add": "OpsCpuPlan plan = ops_cpu_plan(data);\n"
-                     "ops_cpu_transpose_add(in0_p, in1_p, out0_p, plan);\n",
+    "permute": "OpsCpuPlan plan = ops_cpu_plan(data);\nops_cpu_permute((const char*)in0_p, (char*)out0_p, plan);",
+    "transpose_add": "OpsCpuPlan plan = ops_cpu_plan(data);\nops_cpu_transpose_add(in0_p, in1_p, out0_p, plan);",
 }
 
 
-def _launch(cfg: KernelConfig, inputs: Sequence) -> "jt.Var":
-    """Run ``cfg`` on flattened ``inputs`` (x, and y for transpose_add); returns the flat output."""
+def launch(cfg: KernelConfig, cuda: bool) -> _launch.Launch:
+    """The ``jt.code`` launch of ``cfg``: flat input(s) of the moved elements to a flat output."""
     numel = cfg.data["bytes"] // _codegen.ITEMSIZE[cfg.dtype]
-    flat = [v.reshape((numel,)) for v in inputs]
-    kwargs = dict(cpu_header=CPU_HEADER, cpu_src=_CPU_SRC[cfg.op], data=cfg.data)
-    if jt.flags.use_cuda and has_cuda():
-        kwargs.update(cuda_header=_codegen.header(["common", "permute"]), cuda_src=render(cfg))
-    return code((numel,), cfg.dtype, flat, **kwargs)
+    data = cfg.data
+    if cuda:
+        data["v"] = menu(cfg.op, _codegen.ITEMSIZE[cfg.dtype]).index(_entry(cfg))
+        src = _CUDA_SRC[cfg.op].format(I=cfg.index_type)
+        header = cuda_header(cfg.op, _codegen.ITEMSIZE[cfg.dtype])
+    else:
+        src, header = _CPU_SRC[cfg.op], _codegen.include(("permute_cpu.h",))
+    return _launch.Launch((numel,), cfg.dtype, cuda=cuda, src=src, header=header, data=data)
 
 
-def _permute_impl(x, perm: Tuple[int, ...]):
-    shape = tuple(x.shape)
+def run_config(cfg: KernelConfig, inputs: Sequence) -> "jt.Var":
+    """Run ``cfg`` on ``inputs`` (x, and y for transpose_add) where jittor runs now; returns the flat output."""
+    numel = cfg.data["bytes"] // _codegen.ITEMSIZE[cfg.dtype]
+    return launch(cfg, _launch.on_cuda())([_reshape(v, (numel,)) for v in inputs])
+
+
+# ---- plans: one per call signature ------------------------------------------------------------------------
+
+_reshape = jt.ops.reshape
+
+
+class _Plan:
+    """A permute (or transpose_add) of one signature: the flat launch between two reshapes, recorded for
+    autograd (``_launch.taped``) when a backward may follow: dx is the inverse permute of dy (a swap is its own
+    inverse), dy of transpose_add's y is dy itself. No atomics: gradients are bit-for-bit deterministic."""
+
+    __slots__ = ("launch", "numel", "out_shape", "inputs", "need_grad", "inverse_key", "_backward")
+
+    def __init__(self, launch, numel, out_shape, inputs, need_grad, inverse_key):
+        self.launch, self.numel, self.out_shape, self.inputs = launch, numel, out_shape, inputs
+        self.need_grad, self.inverse_key, self._backward = need_grad, inverse_key, None
+
+    def forward(self, inputs):
+        n = (self.numel,)
+        return _reshape(self.launch([_reshape(v, n) for v in inputs]), self.out_shape)
+
+    def backward_plan(self):
+        """The plan of permute(dy, inverse perm), made on the first backward."""
+        if self._backward is None:
+            shape, dtype, perm, cuda = self.inverse_key
+            self._backward = _permute_plan(shape, dtype, perm, False, cuda)
+        return self._backward
+
+    def grad(self, dout):
+        dx = self.backward_plan()(dout)
+        return (dx, dout) if self.inputs == 2 else (dx,)
+
+    def __call__(self, *inputs):
+        if self.need_grad:
+            return _launch.taped(inputs, self.forward, self.grad)
+        return self.forward(inputs)
+
+
+class _FixedPlan:
+    """A call that launches nothing of ours: an empty tensor, or jittor's own permute (``fallback``)."""
+
+    __slots__ = ("out_shape", "dtype", "perm")
+
+    def __init__(self, out_shape, dtype, perm=None):
+        self.out_shape, self.dtype, self.perm = out_shape, dtype, perm
+
+    def __call__(self, x, *_):
+        if self.perm is not None:
+            return x.permute(*self.perm)
+        return jt.zeros(self.out_shape, self.dtype)
+
+
+def _inverse(perm: Sequence[int]) -> Tuple[int, ...]:
+    inverse = [0] * len(perm)
+    for k, p in enumerate(perm):
+        inverse[p] = k
+    return tuple(inverse)
+
+
+def _permute_plan(shape: Tuple[int, ...], dtype: str, perm: Tuple[int, ...], need_grad: bool, cuda: bool):
     out_shape = tuple(shape[p] for p in perm)
     if math.prod(shape) == 0:
-        return jt.zeros(out_shape, x.dtype)
-    cfg = select_config(shape, perm, str(x.dtype), "permute")
+        return _FixedPlan(out_shape, dtype)
+    cfg = select_config(shape, perm, dtype, "permute")
     if cfg.variant == "fallback":
-        return x.permute(*perm)
-    return _launch(cfg, [x]).reshape(out_shape)
+        return _FixedPlan(out_shape, dtype, perm)
+    return _Plan(launch(cfg, cuda), cfg.data["bytes"] // _codegen.ITEMSIZE[dtype], out_shape, 1, need_grad,
+                 (out_shape, dtype, _inverse(perm), cuda))
 
 
-def _swap(ndim: int, dim0: int, dim1: int) -> Tuple[int, ...]:
-    perm = list(range(ndim))
-    perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
-    return tuple(perm)
+def _transpose_add_plan(shape: Tuple[int, ...], dtype: str, perm: Tuple[int, ...], need_grad: bool, cuda: bool):
+    out_shape = tuple(shape[p] for p in perm)
+    if math.prod(shape) == 0:
+        return _FixedPlan(out_shape, dtype)
+    cfg = select_config(shape, perm, dtype, "transpose_add")
+    return _Plan(launch(cfg, cuda), cfg.data["bytes"] // _codegen.ITEMSIZE[dtype], out_shape, 2, need_grad,
+                 (out_shape, dtype, perm, cuda))  # a swap is its own inverse
 
 
-def _transpose_add_impl(x, y, perm: Tuple[int, ...]):
-    out_shape = tuple(y.shape)
-    if math.prod(out_shape) == 0:
-        return jt.zeros(out_shape, x.dtype)
-    cfg = select_config(tuple(x.shape), perm, str(x.dtype), "transpose_add")
-    return _launch(cfg, [x, y]).reshape(out_shape)
-
-
-# ---- autograd ---------------------------------------------------------------------------------------------
-
-
-class PermuteFunction(jt.Function):
-    """``y[i_0, ..., i_{n-1}] = x[j]`` with ``j[perm[k]] = i_k``; ``dx = permute(dy, inverse(perm))``."""
-
-    def execute(self, x, perm):
-        self.perm = perm
-        return _permute_impl(x, perm)
-
-    def grad(self, grad_out):
-        if grad_out is None:
-            return None, None
-        inverse = [0] * len(self.perm)
-        for k, p in enumerate(self.perm):
-            inverse[p] = k
-        return _permute_impl(grad_out, tuple(inverse)), None
-
-
-class TransposeAddFunction(jt.Function):
-    """``out = x.permute(perm) + y`` for a swap ``perm``; ``dx = permute(dout, perm)`` (a swap is its own
-    inverse), ``dy = dout``. No atomics: gradients are bit-for-bit deterministic."""
-
-    def execute(self, x, y, perm):
-        self.perm = perm
-        return _transpose_add_impl(x, y, perm)
-
-    def grad(self, grad_out):
-        if grad_out is None:
-            return None, None, None
-        return _permute_impl(grad_out, self.perm), grad_out, None
+_PERMUTE_PLANS = _launch.PlanCache("permute")
+_TRANSPOSE_PLANS = _launch.PlanCache("transpose")
+_TRANSPOSE_ADD_PLANS = _launch.PlanCache("transpose_add")
 
 
 # ---- functional API ---------------------------------------------------------------------------------------
@@ -816,17 +750,38 @@ def permute(x, *dims):
 
     ``dims`` as varargs or one tuple/list; negative dims count from the end. Any dtype, rank and size.
     """
-    _check_var(x, "x")
-    perm = normalize_dims(x.ndim, _dims_arg(dims), "dims")
-    return PermuteFunction.apply(x, perm)
+    if type(x) is not jt.Var:
+        _check_var(x, "x")
+    need_grad = not (jt.flags.no_grad or x.is_stop_grad())
+    cuda = _launch.on_cuda()
+    key = (str(x.shape), str(x.dtype), dims, need_grad, cuda)
+    plan = _PERMUTE_PLANS.get(key)
+    if plan is None:
+        perm = normalize_dims(x.ndim, _dims_arg(dims), "dims")
+        plan = _PERMUTE_PLANS.put(key, _permute_plan(tuple(x.shape), str(x.dtype), perm, need_grad, cuda))
+    return plan(x)
 
 
 def transpose(x, dim0, dim1):
     """``x`` with dims ``dim0`` and ``dim1`` swapped."""
-    _check_var(x, "x")
-    d0 = _check_dim(x.ndim, dim0, "dim0")
-    d1 = _check_dim(x.ndim, dim1, "dim1")
-    return PermuteFunction.apply(x, _swap(x.ndim, d0, d1))
+    if type(x) is not jt.Var:
+        _check_var(x, "x")
+    need_grad = not (jt.flags.no_grad or x.is_stop_grad())
+    cuda = _launch.on_cuda()
+    key = (str(x.shape), str(x.dtype), dim0, dim1, need_grad, cuda)
+    plan = _TRANSPOSE_PLANS.get(key)
+    if plan is None:
+        d0 = _check_dim(x.ndim, dim0, "dim0")
+        d1 = _check_dim(x.ndim, dim1, "dim1")
+        plan = _TRANSPOSE_PLANS.put(key, _permute_plan(tuple(x.shape), str(x.dtype), _swap(x.ndim, d0, d1),
+                                                       need_grad, cuda))
+    return plan(x)
+
+
+def _swap(ndim: int, dim0: int, dim1: int) -> Tuple[int, ...]:
+    perm = list(range(ndim))
+    perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
+    return tuple(perm)
 
 
 def transpose_add(x, y, dim0=0, dim1=1):
@@ -834,18 +789,26 @@ def transpose_add(x, y, dim0=0, dim1=1):
 
     float16/bfloat16 are added in float32 and rounded once; integers wrap; bool adds as logical or.
     """
-    _check_var(x, "x")
-    _check_var(y, "y")
-    d0 = _check_dim(x.ndim, dim0, "dim0")
-    d1 = _check_dim(x.ndim, dim1, "dim1")
-    if str(y.dtype) != str(x.dtype):
-        raise TypeError(f"y must have x's dtype {x.dtype}, got {y.dtype}")
-    perm = _swap(x.ndim, d0, d1)
-    want = tuple(x.shape[p] for p in perm)
-    if tuple(y.shape) != want:
-        raise ValueError(f"y must have the transposed shape {list(want)} of x {list(x.shape)} "
-                         f"(dims {d0} and {d1} swapped), got {list(y.shape)}")
-    return TransposeAddFunction.apply(x, y, perm)
+    if type(x) is not jt.Var or type(y) is not jt.Var:
+        _check_var(x, "x")
+        _check_var(y, "y")
+    need_grad = _launch.wants_grad(x, y)
+    cuda = _launch.on_cuda()
+    key = (str(x.shape), str(x.dtype), str(y.shape), str(y.dtype), dim0, dim1, need_grad, cuda)
+    plan = _TRANSPOSE_ADD_PLANS.get(key)
+    if plan is None:
+        d0 = _check_dim(x.ndim, dim0, "dim0")
+        d1 = _check_dim(x.ndim, dim1, "dim1")
+        if str(y.dtype) != str(x.dtype):
+            raise TypeError(f"y must have x's dtype {x.dtype}, got {y.dtype}")
+        perm = _swap(x.ndim, d0, d1)
+        want = tuple(x.shape[p] for p in perm)
+        if tuple(y.shape) != want:
+            raise ValueError(f"y must have the transposed shape {list(want)} of x {list(x.shape)} "
+                             f"(dims {d0} and {d1} swapped), got {list(y.shape)}")
+        plan = _TRANSPOSE_ADD_PLANS.put(key, _transpose_add_plan(tuple(x.shape), str(x.dtype), perm, need_grad,
+                                                                 cuda))
+    return plan(x, y)
 
 
 class Permute(jt.Module):
@@ -856,7 +819,7 @@ class Permute(jt.Module):
         self.dims = tuple(_as_int(d, "dims") for d in _dims_arg(dims))
 
     def execute(self, x):
-        return permute(x, self.dims)
+        return permute(x, *self.dims)
 
 
 class TransposeAdd(jt.Module):

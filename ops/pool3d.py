@@ -11,12 +11,12 @@ Layers (top to bottom):
 
 * shape algebra, pure Python: :func:`normalize_params`, :func:`pool_output_size`, :func:`output_shape`,
   :func:`padding_free`, :func:`windows_disjoint`, :func:`windows_tile`, :func:`windows_cover_exactly`;
-* dispatch: :func:`select_config` -> :class:`KernelConfig` (variant, template constants, launch geometry,
-  index type);
-* launch: :func:`render_cuda` (the few lines of ``cuda_src`` that call a launcher of
-  ``cuda_snippets/pool3d.cuh``), :data:`CPU_HEADER` (the CPU path, the same index math as loops),
-  :func:`launch_forward`, :func:`launch_backward`;
-* :class:`MaxPool3dFunction` (``jt.Function``, used through ``.apply``);
+* dispatch: :func:`select_config` -> :class:`KernelConfig` (variant and its compile-time constants);
+* sources: :func:`menus` (the instantiations one translation unit holds), :func:`cuda_header` (the kernels of
+  ``cuda_snippets/pool3d.cuh`` and the generated menus), :func:`cuda_forward_src` / :func:`cuda_backward_src`
+  (one line each), the CPU path ``cuda_snippets/pool3d_cpu.h`` (the same index math as loops);
+* :func:`plan`: one per call signature (kept by ``ops._launch.PlanCache``): a ``jt.code`` whose grad source is the
+  backward, so a training step runs no Python in the backward;
 * the functional API :func:`max_pool3d` and the Module :class:`MaxPool3d`.
 
 Variants. Forward (every variant computes the values; with ``mode`` 3 it also writes the indices):
@@ -24,8 +24,8 @@ Variants. Forward (every variant computes the values; with ``mode`` 3 it also wr
 ============== ==============================================================================================
 fwd_k2s2_vec   kernel = stride = 2, dilation 1, no padding and no partial window, W % VEC == 0: one thread
                reads the four input rows of VEC/2 adjacent outputs as VEC-wide (up to 16-byte) loads.
-fwd_flat       one output per thread, OPT outputs per thread; window loops unrolled where the kernel size
-               is one of ``SPECIALIZED_K`` (per dim), bounds checks compiled out when padding-free; with no
+fwd_flat       one output per thread, OPT outputs per thread; window loops unrolled where the window is
+               one of ``FLAT_WINDOWS``, bounds checks compiled out when padding-free; with no
                padding and dilation 1 (ceil_mode's partial last windows), ``clamp``: an index past the end
                reads the dim's last element, which the window holds already, so every load is unconditional.
 fwd_warp       one warp per output for big windows (>= ``WARP_MIN_WINDOW`` elements) with few outputs or
@@ -59,39 +59,44 @@ bwd_scatter_flat/warp  recompute, disjoint windows that are no tiling (stride > 
 bwd_*_cpu           the same three algorithms (tile, scatter, gather) as CPU loop nests.
 =================== =========================================================================================
 
-Every value written into the CUDA source text (window sizes, padding-free flag, vector width, outputs per
-thread, block size, index type, mode) changes the generated code; sizes and pooling parameters go through
-the shapes and ``data``, so one compiled kernel serves every shape of a kind. The CPU source takes
-everything from ``data``: one CPU compile per dtype and algorithm.
+Compiles. A translation unit holds a menu: every instantiation the dispatcher can pick for one dtype, index type
+and direction (forward values, forward values and indices, gather backward, recompute backward); the entry runs
+through ``data`` with the sizes and pooling parameters, so every layer of a model shares one compile per dtype
+and direction. Windows outside the menus' compile-time ones take the runtime-window instantiations. The CPU
+source takes everything from ``data``: one CPU compile per dtype and algorithm.
 """
 from __future__ import annotations
 
+import functools as _functools
 import math
 import numbers
-import os
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 from . import _codegen
-from ._jittor import code, has_cuda, jt
+from . import _launch
+from ._jittor import jt
 
-__all__ = ["max_pool3d", "MaxPool3d", "MaxPool3dFunction", "PoolParams", "KernelConfig", "normalize_params",
-           "pool_output_size", "output_shape", "padding_free", "windows_disjoint", "windows_tile",
-           "windows_cover_exactly", "layout_algorithm", "backward_mode", "backward_algorithm", "select_config",
-           "grid_expression", "render_cuda", "render_cpu", "CPU_HEADER", "launch_forward", "launch_backward",
-           "VARIANTS"]
+__all__ = ["max_pool3d", "MaxPool3d", "PoolParams", "KernelConfig", "normalize_params", "pool_output_size",
+           "output_shape", "padding_free", "windows_disjoint", "windows_tile", "windows_cover_exactly",
+           "layout_algorithm", "backward_mode", "backward_algorithm", "select_config", "menus", "menu_index",
+           "cuda_header", "cuda_forward_src", "cuda_backward_src", "cpu_header", "cpu_forward_src",
+           "cpu_backward_src", "plan", "VARIANTS"]
 
 Triple = Tuple[int, int, int]
 
 # ---- tuning constants -------------------------------------------------------------------------------------
 
-# Kernel sizes (per dim) whose window loops are unrolled at compile time: 2 and 3 are the common sizes, 8 the
-# seed's large case, 1 the degenerate dim of non-cubic kernels such as (1, 3, 3). Unrolling removes the loop
-# counters and bounds and lets the compiler issue the window's loads ahead of the compares. H100 A/B
-# (2026-11-25, one process, float32 forwards with indices, % of copy, unrolled -> runtime loop): k3s2p1
-# (8,64,16,56,56) 45.7 -> 33.7, k3s1 (4,32,32,64,64) 28.3 -> 17.3, k2s2 ceil (8,32,31,63,63) 81.3 -> 68.5.
-# Other sizes take the runtime loop.
-SPECIALIZED_K = (1, 2, 3, 8)
+# Windows whose loops are unrolled at compile time in the one-window-per-thread kernels (fwd_flat, and the
+# recompute backward's bwd_*_flat): the common cubic sizes 2 and 3 and the video layers' (1, 3, 3), (1, 2, 2) and
+# (2, 3, 3). Unrolling removes the loop counters and bounds and lets the compiler issue the window's loads ahead
+# of the compares. H100 A/B (2026-11-25, one process, float32 forwards with indices, % of copy, unrolled ->
+# runtime loop): k3s2p1 (8,64,16,56,56) 45.7 -> 33.7, k3s1 (4,32,32,64,64) 28.3 -> 17.3, k2s2 ceil (8,32,31,63,63)
+# 81.3 -> 68.5. Every other window takes the runtime loop (window (0, 0, 0) of the menus). k8 is left out: its
+# 512-element unrolled window alone costs ~3.3 s of nvcc in every translation unit, and value-only k8 forwards
+# take fwd_rows or fwd_warp.
+FLAT_WINDOWS = ((2, 2, 2), (3, 3, 3), (1, 3, 3), (1, 2, 2), (2, 3, 3))
+GENERIC_WINDOW = (0, 0, 0)
 # Threads per block for every kernel: 8 warps. H100 A/B (2026-11-25), 256 / 128 / 512 threads: k2s2
 # (8,32,32,64,64) 96.5 / 96.5 / 96.2% of copy, k3s2p1 45.7 / 45.8 / 45.3, k2s2 ceil 81.2 / 81.5 / 80.9: level.
 BLOCK = 256
@@ -111,6 +116,9 @@ WARP_MIN_WINDOW = 32
 # 0.0196, 32768 outputs 0.0418 -> 0.0375, 131072 outputs 0.1499 -> 0.1134. The limit sits between the
 # measured points.
 WARP_MAX_OUTPUTS = 1 << 14
+# Windows the warp kernels take at compile time (the seed's k8 and the h = w = 1 layers' (2, 8, 8)); the lanes'
+# element decomposition divides by constants there. Others run with the window at run time.
+WARP_WINDOWS = ((8, 8, 8), (2, 8, 8))
 # k2s2 vector loads: at most 16 bytes, the widest single access.
 MAX_VEC_BYTES = 16
 # k2s2 items per thread: 1 item of 4 x 16-byte loads, or 2 items of narrower loads (8 loads of 4-8 B). H100
@@ -126,12 +134,24 @@ K2_OPT_WIDE, K2_OPT_NARROW = 1, 2
 # 0.011 (0.046), k2x3x3s2x1x1 0.026 (0.049); padded: k3s2p1 fp32 0.050 (0.092), bf16 0.036 (0.095),
 # k1x3x3s1x2x2p0x1x1 0.032 (0.047).
 ROWS_MAX_KW, ROWS_MAX_SW = 8, 2
+# The fwd_rows instantiations every forward translation unit holds: W kernels, W strides and W paddings (the
+# rest of the window is a runtime loop), for the widest two vector widths of the dtype. A layer outside them
+# takes fwd_flat.
+ROWS_KW, ROWS_SW, ROWS_PW = (2, 3, 4, 5, 8), (1, 2), (0, 1)
 # Gather backward: a thread takes a run of adjacent elements of an input row, 16 bytes (4 floats, 8 halves,
 # 2 doubles), written as one vector where W allows; it reads each window's saved index once for the run. The
 # former one-element threads spent ~250 instructions per element (k3s2p1: 0.396 ms, 0.30x PyTorch, H100
 # 2026-11-23); with runs and compile-time strides (pool3d_gather.cuh) 0.098 ms, 1.19x PyTorch (predicted
 # 0.05-0.07).
 GATHER_RUN_BYTES = 16
+# Windows (kernel, stride, dilation) the gather takes at compile time; any other layer runs the same kernel with
+# the window at run time (Pool3dWinR).
+GATHER_WINDOWS = (
+    ((2, 2, 2), (2, 2, 2), (1, 1, 1)), ((3, 3, 3), (1, 1, 1), (1, 1, 1)), ((3, 3, 3), (2, 2, 2), (1, 1, 1)),
+    ((2, 2, 2), (1, 1, 1), (1, 1, 1)), ((1, 3, 3), (1, 2, 2), (1, 1, 1)), ((1, 2, 2), (1, 2, 2), (1, 1, 1)),
+)
+# The recompute backward's windows at compile time (OPS_POOL3D_BWD=recompute, an A/B switch: a small menu).
+RECOMPUTE_WINDOWS = ((2, 2, 2), (3, 3, 3))
 # Backward algorithm, OPS_POOL3D_BWD: "gather" (default) gathers dx from the int32 indices the forward saves when
 # a backward may follow, for every window layout, as PyTorch does; "recompute" keeps the forward to the values
 # for disjoint windows and recomputes each argmax from x in the backward (tile / scatter kernels: 4 bytes per
@@ -143,6 +163,7 @@ GATHER_RUN_BYTES = 16
 # write (4 bytes per output) costs less than the backward's read of x.
 BWD_SWITCH = "OPS_POOL3D_BWD"
 BWD_MODES = ("gather", "recompute")
+_launch.register_switch(BWD_SWITCH, BWD_MODES)
 
 VARIANTS = {
     "fwd": ("fwd_k2s2_vec", "fwd_flat", "fwd_warp", "fwd_rows", "fwd_cpu"),
@@ -272,17 +293,19 @@ def windows_cover_exactly(spatial: Sequence[int], out: Sequence[int], params: Po
 
 @dataclass(frozen=True)
 class KernelConfig:
-    """What one launch needs: the variant, its compile-time constants and its launch geometry."""
+    """What one launch needs: the variant and its compile-time constants (the rest, sizes and the pooling
+    parameters, reach the kernel at run time; the launcher computes its grid)."""
 
     variant: str
-    k: Triple = (0, 0, 0)  # compile-time window sizes; 0 = runtime loop
+    k: Triple = GENERIC_WINDOW  # compile-time window sizes; (0, 0, 0) = runtime loop
     nopad: bool = False  # no bounds checks (padding-free)
     clamp: bool = False  # fwd_flat: indices past the input's end read its last element (see clamp_exact)
-    vec: int = 1  # elements per vector load (k2s2 and rows variants)
+    vec: int = 1  # elements per vector load (k2s2 and rows variants), per run (gather)
     sw: int = 0  # compile-time W stride (fwd_rows), 0 otherwise
+    pw: int = 0  # compile-time W padding (fwd_rows)
+    window: Optional[Tuple[Triple, Triple, Triple]] = None  # bwd_gather: compile-time (kernel, stride, dilation)
     opt: int = 1  # work items per thread
     block: int = 0  # threads per block (0 on the CPU)
-    grid: int = 0  # blocks (0 on the CPU)
     index_type: str = "int"
 
     @property
@@ -291,6 +314,8 @@ class KernelConfig:
         parts = [self.variant]
         if any(self.k):
             parts.append("k" + "x".join(str(k) if k else "n" for k in self.k))
+        if self.window is not None and not any(self.k):
+            parts.append("k" + "x".join(map(str, self.window[0])))
         if self.sw:
             parts.append(f"sw{self.sw}")
         if self.vec > 1:
@@ -302,22 +327,16 @@ class KernelConfig:
         return "/".join(parts)
 
 
-def _on_cuda() -> bool:
-    return bool(jt.flags.use_cuda) and has_cuda()
-
-
-def _spec_k(kernel: Triple) -> Triple:
-    return tuple(k if k in SPECIALIZED_K else 0 for k in kernel)
+def _vecs(itemsize: int) -> Tuple[int, ...]:
+    """Vector widths (elements) of at most MAX_VEC_BYTES, widest first, at least 2 elements."""
+    return tuple(v for v in (8, 4, 2) if v * itemsize <= MAX_VEC_BYTES)
 
 
 def _k2s2_vec(params: PoolParams, width: int, itemsize: int) -> int:
     """The k2s2 vector width (elements) for rows of ``width`` elements; 0 when the k2s2 path does not apply."""
     if params.kernel != (2, 2, 2) or params.stride != (2, 2, 2) or params.dilation != (1, 1, 1):
         return 0
-    for vec in (8, 4, 2):
-        if vec * itemsize <= MAX_VEC_BYTES and width % vec == 0:
-            return vec
-    return 0
+    return next((vec for vec in _vecs(itemsize) if width % vec == 0), 0)
 
 
 def _use_warp(params: PoolParams, outputs: int, out: Triple) -> bool:
@@ -327,23 +346,18 @@ def _use_warp(params: PoolParams, outputs: int, out: Triple) -> bool:
 def _rows_vec(params: PoolParams, width: int, itemsize: int) -> int:
     """The fwd_rows vector width (elements, the outputs per thread); 0 when fwd_rows does not apply.
 
-    Needs dilation 1 and stride/kernel within the register limits along W, and a W padding of at most one
-    vector (the chunk loaded before the first window holds it).
+    Needs dilation 1 along W and a W kernel, stride and padding of the menu (ROWS_KW, ROWS_SW, ROWS_PW), and one
+    of the two widest vector widths dividing W.
     """
-    if params.dilation[2] != 1 or params.stride[2] > ROWS_MAX_SW or params.kernel[2] > ROWS_MAX_KW:
+    if (params.dilation[2] != 1 or params.kernel[2] not in ROWS_KW or params.stride[2] not in ROWS_SW
+            or params.padding[2] not in ROWS_PW):
         return 0
-    for vec in (8, 4, 2):
-        if vec * itemsize <= MAX_VEC_BYTES and width % vec == 0:
-            return vec if params.padding[2] <= vec else 0
-    return 0
+    return next((vec for vec in _vecs(itemsize)[:2] if width % vec == 0), 0)
 
 
 def backward_mode() -> str:
-    """``OPS_POOL3D_BWD``: "gather" (default) or "recompute"."""
-    mode = os.environ.get(BWD_SWITCH, "gather").strip().lower() or "gather"
-    if mode not in BWD_MODES:
-        raise ValueError(f"{BWD_SWITCH} must be one of {', '.join(BWD_MODES)}, got {mode!r}")
-    return mode
+    """``OPS_POOL3D_BWD``: "gather" (default) or "recompute" (read at import; see _launch.reload_switches)."""
+    return _launch.switch(BWD_SWITCH)
 
 
 def layout_algorithm(params: PoolParams) -> str:
@@ -359,6 +373,10 @@ def backward_algorithm(params: PoolParams) -> str:
     return "gather" if backward_mode() == "gather" else layout_algorithm(params)
 
 
+def _menu_window(kernel: Triple, menu: Sequence[Triple]) -> Triple:
+    return kernel if kernel in menu else GENERIC_WINDOW
+
+
 def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: str = "fwd",
                   on_cuda: Optional[bool] = None, indices: bool = False,
                   algorithm: Optional[str] = None) -> KernelConfig:
@@ -370,7 +388,7 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
     """
     if direction not in ("fwd", "bwd"):
         raise ValueError(f"direction must be 'fwd' or 'bwd', got {direction!r}")
-    cuda = _on_cuda() if on_cuda is None else on_cuda
+    cuda = _launch.on_cuda() if on_cuda is None else on_cuda
     spatial = tuple(int(n) for n in x_shape[-3:])
     planes = math.prod(int(n) for n in x_shape[:-3])
     out = output_shape(spatial, params)
@@ -388,360 +406,287 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
         if not cuda:
             return KernelConfig(f"bwd_{algo}_cpu", nopad=nopad, vec=run, index_type=itype)
         if algo == "gather":
-            items = planes * spatial[0] * spatial[1] * _ceil_div(spatial[2], run)
-            return KernelConfig("bwd_gather", k=params.kernel, vec=run, block=BLOCK, grid=_ceil_div(items, BLOCK),
-                                index_type=itype)
+            window = (params.kernel, params.stride, params.dilation)
+            return KernelConfig("bwd_gather", vec=run, block=BLOCK, index_type=itype,
+                                window=window if window in GATHER_WINDOWS else None)
         vec = _k2s2_vec(params, spatial[2], itemsize) if windows_cover_exactly(spatial, out, params) else 0
         if vec:
             opt = K2_OPT_WIDE if vec * itemsize == MAX_VEC_BYTES else K2_OPT_NARROW
             return KernelConfig("bwd_tile_k2s2_vec", k=(2, 2, 2), nopad=True, vec=vec, opt=opt, block=BLOCK,
-                                grid=_ceil_div(outputs // (vec // 2), BLOCK * opt), index_type=itype)
+                                index_type=itype)
         if _use_warp(params, outputs, out):
-            return KernelConfig(f"bwd_{algo}_warp", k=_spec_k(params.kernel), nopad=nopad, block=BLOCK,
-                                grid=_ceil_div(outputs, BLOCK // 32), index_type=itype)
-        return KernelConfig(f"bwd_{algo}_flat", k=_spec_k(params.kernel), nopad=nopad, opt=FLAT_OPT, block=BLOCK,
-                            grid=_ceil_div(outputs, BLOCK * FLAT_OPT), index_type=itype)
+            return KernelConfig(f"bwd_{algo}_warp", k=_menu_window(params.kernel, WARP_WINDOWS), nopad=nopad,
+                                block=BLOCK, index_type=itype)
+        return KernelConfig(f"bwd_{algo}_flat", k=_menu_window(params.kernel, RECOMPUTE_WINDOWS), nopad=nopad,
+                            opt=FLAT_OPT, block=BLOCK, index_type=itype)
     if not cuda:
         return KernelConfig("fwd_cpu", nopad=nopad, index_type=itype)
     vec = _k2s2_vec(params, spatial[2], itemsize) if nopad else 0
     if vec:
         opt = K2_OPT_WIDE if vec * itemsize == MAX_VEC_BYTES else K2_OPT_NARROW
         return KernelConfig("fwd_k2s2_vec", k=(2, 2, 2), nopad=True, vec=vec, opt=opt, block=BLOCK,
-                            grid=_ceil_div(outputs // (vec // 2), BLOCK * opt), index_type=itype)
+                            index_type=itype)
     if _use_warp(params, outputs, out):
-        return KernelConfig("fwd_warp", k=_spec_k(params.kernel), nopad=nopad, block=BLOCK,
-                            grid=_ceil_div(outputs, BLOCK // 32), index_type=itype)
+        return KernelConfig("fwd_warp", k=_menu_window(params.kernel, WARP_WINDOWS), nopad=nopad, block=BLOCK,
+                            index_type=itype)
     vec = _rows_vec(params, spatial[2], itemsize) if not indices else 0
     if vec:
-        items = planes * out[0] * out[1] * _ceil_div(out[2], vec)
         return KernelConfig("fwd_rows", k=(0, 0, params.kernel[2]), nopad=nopad, vec=vec, sw=params.stride[2],
-                            block=BLOCK, grid=_ceil_div(items, BLOCK), index_type=itype)
+                            pw=params.padding[2], block=BLOCK, index_type=itype)
     clamp = not nopad and clamp_exact(params)
-    return KernelConfig("fwd_flat", k=_spec_k(params.kernel), nopad=nopad, clamp=clamp, opt=FLAT_OPT, block=BLOCK,
-                        grid=_ceil_div(outputs, BLOCK * FLAT_OPT), index_type=itype)
+    return KernelConfig("fwd_flat", k=_menu_window(params.kernel, FLAT_WINDOWS), nopad=nopad, clamp=clamp,
+                        opt=FLAT_OPT, block=BLOCK, index_type=itype)
 
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
+# ---- CUDA source: the menus -------------------------------------------------------------------------------
+#
+# One translation unit per (dtype, index type, direction and outputs): its header includes the kernels and a
+# generated menu (a host function switching over every instantiation the dispatcher can pick for that dtype);
+# the source is one line calling the menu with the entry's index from `data["v"]` (forward) or `data["bv"]` (the
+# backward, a jt.code grad source: jittor hands it the forward's inputs, dy, the forward's outputs and `data`).
+# So a model's layers, whatever their sizes and pooling parameters, share one compile per dtype and direction.
+
+_TF = {True: "true", False: "false"}
 
 
-# ---- CUDA source ------------------------------------------------------------------------------------------
+def _entry(cfg: KernelConfig) -> tuple:
+    """The menu key of a CUDA configuration."""
+    v = cfg.variant
+    if v in ("fwd_k2s2_vec", "bwd_tile_k2s2_vec"):
+        return (v, cfg.vec)
+    if v == "fwd_flat":
+        return (v, cfg.k, cfg.nopad, cfg.clamp)
+    if v == "fwd_rows":
+        return (v, cfg.vec, cfg.k[2], cfg.sw, cfg.pw, cfg.nopad)
+    if v == "bwd_gather":
+        return (v, cfg.window)
+    return (v, cfg.k, cfg.nopad)  # fwd_warp, bwd_{tile,scatter}_{flat,warp}
 
-# Geometry from the (planes, D, H, W) input and (planes, Do, Ho, Wo) output shapes plus the parameters, which
-# are literals of the source (see pool3d_geom: a `data` lookup costs ~0.23 us per call on the GPU host path).
-_GEOM_FWD = "pool3d_geom(in0_shape1, in0_shape2, in0_shape3, out0_shape1, out0_shape2, out0_shape3, ${PARAMS})"
-_GEOM_WINDOW = "pool3d_geom(in0_shape1, in0_shape2, in0_shape3, in1_shape1, in1_shape2, in1_shape3, ${PARAMS})"
-_GEOM_GATHER = "pool3d_geom(out0_shape1, out0_shape2, out0_shape3, in1_shape1, in1_shape2, in1_shape3, ${PARAMS})"
-_FWD_PTRS = {MODE_VALUES: "in0_p, out0_p, (int*)0", MODE_BOTH: "in0_p, out0_p, out1_p"}
 
-_CUDA_TEMPLATES = {
-    "fwd_flat": "pool3d_fwd_flat_launch<in0_type, ${I}, ${KD}, ${KH}, ${KW}, ${NOPAD}, ${CLAMP}, ${MODE}, ${OPT}, "
-                "${BLOCK}>"
-                "(${PTRS}, ${GEOM}, in0_shape0, ${GRID});",
-    "fwd_warp": "pool3d_fwd_warp_launch<in0_type, ${I}, ${KD}, ${KH}, ${KW}, ${NOPAD}, ${MODE}, ${BLOCK}>"
-                "(${PTRS}, ${GEOM}, in0_shape0, ${GRID});",
-    "fwd_rows": "pool3d_fwd_rows_launch<in0_type, ${I}, ${VEC}, ${KW}, ${SW}, ${PW}, ${NOPAD}, ${BLOCK}>"
-                "(in0_p, out0_p, ${GEOM}, in0_shape0, ${GRID});",
-    "fwd_k2s2_vec": "pool3d_fwd_k2s2_launch<in0_type, ${I}, ${VEC}, ${MODE}, ${OPT}, ${BLOCK}>"
-                    "(${PTRS}, ${GEOM}, in0_shape0, ${GRID});",
-    "bwd_flat": "pool3d_bwd_flat_launch<in0_type, ${I}, ${KD}, ${KH}, ${KW}, ${NOPAD}, ${TILE}, ${OPT}, ${BLOCK}>"
-                "(in0_p, in1_p, out0_p, ${GEOM}, in0_shape0, ${GRID});",
-    "bwd_warp": "pool3d_bwd_warp_launch<in0_type, ${I}, ${KD}, ${KH}, ${KW}, ${NOPAD}, ${TILE}, ${BLOCK}>"
-                "(in0_p, in1_p, out0_p, ${GEOM}, in0_shape0, ${GRID});",
-    "bwd_tile_k2s2_vec": "pool3d_bwd_k2s2_launch<in0_type, ${I}, ${VEC}, ${OPT}, ${BLOCK}>"
-                         "(in0_p, in1_p, out0_p, ${GEOM}, in0_shape0, ${GRID});",
-    "bwd_gather": "pool3d_bwd_gather_launch<in1_type, ${I}, ${WINDOW}, ${VEC}, ${BLOCK}>"
-                  "(in0_p, in1_p, out0_p, ${GEOM}, out0_shape0, ${GRID});",
+def _call(entry: tuple, mode: int = MODE_VALUES) -> str:
+    """The launcher call of a menu entry (the menu function's parameters: x y yi or idx dy dx, g, planes)."""
+    v = entry[0]
+    ks = lambda k: ", ".join(map(str, k))  # noqa: E731
+    if v == "fwd_k2s2_vec":
+        opt = f"(({entry[1]} * sizeof(T)) == {MAX_VEC_BYTES} ? {K2_OPT_WIDE} : {K2_OPT_NARROW})"
+        return f"pool3d_fwd_k2s2_launch<T, I, {entry[1]}, {mode}, {opt}, {BLOCK}>(x, y, yi, g, planes)"
+    if v == "fwd_flat":
+        _, k, nopad, clamp = entry
+        return (f"pool3d_fwd_flat_launch<T, I, {ks(k)}, {_TF[nopad]}, {_TF[clamp]}, {mode}, {FLAT_OPT}, {BLOCK}>"
+                f"(x, y, yi, g, planes)")
+    if v == "fwd_warp":
+        _, k, nopad = entry
+        return f"pool3d_fwd_warp_launch<T, I, {ks(k)}, {_TF[nopad]}, {mode}, {BLOCK}>(x, y, yi, g, planes)"
+    if v == "fwd_rows":
+        _, vec, kw, sw, pw, nopad = entry
+        return f"pool3d_fwd_rows_launch<T, I, {vec}, {kw}, {sw}, {pw}, {_TF[nopad]}, {BLOCK}>(x, y, yi, g, planes)"
+    if v == "bwd_gather":
+        window = entry[1]
+        win = "Pool3dWinR" if window is None else f"Pool3dWinC<{', '.join(ks(t) for t in window)}>"
+        return (f"pool3d_bwd_gather_launch<T, I, {win}, {GATHER_RUN_BYTES} / sizeof(T), {BLOCK}>"
+                f"(idx, dy, dx, g, planes)")
+    if v == "bwd_tile_k2s2_vec":
+        opt = f"(({entry[1]} * sizeof(T)) == {MAX_VEC_BYTES} ? {K2_OPT_WIDE} : {K2_OPT_NARROW})"
+        return f"pool3d_bwd_k2s2_launch<T, I, {entry[1]}, {opt}, {BLOCK}>(x, dy, dx, g, planes)"
+    _, k, nopad = entry
+    tile = _TF[v.startswith("bwd_tile")]
+    if v.endswith("_flat"):
+        return (f"pool3d_bwd_flat_launch<T, I, {ks(k)}, {_TF[nopad]}, {tile}, {FLAT_OPT}, {BLOCK}>"
+                f"(x, dy, dx, g, planes)")
+    return f"pool3d_bwd_warp_launch<T, I, {ks(k)}, {_TF[nopad]}, {tile}, {BLOCK}>(x, dy, dx, g, planes)"
+
+
+def _flags():
+    return ((True, False), (False, True), (False, False))  # (nopad, clamp): unchecked, clamped, checked
+
+
+@_functools.lru_cache(maxsize=None)
+def menus(itemsize: int) -> dict:
+    """The menus of one element size: forward values, forward values + indices, gather, recompute."""
+    vecs = _vecs(itemsize)
+    flat = [("fwd_flat", k, nopad, clamp) for k in FLAT_WINDOWS + (GENERIC_WINDOW,) for nopad, clamp in _flags()]
+    warp = [("fwd_warp", k, nopad) for k in WARP_WINDOWS + (GENERIC_WINDOW,) for nopad in (True, False)]
+    k2s2 = [("fwd_k2s2_vec", vec) for vec in vecs]
+    rows = [("fwd_rows", vec, kw, sw, pw, pw == 0 and nopad) for vec in vecs[:2] for kw in ROWS_KW
+            for sw in ROWS_SW for pw in ROWS_PW for nopad in ((True, False) if pw == 0 else (False,))]
+    gather = [("bwd_gather", w) for w in GATHER_WINDOWS + (None,)]
+    recompute = [("bwd_tile_k2s2_vec", vec) for vec in vecs]
+    for layout in ("tile", "scatter"):
+        recompute += [(f"bwd_{layout}_flat", k, nopad) for k in RECOMPUTE_WINDOWS + (GENERIC_WINDOW,)
+                      for nopad in (True, False)]
+        recompute += [(f"bwd_{layout}_warp", k, nopad) for k in WARP_WINDOWS + (GENERIC_WINDOW,)
+                      for nopad in (True, False)]
+    return {"values": _codegen.Menu(k2s2 + flat + warp + rows, lambda e: _call(e, MODE_VALUES)),
+            "both": _codegen.Menu(k2s2 + flat + warp, lambda e: _call(e, MODE_BOTH)),
+            "gather": _codegen.Menu(gather, _call), "recompute": _codegen.Menu(recompute, _call)}
+
+
+_MENU_HEADS = {
+    "values": "template <typename T, typename I>\n"
+              "void pool3d_fwd_values_menu(int v, const T* x, T* y, int* yi, const Pool3dGeom& g, long long planes)",
+    "both": "template <typename T, typename I>\n"
+            "void pool3d_fwd_both_menu(int v, const T* x, T* y, int* yi, const Pool3dGeom& g, long long planes)",
+    "gather": "template <typename T, typename I>\n"
+              "void pool3d_bwd_gather_menu(int v, const int* idx, const T* dy, T* dx, const Pool3dGeom& g, "
+              "long long planes)",
+    "recompute": "template <typename T, typename I>\n"
+                 "void pool3d_bwd_recompute_menu(int v, const T* x, const T* dy, T* dx, const Pool3dGeom& g, "
+                 "long long planes)",
 }
 
 
-def grid_expression(cfg: KernelConfig) -> str:
-    """``cfg.grid`` as an expression over the launch's tensors, for the generated source.
-
-    It names ``INPUTS`` (elements of the unpooled tensor), ``OUTPUTS`` (of the pooled one), ``WI`` and ``WO``
-    (their W); the rendered source replaces them with jittor's variables. Written so that C++ integer
-    arithmetic and Python's ``eval`` (with ``/`` read as ``//``) agree, which the tests check against
-    ``select_config``.
-    """
-    v = cfg.variant
-    if v == "bwd_gather":
-        return f"ops_ceil_div(INPUTS / WI * ops_ceil_div(WI, {cfg.vec}LL), {cfg.block}LL)"
-    if v.endswith("k2s2_vec"):
-        return f"ops_ceil_div(OUTPUTS / {cfg.vec // 2}LL, {cfg.block * cfg.opt}LL)"
-    if v.endswith("_warp"):
-        return f"ops_ceil_div(OUTPUTS, {cfg.block // 32}LL)"
-    if v == "fwd_rows":
-        return f"ops_ceil_div(OUTPUTS / WO * ops_ceil_div(WO, {cfg.vec}LL), {cfg.block}LL)"
-    return f"ops_ceil_div(OUTPUTS, {cfg.block * cfg.opt}LL)"
+@_functools.lru_cache(maxsize=None)
+def cuda_header(itemsize: int) -> str:
+    """``cuda_header`` of every pool3d launch of one element size: the kernels and the generated menus."""
+    text = "// ops: max_pool3d menus (generated by ops/pool3d.py)\n#pragma once\n" + "\n".join(
+        menu.render(_MENU_HEADS[name], f"max_pool3d {name}") for name, menu in menus(itemsize).items())
+    return _codegen.include(("common", "pool3d", "pool3d_gather"),
+                            (_codegen.generated(f"pool3d_menus_{itemsize}", text),))
 
 
-def _grid_source(cfg: KernelConfig) -> str:
-    if cfg.variant.startswith("fwd"):
-        names = {"INPUTS": "in0->num", "OUTPUTS": "out0->num", "WI": "in0_shape3", "WO": "out0_shape3"}
-    elif cfg.variant == "bwd_gather":
-        names = {"INPUTS": "out0->num", "OUTPUTS": "in1->num", "WI": "out0_shape3", "WO": "in1_shape3"}
+# Geometry: D, H, W from x (in0, 5-D), Do, Ho, Wo from y (the forward's out0, or dy: in1 of a grad source).
+_GEOM = "pool3d_geom(in0_shape2, in0_shape3, in0_shape4, {o}_shape2, {o}_shape3, {o}_shape4, data)"
+_PLANES = "(long long)in0_shape0 * in0_shape1"
+_CUDA_FWD = {
+    MODE_VALUES: "pool3d_fwd_values_menu<in0_type, {I}>((int)data[\"v\"], in0_p, out0_p, (int*)0, {G}, {P});",
+    MODE_BOTH: "pool3d_fwd_both_menu<in0_type, {I}>((int)data[\"v\"], in0_p, out0_p, out1_p, {G}, {P});",
+}
+# grad sources: in0 = x, in1 = dy, in2 = y, in3 = the indices (when the forward wrote them)
+_CUDA_BWD = {
+    "gather": "pool3d_bwd_gather_menu<in0_type, {I}>((int)data[\"bv\"], (const int*)in3_p, in1_p, out0_p, {G}, {P});",
+    "recompute": "pool3d_bwd_recompute_menu<in0_type, {I}>((int)data[\"bv\"], in0_p, in1_p, out0_p, {G}, {P});",
+}
+
+
+def cuda_forward_src(index_type: str, mode: int) -> str:
+    return _CUDA_FWD[mode].format(I=index_type, G=_GEOM.format(o="out0"), P=_PLANES)
+
+
+def cuda_backward_src(index_type: str, algorithm: str) -> str:
+    return _CUDA_BWD["gather" if algorithm == "gather" else "recompute"].format(
+        I=index_type, G=_GEOM.format(o="in1"), P=_PLANES)
+
+
+def menu_index(cfg: KernelConfig, dtype, mode: int = MODE_VALUES) -> int:
+    """The index of a CUDA configuration in its translation unit's menu (``data["v"]`` / ``data["bv"]``)."""
+    itemsize = _codegen.ITEMSIZE[_codegen.dtype_name(dtype)]
+    if cfg.variant == "bwd_gather":
+        name = "gather"
+    elif cfg.variant.startswith("bwd"):
+        name = "recompute"
     else:
-        names = {"INPUTS": "in0->num", "OUTPUTS": "in1->num", "WI": "in0_shape3", "WO": "in1_shape3"}
-    expr = grid_expression(cfg)
-    for k, name in names.items():
-        expr = expr.replace(k, f"(long long){name}")
-    return expr
-
-
-def render_cuda(cfg: KernelConfig, params: PoolParams, mode: int = MODE_VALUES) -> str:
-    """The ``cuda_src`` of one launch: a comment naming the configuration, then the launcher call.
-
-    The configuration and the pooling parameters go into the text; shapes do not (one compile serves every
-    shape of a layer), and the grid is computed from them at launch (``grid_expression``).
-    """
-    variant = cfg.variant
-    if variant == "fwd_rows" and mode != MODE_VALUES:
-        raise ValueError(f"mode: fwd_rows writes values only, got mode {mode}")
-    if variant.startswith("bwd_") and variant not in _CUDA_TEMPLATES:
-        key = "bwd_" + variant.rsplit("_", 1)[1]  # bwd_{tile,scatter}_{flat,warp}
-    else:
-        key = variant
-    tile = variant.startswith("bwd_tile")
-    geom = _GEOM_FWD if variant.startswith("fwd") else _GEOM_GATHER if variant == "bwd_gather" else _GEOM_WINDOW
-    geom = _codegen.render(geom, PARAMS=", ".join(
-        str(v) for v in params.kernel + params.stride + params.padding + params.dilation))
-    window = ", ".join(str(v) for v in params.kernel + params.stride + params.dilation)
-    body = _codegen.render(
-        _CUDA_TEMPLATES[key], I=cfg.index_type, KD=cfg.k[0], KH=cfg.k[1], KW=cfg.k[2],
-        NOPAD=str(cfg.nopad).lower(), CLAMP=str(cfg.clamp).lower(), TILE=str(tile).lower(), MODE=mode, OPT=cfg.opt,
-        BLOCK=cfg.block, VEC=cfg.vec, SW=cfg.sw, PW=params.padding[2], PTRS=_FWD_PTRS.get(mode, ""), GEOM=geom,
-        WINDOW=window, GRID=_grid_source(cfg))
-    return f"// max_pool3d {cfg.name} mode={mode} block={cfg.block} opt={cfg.opt} index={cfg.index_type}\n{body}\n"
+        name = "values" if mode == MODE_VALUES else "both"
+    return menus(itemsize)[name].index(_entry(cfg))
 
 
 # ---- CPU source -------------------------------------------------------------------------------------------
 
-# The CPU path: the CUDA kernels' index math as loop nests (flat work-item index split into plane, z, y, x;
-# the same window scan and NaN rule; the same tile / scatter / gather algorithms). Compare values are float
-# (double for float64); NaN tests read the bits because jittor compiles CPU code with -Ofast.
-CPU_HEADER = r"""
-#include <algorithm>
-#include <cstdint>
-#include <cstring>
-namespace pool3d_cpu {
-template <typename T> struct Acc { typedef float type; };
-template <> struct Acc<double> { typedef double type; };
-inline bool isnan_bits(float v) { uint32_t b; std::memcpy(&b, &v, 4); return (b << 1) > 0xff000000u; }
-inline bool isnan_bits(double v) { uint64_t b; std::memcpy(&b, &v, 8); return (b << 1) > 0xffe0000000000000ull; }
-inline float neg_inf() { const uint32_t b = 0xff800000u; float f; std::memcpy(&f, &b, 4); return f; }
-template <typename T> inline T from_acc(typename Acc<T>::type v) { return T(v); }
-// jittor's CPU bfloat16 truncates; round to nearest even like the GPU's __float2bfloat16_rn.
-template <> inline jittor::bfloat16 from_acc<jittor::bfloat16>(float v) {
-  uint32_t b; std::memcpy(&b, &v, 4);
-  jittor::bfloat16 r(0.0f);
-  r.x = isnan_bits(v) ? (uint16_t)((b >> 16) | 0x40u) : (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
-  return r;
-}
-
-struct Geom {
-  long long D, H, W, Do, Ho, Wo;
-  int kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw;
-};
-template <typename Map>
-inline Geom geom(long long D, long long H, long long W, long long Do, long long Ho, long long Wo, Map& data) {
-  Geom g;
-  g.D = D; g.H = H; g.W = W; g.Do = Do; g.Ho = Ho; g.Wo = Wo;
-  g.kd = (int)data["kd"]; g.kh = (int)data["kh"]; g.kw = (int)data["kw"];
-  g.sd = (int)data["sd"]; g.sh = (int)data["sh"]; g.sw = (int)data["sw"];
-  g.pd = (int)data["pd"]; g.ph = (int)data["ph"]; g.pw = (int)data["pw"];
-  g.dd = (int)data["dd"]; g.dh = (int)data["dh"]; g.dw = (int)data["dw"];
-  return g;
-}
-inline void split(long long i, long long nx, long long ny, long long nz, long long& plane, long long& z,
-                  long long& y, long long& x) {
-  const long long q0 = i / nx, q1 = q0 / ny;
-  x = i - q0 * nx; y = q0 - q1 * ny; plane = q1 / nz; z = q1 - plane * nz;
-}
-
-// The window's argmax position in the plane, -1 for a window without elements.
-template <typename T>
-inline long long window_argmax(const T* plane, const Geom& g, long long od, long long oh, long long ow) {
-  typedef typename Acc<T>::type A;
-  const long long d0 = od * g.sd - g.pd, h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
-  A best = 0;
-  long long pos = -1;
-  for (int i = 0; i < g.kd; ++i) {
-    const long long d = d0 + (long long)i * g.dd;
-    if (d < 0 || d >= g.D) continue;
-    for (int j = 0; j < g.kh; ++j) {
-      const long long h = h0 + (long long)j * g.dh;
-      if (h < 0 || h >= g.H) continue;
-      const long long row = (d * g.H + h) * g.W;
-      for (int k = 0; k < g.kw; ++k) {
-        const long long w = w0 + (long long)k * g.dw;
-        if (w < 0 || w >= g.W) continue;
-        const A c = (A)plane[row + w];
-        if (pos < 0 || isnan_bits(c) || (!isnan_bits(best) && c > best)) { best = c; pos = row + w; }
-      }
-    }
-  }
-  return pos;
-}
-
-template <typename T, int MODE>
-void forward(const T* x, T* y, int* yi, long long planes, const Geom& g) {
-  const long long plane_in = g.D * g.H * g.W, total = planes * g.Do * g.Ho * g.Wo;
-  for (long long o = 0; o < total; ++o) {
-    long long plane, od, oh, ow;
-    split(o, g.Wo, g.Ho, g.Do, plane, od, oh, ow);
-    const T* xp = x + plane * plane_in;
-    const long long pos = window_argmax(xp, g, od, oh, ow);
-    if (MODE & 1) y[o] = pos >= 0 ? xp[pos] : T(neg_inf());
-    if (MODE & 2) yi[o] = (int)pos;
-  }
-}
-
-// TILE: the windows partition dx; each writes what it owns, the last window of a dim up to the input's edge
-// (ceil_mode's partial windows stop short, floor mode's also own the remainder, which no window holds: 0).
-// Otherwise windows are disjoint: zero dx, then write dy at each argmax.
-template <typename T, bool TILE>
-void backward_window(const T* x, const T* dy, T* dx, long long planes, const Geom& g) {
-  const long long plane_in = g.D * g.H * g.W, total = planes * g.Do * g.Ho * g.Wo;
-  if (!TILE) std::memset((void*)dx, 0, sizeof(T) * planes * plane_in);
-  for (long long o = 0; o < total; ++o) {
-    long long plane, od, oh, ow;
-    split(o, g.Wo, g.Ho, g.Do, plane, od, oh, ow);
-    const long long pos = window_argmax(x + plane * plane_in, g, od, oh, ow);
-    T* dp = dx + plane * plane_in;
-    if (TILE) {
-      const long long d0 = od * g.kd, h0 = oh * g.kh, w0 = ow * g.kw;
-      const long long ed = od == g.Do - 1 ? g.D - d0 : g.kd, eh = oh == g.Ho - 1 ? g.H - h0 : g.kh;
-      const long long ew = ow == g.Wo - 1 ? g.W - w0 : g.kw;
-      for (long long i = 0; i < ed; ++i)
-        for (long long j = 0; j < eh; ++j)
-          for (long long k = 0; k < ew; ++k) {
-            const long long p = ((d0 + i) * g.H + h0 + j) * g.W + w0 + k;
-            dp[p] = p == pos ? dy[o] : T(0.0f);
-          }
-    } else if (pos >= 0) {
-      dp[pos] = dy[o];
-    }
-  }
-}
-
-// Each input element sums, in (od, oh, ow) order, dy of the windows that hold it and chose it: the CUDA
-// kernel's work items (runs of RUN elements of a row, pool3d_gather.cuh) one after another.
-template <typename T> struct GatherLoad {
-  typename Acc<T>::type operator()(const T* p) const { return (typename Acc<T>::type)*p; }
-};
-template <typename T, int RUN>
-void backward_gather(const int* idx, const T* dy, T* dx, long long planes, const Geom& g) {
-  typedef typename Acc<T>::type A;
-  const Pool3dWinR win = {g.kd, g.kh, g.kw, g.sd, g.sh, g.sw, g.dd, g.dh, g.dw};
-  const Pool3dGatherDims gd = {(int)g.H, (int)g.W, (int)g.Do, (int)g.Ho, (int)g.Wo, g.pd, g.ph, g.pw};
-  const long long plane_in = g.D * g.H * g.W, plane_out = g.Do * g.Ho * g.Wo;
-  for (long long p = 0; p < planes; ++p)
-    for (int id = 0; id < (int)g.D; ++id)
-      for (int ih = 0; ih < (int)g.H; ++ih)
-        for (int w0 = 0; w0 < (int)g.W; w0 += RUN) {
-          const int n = std::min(RUN, (int)g.W - w0);
-          A acc[RUN];
-          pool3d_gather_run<A, RUN>(win, gd, idx + p * plane_out, dy + p * plane_out, id, ih, w0, n, acc,
-                                    GatherLoad<T>());
-          T* dp = dx + p * plane_in + ((long long)id * g.H + ih) * g.W + w0;
-          for (int r = 0; r < n; ++r) dp[r] = from_acc<T>(acc[r]);
-        }
-}
-}  // namespace pool3d_cpu
-"""
-
-_CPU_GEOM_FWD = "pool3d_cpu::geom(in0_shape1, in0_shape2, in0_shape3, out0_shape1, out0_shape2, out0_shape3, data)"
-_CPU_SRC = {
-    "fwd_cpu": "pool3d_cpu::forward<in0_type, ${MODE}>(${PTRS}, in0_shape0, " + _CPU_GEOM_FWD + ");",
-    "bwd_window": "pool3d_cpu::backward_window<in0_type, ${TILE}>(in0_p, in1_p, out0_p, in0_shape0, "
-                  "pool3d_cpu::geom(in0_shape1, in0_shape2, in0_shape3, in1_shape1, in1_shape2, in1_shape3, "
-                  "data));",
-    "bwd_gather_cpu": "pool3d_cpu::backward_gather<in1_type, ${VEC}>(in0_p, in1_p, out0_p, out0_shape0, "
-                      "pool3d_cpu::geom(out0_shape1, out0_shape2, out0_shape3, in1_shape1, in1_shape2, "
-                      "in1_shape3, data));",
+_CPU_GEOM = "pool3d_cpu::geom(in0_shape2, in0_shape3, in0_shape4, {o}_shape2, {o}_shape3, {o}_shape4, data)"
+_CPU_FWD = {MODE_VALUES: "pool3d_cpu::forward<in0_type, 1>(in0_p, out0_p, (int*)0, {P}, {G});",
+            MODE_BOTH: "pool3d_cpu::forward<in0_type, 3>(in0_p, out0_p, out1_p, {P}, {G});"}
+_CPU_BWD = {
+    "gather": "pool3d_cpu::backward_gather<in0_type, {RUN}>((const int*)in3_p, in1_p, out0_p, {P}, {G});",
+    "tile": "pool3d_cpu::backward_window<in0_type, true>(in0_p, in1_p, out0_p, {P}, {G});",
+    "scatter": "pool3d_cpu::backward_window<in0_type, false>(in0_p, in1_p, out0_p, {P}, {G});",
 }
 
 
-def render_cpu(cfg: KernelConfig, mode: int = MODE_VALUES) -> str:
-    """The ``cpu_src`` of one launch (CPU_HEADER holds the code)."""
-    key = cfg.variant if cfg.variant in _CPU_SRC else "bwd_window"
-    return _codegen.render(_CPU_SRC[key], MODE=mode, PTRS=_FWD_PTRS.get(mode, ""), VEC=cfg.vec,
-                           TILE=str(cfg.variant == "bwd_tile_cpu").lower()) + "\n"
+def cpu_header() -> str:
+    return _codegen.include(("pool3d_gather", "pool3d_cpu.h"))
 
 
-# ---- launches ---------------------------------------------------------------------------------------------
-
-_CUDA_HEADER = None
-
-
-def _cpu_header() -> str:
-    """The gather math shared with CUDA (no includes, so it may come first), then the CPU loop nests."""
-    return _codegen.snippet("pool3d_gather") + "\n" + CPU_HEADER
+def cpu_forward_src(mode: int) -> str:
+    return _CPU_FWD[mode].format(P=_PLANES, G=_CPU_GEOM.format(o="out0"))
 
 
-def _cuda_header() -> str:
-    global _CUDA_HEADER
-    if _CUDA_HEADER is None:
-        _CUDA_HEADER = _codegen.header(["common", "pool3d", "pool3d_gather"])
-    return _CUDA_HEADER
+def cpu_backward_src(cfg: KernelConfig) -> str:
+    algorithm = cfg.variant[len("bwd_"):-len("_cpu")]
+    return _CPU_BWD[algorithm].format(P=_PLANES, G=_CPU_GEOM.format(o="in1"), RUN=cfg.vec)
 
 
-def _code(shapes, dtypes, inputs, cfg: KernelConfig, params: PoolParams, mode: int = MODE_VALUES):
-    if cfg.variant.endswith("_cpu"):
-        return code(shapes, dtypes, inputs, cpu_header=_cpu_header(), cpu_src=render_cpu(cfg, mode),
-                    data=params.data())
-    return code(shapes, dtypes, inputs, cuda_header=_cuda_header(), cuda_src=render_cuda(cfg, params, mode))
+# ---- plans: one per call signature ------------------------------------------------------------------------
+
+_reshape = jt.ops.reshape
 
 
-def launch_forward(x, params: PoolParams, cfg: KernelConfig, mode: int = MODE_VALUES):
-    """Pool the contiguous (planes, D, H, W) Var ``x``: the values, or [values, int32 indices] for mode 3."""
-    out = (x.shape[0],) + output_shape(x.shape[1:], params)
-    if mode == MODE_BOTH:
-        return _code([out, out], [x.dtype, "int32"], [x], cfg, params, mode)
-    return _code([out], [x.dtype], [x], cfg, params, mode)[0]
+class _Plan:
+    """A call of a given signature: ``x`` (reshaped to 5-D when it is 4-D) into one ``jt.code`` whose grad
+    source is the backward, then the values (and the indices, when returned) in the caller's rank."""
+
+    __slots__ = ("launch", "in_shape", "out_shape", "multi", "indices")
+
+    def __init__(self, launch, in_shape, out_shape, indices):
+        self.launch, self.in_shape, self.out_shape, self.indices = launch, in_shape, out_shape, indices
+        self.multi = not launch.single  # the op writes the indices too (returned, or for the backward)
+
+    def __call__(self, x):
+        if self.in_shape is not None:
+            x = _reshape(x, self.in_shape)
+        out = self.launch([x])
+        if self.multi:
+            if not self.indices:
+                out = out[0]
+            elif self.out_shape is None:
+                return out[0], out[1]
+            else:
+                return _reshape(out[0], self.out_shape), _reshape(out[1], self.out_shape)
+        return out if self.out_shape is None else _reshape(out, self.out_shape)
 
 
-def launch_backward(x, dy, idx, params: PoolParams, cfg: KernelConfig):
-    """dx of the (planes, D, H, W) input ``x`` given ``dy``; ``idx`` (the saved indices) for bwd_gather."""
-    if cfg.variant.startswith("bwd_gather"):
-        return _code([x.shape], [x.dtype], [idx, dy], cfg, params)[0]
-    return _code([x.shape], [x.dtype], [x, dy], cfg, params)[0]
+class _EmptyPlan:
+    """An empty batch: nothing to pool."""
+
+    __slots__ = ("out_shape", "dtype", "indices")
+
+    def __init__(self, out_shape, dtype, indices):
+        self.out_shape, self.dtype, self.indices = out_shape, dtype, indices
+
+    def __call__(self, x):
+        values = jt.zeros(self.out_shape, dtype=self.dtype)
+        return (values, jt.zeros(self.out_shape, dtype="int32")) if self.indices else values
 
 
-# ---- autograd ---------------------------------------------------------------------------------------------
+def plan(x_shape: Tuple[int, ...], dtype: str, params: PoolParams, return_indices: bool, need_grad: bool,
+         cuda: bool):
+    """The plan of ``max_pool3d`` for an input of ``x_shape`` (validated) and ``dtype``.
 
-
-class MaxPool3dFunction(jt.Function):
-    """y[o] = max of x over window o; dx[e] = sum of dy[o] over the windows o whose argmax is e.
-
-    Arguments: ``x`` (planes, D, H, W); ``params`` (:class:`PoolParams`); ``return_indices``; ``need_grad``
-    (whether a backward may follow). The indices are saved (the forward writes them) when they are returned
-    or the backward will gather (the default); under ``OPS_POOL3D_BWD=recompute`` the tile and scatter
-    backwards recompute each window's argmax from x instead, so a forward of disjoint windows writes only the
-    values.
+    The forward writes the indices when they are returned or a gather backward may follow (the default); under
+    ``OPS_POOL3D_BWD=recompute`` a backward of disjoint windows recomputes each argmax from x instead, so the
+    forward writes only the values. The backward is the forward op's grad source (no Python runs in it).
     """
+    lead, spatial = x_shape[:-3], x_shape[-3:]
+    out_shape = lead + output_shape(spatial, params)
+    if math.prod(lead) == 0:
+        return _EmptyPlan(out_shape, dtype, return_indices)
+    shape5 = x_shape if len(x_shape) == 5 else (1,) + x_shape
+    out5 = shape5[:2] + out_shape[-3:]
+    algorithm = backward_algorithm(params)
+    with_indices = bool(return_indices or (need_grad and algorithm == "gather"))
+    mode = MODE_BOTH if with_indices else MODE_VALUES
+    if with_indices:
+        algorithm = "gather"  # the indices are there: the backward reads them
+    fwd = select_config(shape5, dtype, params, "fwd", on_cuda=cuda, indices=with_indices)
+    data = params.data()
+    grad = None
+    if need_grad:
+        bwd = select_config(shape5, dtype, params, "bwd", on_cuda=cuda, algorithm=algorithm)
+        if cuda:
+            data["bv"] = menu_index(bwd, dtype)
+            grad = [cuda_backward_src(bwd.index_type, algorithm)]
+        else:
+            grad = [cpu_backward_src(bwd)]
+    if cuda:
+        data["v"] = menu_index(fwd, dtype, mode)
+        src, header = cuda_forward_src(fwd.index_type, mode), cuda_header(_codegen.ITEMSIZE[dtype])
+    else:
+        src, header = cpu_forward_src(mode), cpu_header()
+    shapes, dtypes = ([out5, out5], [dtype, "int32"]) if with_indices else (out5, dtype)
+    launch = _launch.Launch(shapes, dtypes, cuda=cuda, src=src, header=header, grad_srcs=grad, data=data)
+    in_shape = None if len(x_shape) == 5 else shape5
+    return _Plan(launch, in_shape, None if len(x_shape) == 5 else out_shape, bool(return_indices))
 
-    def execute(self, x, params, return_indices, need_grad):
-        self.x, self.params = x, params
-        self.algorithm = backward_algorithm(params)  # fixed here: the indices are saved for it or not
-        gather = need_grad and self.algorithm == "gather"
-        with_indices = bool(return_indices or gather)
-        cfg = select_config(x.shape, x.dtype, params, "fwd", indices=with_indices)
-        if with_indices:
-            y, idx = launch_forward(x, params, cfg, MODE_BOTH)
-            self.idx = idx
-            return (y, idx) if return_indices else y
-        self.idx = None
-        return launch_forward(x, params, cfg, MODE_VALUES)
 
-    def grad(self, dy, *unused):
-        if dy is None:
-            return None, None, None, None
-        x = self.x
-        if dy.dtype != x.dtype:
-            dy = dy.cast(x.dtype)
-        cfg = select_config(x.shape, x.dtype, self.params, "bwd", algorithm=self.algorithm)
-        return launch_backward(x, dy, self.idx, self.params, cfg), None, None, None
+_PLANS = _launch.PlanCache("max_pool3d")
 
 
 # ---- functional API and Module ----------------------------------------------------------------------------
@@ -762,6 +707,13 @@ def _check_input(x) -> None:
                          f"(indices are int32)")
 
 
+def _build(x, key, kernel_size, stride, padding, dilation, ceil_mode, return_indices, need_grad, cuda):
+    _check_input(x)
+    params = normalize_params(kernel_size, stride, padding, dilation, ceil_mode)
+    shape = tuple(int(n) for n in x.shape)
+    return _PLANS.put(key, plan(shape, str(x.dtype), params, bool(return_indices), need_grad, cuda))
+
+
 def max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
     """3-D max pooling over the last three dims of ``x`` ((N, C, D, H, W) or (C, D, H, W)).
 
@@ -769,19 +721,16 @@ def max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     ``(d * H + h) * W + w`` of each maximum in its (n, c) plane. Raises TypeError/ValueError naming the bad
     argument. Backward is deterministic (no atomics).
     """
-    _check_input(x)
-    params = normalize_params(kernel_size, stride, padding, dilation, ceil_mode)
-    lead, spatial = tuple(x.shape[:-3]), tuple(x.shape[-3:])
-    out_shape = lead + output_shape(spatial, params)
-    planes = math.prod(lead)
-    if planes == 0:  # an empty batch: nothing to pool
-        values = jt.zeros(out_shape, dtype=x.dtype)
-        return (values, jt.zeros(out_shape, dtype="int32")) if return_indices else values
+    if type(x) is not jt.Var:
+        _check_input(x)
     need_grad = not (jt.flags.no_grad or x.is_stop_grad())
-    res = MaxPool3dFunction.apply(x.reshape((planes,) + spatial), params, bool(return_indices), need_grad)
-    if return_indices:
-        return res[0].reshape(out_shape), res[1].reshape(out_shape)
-    return res.reshape(out_shape)
+    cuda = _launch.on_cuda()
+    key = (str(x.shape), str(x.dtype), kernel_size, stride, padding, dilation, ceil_mode, return_indices,
+           need_grad, cuda)
+    p = _PLANS.get(key)
+    if p is None:
+        p = _build(x, key, kernel_size, stride, padding, dilation, ceil_mode, return_indices, need_grad, cuda)
+    return p(x)
 
 
 class MaxPool3d(jt.Module):

@@ -17,9 +17,9 @@ Layers (top to bottom):
 
 * dispatch, pure Python: :func:`select_config` -> :class:`KernelConfig` (variant, the template constant ``tm``,
   launch geometry, shared memory, index type);
-* launch: :func:`render_source` (the one line of ``cuda_src``/``cpu_src`` that calls a launcher of
-  ``cuda_snippets/timex.cuh``), :func:`launch_forward` (also grad_k), :func:`launch_grad_w`;
-* :class:`TimeXFunction` (``jt.Function``, used through ``.apply``);
+* launch: generated menus of the forward kernels (one translation unit per dtype and index type; the kernel
+  chosen at run time through ``data``), :func:`forward_launch` (also grad_k), :func:`grad_w_launch`;
+* a plan per call signature (``ops._launch.PlanCache``), recorded for autograd with ``_launch.taped``;
 * the functional API :func:`timex` and the Module :class:`TimeX`.
 
 Variants (``cuda_snippets/timex.cuh`` has the kernels; the CPU path runs the same per-block phase functions
@@ -56,21 +56,22 @@ Performance, B32 C768 T768 on an H100 (docs/perf-notes.md): the CUDA-core forwar
 about half the FP32 FMA peak), fwd_mma2 0.293 ms and fwd_mma3 0.291 ms in float32 (50 TFLOP/s), fwd_mma 0.181
 ms in bfloat16; the float32 backward (grad_k on fwd_mma2 + grad_w) 0.862 ms.
 
-Only the variant, ``tm`` (1, 2 or 4), the dtype and the index type change the generated code: one compile
-per (dtype, tm, index type) for each forward kernel (also grad_k) and per (dtype, index type) for grad_w;
-every size, tile and lane count goes through the shapes and ``data``.
+Compiles: one per (dtype, index type) for the forward menu (every forward kernel with every ``tm``; also grad_k)
+and one for grad_w; the kernel, every size, tile and lane count go through the shapes and ``data``.
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from dataclasses import dataclass
 from typing import Sequence, Tuple
 
 from . import _codegen
-from ._jittor import code, jt
+from . import _launch
+from ._jittor import jt
 
-__all__ = ["timex", "TimeX", "TimeXFunction", "KernelConfig", "select_config", "render_source",
+__all__ = ["timex", "TimeX", "KernelConfig", "select_config", "render_source", "forward_launch", "grad_w_launch",
            "launch_forward", "launch_grad_w", "VARIANTS", "DTYPES"]
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -131,7 +132,8 @@ MMA_TILE, MMA_THREADS = 128, 128  # TIMEX_MMA_TILE / TIMEX_MMA_THREADS in timex.
 # switches.
 MMA_SWITCH = "OPS_TIMEX_MMA"
 TC_OFF, TC_MMA, TC_MMA2, TC_MMA3, TC_AUTO = 0, 1, 2, 3, 4
-_SWITCH_VALUES = {"0": TC_OFF, "1": TC_MMA, "2": TC_MMA2, "3": TC_MMA3, "auto": TC_AUTO}
+_SWITCH_VALUES = {"auto": TC_AUTO, "0": TC_OFF, "1": TC_MMA, "2": TC_MMA2, "3": TC_MMA3}
+_launch.register_switch(MMA_SWITCH, tuple(_SWITCH_VALUES))
 # fwd_mma2's shared memory per stage, in 32-bit words (TimexMma2Stage in timex.cuh): the k chunk and the
 # 2 * 128 + 8 lag window, twice (big and small halves) for float32; two stages.
 MMA2_WINDOW = 2 * MMA_TILE + 8
@@ -197,11 +199,8 @@ def tensor_cores_available() -> int:
     """The tensor-core mode for the forward here: TC_OFF (no CUDA in use, an arch below sm_80, or switched
     off), else what ``OPS_TIMEX_MMA`` asks: TC_AUTO (unset or "auto"), TC_MMA ("1"), TC_MMA2 ("2") or
     TC_MMA3 ("3")."""
-    import os
-    switch = os.environ.get(MMA_SWITCH, "auto").strip().lower() or "auto"
-    if switch not in _SWITCH_VALUES:
-        raise ValueError(f"{MMA_SWITCH} must be one of {', '.join(_SWITCH_VALUES)}, got {switch!r}")
-    if not jt.flags.use_cuda:
+    switch = _launch.switch(MMA_SWITCH)
+    if not _launch.on_cuda():
         return TC_OFF
     archs = list(jt.flags.cuda_archs)
     if not archs or min(archs) < 80:
@@ -301,71 +300,120 @@ def select_config(k_shape: Sequence[int], kernel: str = "forward", *, single_max
                         splits=splits, threads=threads, smem_bytes=smem, index_t=_codegen.index_type(numel))
 
 
-# ---- launch -----------------------------------------------------------------------------------------------
+# ---- launch: menus ----------------------------------------------------------------------------------------
+#
+# One translation unit per (dtype, index type) for the forward (also grad_k): a generated menu switches over its
+# kernels (CUDA cores with tm = 1, 2, 4; the tensor-core kernels with 1, 2, 4 n-tiles), the choice and the
+# geometry arriving through `data`; one for grad_w. The CPU path has its own menu of the host loops.
 
-# The launchers (timex.cuh) take the geometry from ``data``; the source text carries only what changes the
-# generated code: the dtype (in0_type), TM and the index type.
-_FORWARD_CALL = ("timex_fwd_${FN}<in0_type, ${TM}, ${IT}>(in0_p, in1_p, out0_p, "
-                 "timex_fwd_params(in1_shape0, in1_shape1, in1_shape2, data));")
+_TMS = (1, 2, 4)
+_FWD_CUDA_MENU = _codegen.Menu([("launch", tm) for tm in _TMS] + [(fn, nt) for fn in ("mma_launch", "mma2_launch",
+                                                                                    "mma3_launch") for nt in _TMS],
+                               lambda e: f"timex_fwd_{e[0]}<T, {e[1]}, I>(w, k, out, p)")
+_FWD_CPU_MENU = _codegen.Menu([("host", tm) for tm in _TMS], lambda e: f"timex_fwd_{e[0]}<T, {e[1]}, I>(w, k, out, p)")
+_MENU_HEAD = ("template <typename T, typename I>\n"
+              "void timex_fwd_menu(int v, const T* w, const T* k, T* out, const TimexFwdParams& p)")
+
+
+def _fwd_entry(cfg: KernelConfig, device: str) -> tuple:
+    if cfg.variant in _MMA_VARIANTS.values():
+        return (cfg.variant[len("fwd_"):] + "_launch", cfg.tm)
+    return ("launch" if device == "cuda" else "host", cfg.tm)
+
+
+@functools.lru_cache(maxsize=None)
+def _header(device: str) -> str:
+    menu = _FWD_CUDA_MENU if device == "cuda" else _FWD_CPU_MENU
+    text = f"// ops: timex {device} menu (generated by ops/timex.py)\n#pragma once\n" + menu.render(_MENU_HEAD, "timex")
+    names = ("common", "timex") if device == "cuda" else ("timex",)
+    return _codegen.include(names, (_codegen.generated(f"timex_{device}_menu", text),))
+
+
+_FORWARD_SRC = ("timex_fwd_menu<in0_type, ${IT}>((int)data[\"v\"], in0_p, in1_p, out0_p, "
+                "timex_fwd_params(in1_shape0, in1_shape1, in1_shape2, data));")
 _GRAD_W_CALL = ("timex_gw_${FN}<in0_type, ${IT}>(in0_p, in1_p, out0_p, out1_p, "
                 "timex_gw_params(in0_shape0, in0_shape1, in0_shape2, data));")
 
 
 def render_source(cfg: KernelConfig, device: str) -> str:
-    """The ``cuda_src`` (device "cuda") or ``cpu_src`` (device "cpu") calling the launcher for ``cfg``."""
-    if cfg.variant in _MMA_VARIANTS.values():
-        if device == "cpu":  # never selected off CUDA; the op's CPU half must still be valid C++
-            return f'LOGf << "timex: the {cfg.variant} launch is CUDA-only";'
-        fn = cfg.variant[len("fwd_"):] + "_launch"
-        return _codegen.render(_FORWARD_CALL, FN=fn, TM=cfg.tm, IT=cfg.index_t)
-    fn = {"cuda": "launch", "cpu": "host"}[device]
-    template = _FORWARD_CALL if cfg.kernel == "forward" else _GRAD_W_CALL
-    return _codegen.render(template, FN=fn, TM=cfg.tm, IT=cfg.index_t)
+    """The launcher call of ``cfg`` on ``device`` ("cuda" or "cpu"): the forward's menu entry, or grad_w's."""
+    if cfg.kernel == "grad_w":
+        return _codegen.render(_GRAD_W_CALL, FN={"cuda": "launch", "cpu": "host"}[device], IT=cfg.index_t)
+    if cfg.variant in _MMA_VARIANTS.values() and device == "cpu":
+        raise ValueError(f"the {cfg.variant} kernel is CUDA-only")
+    fn, tm = _fwd_entry(cfg, device)
+    return f"timex_fwd_{fn}<in0_type, {tm}, {cfg.index_t}>(...)"
 
 
-def _code(shapes, dtypes, inputs, cfg: KernelConfig, **extra):
-    return code(shapes, dtypes, inputs,
-                cpu_header=_codegen.snippet("timex"), cpu_src=render_source(cfg, "cpu"),
-                cuda_header=_codegen.header(["common", "timex"]), cuda_src=render_source(cfg, "cuda"),
-                data=cfg.data(**extra))
+def forward_launch(cfg: KernelConfig, shape, dtype: str, eps: float, reverse: bool, cuda: bool) -> _launch.Launch:
+    """``eps`` + the causal convolution of k (B, C, T) with w (C, T); ``reverse``: both in reversed time."""
+    device = "cuda" if cuda else "cpu"
+    menu = _FWD_CUDA_MENU if cuda else _FWD_CPU_MENU
+    data = cfg.data(reverse=int(bool(reverse)), eps=float(eps), v=menu.index(_fwd_entry(cfg, device)))
+    return _launch.Launch(tuple(shape), dtype, cuda=cuda, src=_codegen.render(_FORWARD_SRC, IT=cfg.index_t),
+                          header=_header(device), data=data)
+
+
+def grad_w_launch(cfg: KernelConfig, shape, dtype: str, cuda: bool) -> _launch.Launch:
+    """grad_w (C, T) and its float32 per-split partial sums from k and the output gradient (both (B, C, T))."""
+    B, C, T = shape
+    device = "cuda" if cuda else "cpu"
+    return _launch.Launch([(C, T), (cfg.splits, C, T)], [dtype, "float32"], cuda=cuda,
+                          src=render_source(cfg, device), header=_header(device), data=cfg.data())
 
 
 def launch_forward(w, k, eps: float, reverse: bool = False, cfg: KernelConfig = None):
-    """``eps`` + the causal convolution of ``k`` (B, C, T) with ``w`` (C, T); ``reverse``: both in reversed
-    time (grad_k = launch_forward(w, g, 0, reverse=True))."""
-    cfg = cfg or select_config(k.shape, "forward", tensor_cores=tensor_cores_available(), dtype=str(k.dtype))
-    return _code([k.shape], [k.dtype], [w, k], cfg, reverse=int(bool(reverse)), eps=float(eps))[0]
+    """Run the forward (``reverse``: grad_k = launch_forward(w, g, 0, reverse=True)) where jittor runs now."""
+    dtype = str(k.dtype)
+    cfg = cfg or select_config(k.shape, "forward", tensor_cores=tensor_cores_available(), dtype=dtype)
+    return forward_launch(cfg, k.shape, dtype, eps, reverse, _launch.on_cuda())([w, k])
 
 
 def launch_grad_w(k, g, cfg: KernelConfig = None):
     """grad_w (C, T) for ``k`` and the output gradient ``g`` (both (B, C, T), the same dtype)."""
     cfg = cfg or select_config(k.shape, "grad_w")
-    B, C, T = k.shape
-    gw, _partial = _code([(C, T), (cfg.splits, C, T)], [k.dtype, "float32"], [k, g], cfg)
-    return gw
+    return grad_w_launch(cfg, k.shape, str(k.dtype), _launch.on_cuda())([k, g])[0]
 
 
-# ---- autograd ---------------------------------------------------------------------------------------------
+# ---- plans: one per call signature ------------------------------------------------------------------------
 
 
-class TimeXFunction(jt.Function):
-    """out = eps + causal depthwise convolution of k with w; see the module docstring for the gradients.
+class _Plan:
+    """timex of one signature: the forward launch, recorded for autograd (``_launch.taped``) when a backward may
+    follow: grad_k is the forward kernel on time-reversed dy, grad_w its own kernel (both launches made on the
+    first backward)."""
 
-    Arguments: ``w`` (C, T), ``k`` (B, C, T) of one dtype, ``eps`` (float). Use through ``.apply``.
-    """
+    __slots__ = ("forward_launch", "need_grad", "grad_key", "_grad")
 
-    def execute(self, w, k, eps):
-        self.w, self.k = w, k
-        return launch_forward(w, k, eps)
+    def __init__(self, forward, need_grad, grad_key):
+        self.forward_launch, self.need_grad, self.grad_key, self._grad = forward, need_grad, grad_key, None
 
-    def grad(self, dout):
-        if dout is None:
-            return None, None, None
-        if str(dout.dtype) != str(self.k.dtype):
-            dout = dout.cast(self.k.dtype)
-        grad_k = launch_forward(self.w, dout, 0.0, reverse=True)
-        grad_w = launch_grad_w(self.k, dout)
-        return grad_w, grad_k, None
+    def forward(self, inputs):
+        return self.forward_launch(inputs)
+
+    def grad(self, w, k, dout):
+        shape, dtype, cfg, cuda = self.grad_key
+        if self._grad is None:
+            self._grad = (forward_launch(cfg, shape, dtype, 0.0, True, cuda),
+                          grad_w_launch(select_config(shape, "grad_w"), shape, dtype, cuda))
+        if str(dout.dtype) != dtype:
+            dout = dout.cast(dtype)
+        grad_k, grad_w = self._grad
+        return grad_w([k, dout])[0], grad_k([w, dout])
+
+    def __call__(self, w, k):
+        if not self.need_grad:
+            return self.forward_launch([w, k])
+        return _launch.taped((w, k), self.forward, lambda dout: self.grad(w, k, dout))
+
+
+def _plan(shape: Tuple[int, int, int], dtype: str, eps: float, need_grad: bool, cuda: bool) -> _Plan:
+    cfg = select_config(shape, "forward", tensor_cores=tensor_cores_available(), dtype=dtype)
+    select_config(shape, "grad_w")  # a T too long for the grid fails here, not inside a backward
+    return _Plan(forward_launch(cfg, shape, dtype, eps, False, cuda), need_grad, (shape, dtype, cfg, cuda))
+
+
+_PLANS = _launch.PlanCache("timex")
 
 
 # ---- functional API and Module ----------------------------------------------------------------------------
@@ -391,6 +439,16 @@ def _check_var(v, name: str, ndim: int, dims: str):
         raise ValueError(f"{name} must have every size >= 1, got shape {tuple(v.shape)}")
 
 
+def _validate(w, k, eps) -> float:
+    _check_var(w, "w", 2, "(C, T)")
+    _check_var(k, "k", 3, "(B, C, T)")
+    if tuple(k.shape[1:]) != tuple(w.shape):
+        raise ValueError(f"w must have shape (C, T) = k.shape[1:] = {tuple(k.shape[1:])}, got {tuple(w.shape)}")
+    if str(w.dtype) != str(k.dtype):
+        raise TypeError(f"w and k must have the same dtype, got w {w.dtype} and k {k.dtype}")
+    return _check_eps(eps)
+
+
 def timex(w, k, eps=0.0):
     """RWKV time-mix: ``out[b, c, t] = eps + sum_{u<=t} w[c, T-1-(t-u)] * k[b, c, u]``.
 
@@ -398,16 +456,16 @@ def timex(w, k, eps=0.0):
     accumulated in float32); ``eps``: a float added to every output. Returns (B, C, T) in k's dtype.
     Differentiable in ``w`` and ``k`` (deterministic gradients).
     """
-    _check_var(w, "w", 2, "(C, T)")
-    _check_var(k, "k", 3, "(B, C, T)")
-    if tuple(k.shape[1:]) != tuple(w.shape):
-        raise ValueError(f"w must have shape (C, T) = k.shape[1:] = {tuple(k.shape[1:])}, got {tuple(w.shape)}")
-    if str(w.dtype) != str(k.dtype):
-        raise TypeError(f"w and k must have the same dtype, got w {w.dtype} and k {k.dtype}")
-    eps = _check_eps(eps)
-    for kernel in ("forward", "grad_w"):  # a T too long for the grid fails here, not inside a backward
-        select_config(k.shape, kernel)
-    return TimeXFunction.apply(w, k, eps)
+    if type(w) is not jt.Var or type(k) is not jt.Var:
+        _validate(w, k, eps)
+    need_grad = _launch.wants_grad(w, k)
+    cuda = _launch.on_cuda()
+    key = (str(w.shape), str(w.dtype), str(k.shape), str(k.dtype), eps, need_grad, cuda)
+    plan = _PLANS.get(key)
+    if plan is None:
+        eps = _validate(w, k, eps)
+        plan = _PLANS.put(key, _plan(tuple(int(n) for n in k.shape), str(k.dtype), eps, need_grad, cuda))
+    return plan(w, k)
 
 
 class TimeX(jt.Module):

@@ -6,6 +6,22 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))  # tests' own helpers (reference.py, nvcc_util.py)
 
+
+def _import_ops_alone():
+    """Import ops (and jittor) with no other pytest worker importing at the same time: jittor rewrites its
+    generated sources at every import, and a worker reading them half-written fails to start ("Source read
+    failed: .../gen/pyjt_jit_op_maker.cc"), even with jittor's own file lock on."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        import ops  # noqa: F401
+        return
+    import fcntl
+    import tempfile
+    with open(os.path.join(tempfile.gettempdir(), "ops-pytest-import.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        import ops  # noqa: F401
+
+
+_import_ops_alone()
 import ops  # noqa: E402,F401  (bootstraps jittor)
 from ops._jittor import has_cuda, jt  # noqa: E402
 
@@ -40,12 +56,34 @@ def device(request):
 
 
 # The A/B switches of the dispatchers: the tests pin the defaults, so a switch left set in the shell must not
-# change what they check; tests of a switch set it themselves (monkeypatch).
+# change what they check; tests of a switch set it themselves (the ``switches`` fixture).
 AB_SWITCHES = ("OPS_POOL3D_BWD", "OPS_PERMUTE_PACK_WORD", "OPS_PERMUTE_TILE_ORDER", "OPS_PERMUTE_ALIGN_OUT",
-               "OPS_TIMEX_MMA")
+               "OPS_PERMUTE_LOOSE_WORD", "OPS_TIMEX_MMA")
 
 
 @pytest.fixture(autouse=True)
 def default_dispatch(monkeypatch):
     for name in AB_SWITCHES:
         monkeypatch.delenv(name, raising=False)
+    ops._launch.reload_switches()
+
+
+class Switches:
+    """Sets and clears ``OPS_*`` switches for one test: the environment (undone after the test) and
+    ``reload_switches()``, as an A/B script does."""
+
+    def __init__(self, monkeypatch):
+        self._mp = monkeypatch
+
+    def setenv(self, name, value):
+        self._mp.setenv(name, value)
+        ops._launch.reload_switches()
+
+    def delenv(self, name, raising=True):
+        self._mp.delenv(name, raising=raising)
+        ops._launch.reload_switches()
+
+
+@pytest.fixture
+def switches(monkeypatch):
+    return Switches(monkeypatch)

@@ -119,18 +119,19 @@ def test_cuda13_compiles_cuda_as_cpp17():
     assert boot.cuda_std_fix(flags) == ' -Wall -std=c++17 -Xcompiler -fPIC -x cu'
 
 
-def test_host_opt_is_the_default_and_marks_the_source():
-    assert boot.host_opt_wanted({}) and boot.host_opt_wanted({boot.HOST_OPT_SWITCH: "1"})
-    assert not boot.host_opt_wanted({boot.HOST_OPT_SWITCH: "0"})
-    kw = {"cuda_src": "k<<<1, 1>>>();", "cpu_src": "x;"}
-    assert boot.host_opt_args(kw, on_cuda=True, enabled=False) == (kw, None)
-    assert boot.host_opt_args(kw, on_cuda=False, enabled=True) == (kw, None)
-    assert boot.host_opt_args({"cpu_src": "x;"}, on_cuda=True, enabled=True)[1] is None
-    marked, options = boot.host_opt_args(kw, on_cuda=True, enabled=True)
-    # jittor keys compiled ops on the source text only: the flagged build must not share a key with the plain one
-    assert marked["cuda_src"] != kw["cuda_src"] and marked["cuda_src"].endswith(kw["cuda_src"])
-    assert marked["cpu_src"] == kw["cpu_src"] and kw["cuda_src"] == "k<<<1, 1>>>();"
-    assert options == {"FLAGS: -Xcompiler -O2 ": 1}
+def test_host_opt_is_the_default_and_marks_the_source(switches):
+    """CUDA launches build their host half with -O2 through a FLAGS compile option, and carry a mark in the source:
+    jittor keys compiled ops on the text only, so the flagged build must not share a key with a plain one."""
+    from ops import _launch
+    plain = _launch.Launch((3,), "float32", cuda=False, src="x;")
+    assert plain.options is None and plain.kwargs == {"cpu_src": "x;"}
+    cuda = _launch.Launch((3,), "float32", cuda=True, src="k<<<1, 1>>>();", header="// h\n")
+    assert cuda.options == {"FLAGS: -Xcompiler -O2 ": 1}
+    assert cuda.kwargs["cuda_src"] != "k<<<1, 1>>>();" and cuda.kwargs["cuda_src"].endswith("k<<<1, 1>>>();")
+    assert cuda.kwargs["cuda_header"] == "// h\n" and "cpu_src" not in cuda.kwargs
+    switches.setenv(_launch.HOST_OPT_SWITCH, "0")
+    off = _launch.Launch((3,), "float32", cuda=True, src="k<<<1, 1>>>();")
+    assert off.options is None and off.kwargs["cuda_src"] == "k<<<1, 1>>>();"
 
 
 def test_code_applies_compile_options_to_the_first_output():

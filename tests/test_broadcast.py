@@ -527,7 +527,7 @@ def test_cuda_split_rows_are_deterministic(rng):
 
 
 def test_split_counter_array_matches_python():
-    assert f"#define OPS_BCAST_SPLIT_MAX_ROWS {B.SPLIT_MAX_ROWS}\n" in B._cuda_header()
+    assert f"#define OPS_BCAST_SPLIT_MAX_ROWS {B.SPLIT_MAX_ROWS}\n" in B._codegen.snippet("broadcast")
     assert B.TARGET_BLOCKS <= B.SPLIT_MAX_ROWS
 
 
@@ -553,12 +553,16 @@ def test_cuda_int64_index_path(rng):
     try:
         a = random_array((3, 1, 5), "float32", rng)
         cfg = B.select_config((3, 1, 5), (3, 7, 5), "float32", index_type="long long")
-        y = B._launch_forward(cfg, jt.array(a)).reshape((3, 7, 5))
+        y = B.forward_launch(cfg, "float32", True, (3, 7, 5))([jt.array(a)])
         np.testing.assert_array_equal(y.numpy(), np.broadcast_to(a, (3, 7, 5)))
         for x_shape, out_shape in [((3, 1), (3, 5000)), ((1, 8), (1000, 8)), ((2, 1, 1), (2, 300, 100))]:
             g = B.select_grad_config(x_shape, out_shape, "float32", index_type="long long")
             dy = rng.uniform(-1, 1, out_shape).astype(np.float32)
-            dx = B._run_grad(g, jt.array(dy), x_shape, "float32")
+            v = jt.array(dy).reshape((dy.size,))
+            for p in g.passes:
+                out = B.pass_launch(p, True)([v])
+                v = out[0] if p.kind == "row_split" else out
+            dx = v.reshape(x_shape)
             assert_close(dx.numpy(), ref_grad(dy, x_shape, out_shape), 1e-5, 1e-4, f"int64 {x_shape}")
     finally:
         jt.flags.use_cuda = prev
@@ -571,12 +575,7 @@ def _instantiations():
     body = []
     for t in ("uint8_t", "uint16_t", "uint32_t", "uint64_t"):  # the forward moves bytes: one type per size
         for it in ("int", "long long"):
-            for nd in B.FWD_ND_BUCKETS:
-                for inner in ("true", "false"):
-                    body.append(f"ops_bcast_forward_shaped<{t}, {nd}, {inner}, {it}, {B.BLOCK}, {B.FWD_UNROLL}>("
-                                f"({t}*)0, ({t}*)0, 0, (const long long*)0, (const long long*)0);")
-                    body.append(f"ops_bcast_forward<{t}, {nd}, {inner}, {it}, {B.BLOCK}, {B.FWD_UNROLL}>("
-                                f"({t}*)0, ({t}*)0, 0, (const long long*)0, (const long long*)0, 1);")
+            body.append(f"ops_bcast_forward_menu<{t}, {it}>(0, ({t}*)0, ({t}*)0, 0, data);")
     pairs = []  # (dy or partial type, output type, accumulator): every pair a chain can produce
     for dt, acc in B.ACC_DTYPE.items():
         ct, ca = B._codegen.CTYPES[dt], B._ACC_CTYPE[acc]
@@ -584,16 +583,20 @@ def _instantiations():
     pairs.append(("float", "float", "float"))
     for src, dst, acc in sorted(set(pairs)):
         for it in ("int", "long long"):
-            for group in (4, 32, 256):
-                body.append(f"ops_bcast_row_reduce<{src}, {dst}, {acc}, {group}, {it}>(({src}*)0, ({dst}*)0, "
-                            f"1, 1, 1, 1, 1);")
+            body.append(f"ops_bcast_pass_menu<{src}, {dst}, {acc}, {it}>(0, ({src}*)0, ({dst}*)0, data);")
             body.append(f"ops_bcast_row_split<{src}, {dst}, {acc}, {it}>(({src}*)0, ({dst}*)0, ({acc}*)0, 1, 1, 1, 1);")
-            body.append(f"ops_bcast_col_reduce<{src}, {dst}, {acc}, {it}>(({src}*)0, ({dst}*)0, 1, 1, 1, 1, 1, 1, 1);")
-    return "\n".join(body)
+    return "std::unordered_map<std::string, double> data;\n" + "\n".join(body)
 
 
 @pytest.mark.nvcc
 def test_nvcc_compiles_every_instantiation():
     from nvcc_util import compile_check
-    ok, log = compile_check(B._cuda_header(), _instantiations())
+    header = ("#include <unordered_map>\n#include <iostream>\n#define LOGf std::cerr\n"
+              + B._codegen.header(["common", "broadcast"])
+              + B.FWD_MENU.render("template <typename T, typename I, class Map>\n"
+                                  "void ops_bcast_forward_menu(int v, const T* in, T* out, long long numel, Map& data)",
+                                  "forward")
+              + B.PASS_MENU.render("template <typename T, typename OutT, typename A, typename I, class Map>\n"
+                                   "void ops_bcast_pass_menu(int v, const T* in, OutT* out, Map& data)", "pass"))
+    ok, log = compile_check(header, _instantiations())
     assert ok, log[-6000:]

@@ -42,3 +42,46 @@ def test_header_dedups_and_render_requires_every_value():
 def test_index_type_switches_above_int32():
     assert _codegen.index_type(2**31 - 1) == "int"
     assert _codegen.index_type(2**31) == "long long"
+
+
+def test_include_lines_carry_each_files_hash():
+    """A header is a few #include lines: jittor keys its kernel cache on that text, so each line carries its
+    file's content hash (an edited snippet changes the key) and jittor's half types come first."""
+    text = _codegen.include(("common", "pool3d"))
+    lines = text.splitlines()
+    assert lines[0] == '#include "type/fp16_compute.h"' and len(text) < 400
+    for line, name in zip(lines[1:], ("common", "pool3d")):
+        path = str(_codegen.snippet_path(name))
+        assert line == f'#include "{path}"  // {_codegen._digest(_codegen.snippet(name))}'
+
+
+def test_generated_files_are_named_by_their_content(tmp_path, monkeypatch):
+    monkeypatch.setattr(_codegen, "_generated_dir", lambda: tmp_path)
+    _codegen.generated.cache_clear()
+    try:
+        a = _codegen.generated("menu", "int a;\n")
+        assert a == _codegen.generated("menu", "int a;\n") and a != _codegen.generated("menu", "int b;\n")
+        files = sorted(p.name for p in tmp_path.iterdir())
+        assert len(files) == 2 and all(f.startswith("menu-") and f.endswith(".cuh") for f in files)
+        path = a.split('"')[1]
+        assert open(path).read() == "int a;\n"
+    finally:
+        _codegen.generated.cache_clear()
+
+
+def test_menu_switches_over_its_entries_in_order():
+    menu = _codegen.Menu([("a", 1), ("b", 2), ("a", 1)], lambda e: f"f<{e[0]}, {e[1]}>()")
+    assert menu.entries == (("a", 1), ("b", 2)) and menu.index(("b", 2)) == 1 and ("c", 3) not in menu
+    text = menu.render("void g(int v)", "op")
+    assert "case 0: f<a, 1>(); return;" in text and "case 1: f<b, 2>(); return;" in text
+    assert 'LOGf << "op: no kernel "' in text
+
+
+def test_a_code_op_runs_with_an_included_header():
+    """The CPU path of the same mechanism (jittor resolves the absolute include, and hashes the file)."""
+    import numpy as np
+    from ops._jittor import jt
+    x = jt.array(np.arange(6, dtype=np.float32))
+    y = jt.code(x.shape, x.dtype, [x], cpu_header=_codegen.include(("pool3d_gather",)),
+                cpu_src="for (int i = 0; i < in0_shape0; ++i) out0_p[i] = 2 * in0_p[i];")
+    np.testing.assert_array_equal(y.numpy(), 2 * np.arange(6, dtype=np.float32))

@@ -227,19 +227,19 @@ def test_render_depends_only_on_code_constants():
     a = P.select_config((32, 1024, 1024), (0, 2, 1), "float64")
     b = P.select_config((3, 72, 37), (0, 2, 1), "float64")  # output rows of 72 * 8 bytes: whole sectors
     assert a.params != b.params and P.render(a) == P.render(b)
-    assert P.render(a) == "ops_permute_tiled<8, 1, 1, int, 4, 0, 0, 0>(in0_p, out0_p, data);"
+    assert P.render(a) == "ops_permute_tiled<8, 1, int, 4, 0, 0, 0>(in0_p, out0_p, data);"
     shifted = P.select_config((3, 70, 37), (0, 2, 1), "float64")  # rows of 560 bytes: 64-byte units
-    assert P.render(shifted) == "ops_permute_tiled<8, 1, 1, int, 4, 8, 0, 0>(in0_p, out0_p, data);"
+    assert P.render(shifted) == "ops_permute_tiled<8, 1, int, 4, 8, 0, 0>(in0_p, out0_p, data);"
     split = P.select_config((8, 24, 40, 16, 64), (3, 1, 4, 2, 0), "float16")
-    assert P.render(split) == "ops_permute_tiled<2, 2, 2, int, 8, 0, 1, 0>(in0_p, out0_p, data);"
+    assert P.render(split) == "ops_permute_tiled<2, 2, int, 8, 0, 1, 0>(in0_p, out0_p, data);"
     g = P.select_config((2048, 1024, 12), (1, 0, 2), "float32")
     assert P.render(g) == "ops_permute_nd<3, 16, int, 256, 4>(in0_p, out0_p, data);"
     grouped = P.select_config((2048, 1024, 16), (1, 0, 2), "float16")
-    assert P.render(grouped) == "ops_permute_grouped<16, 2, 0, int, 8>(in0_p, out0_p, data);"
+    assert P.render(grouped) == "ops_permute_grouped<16, 2, int, 8>(in0_p, out0_p, data);"
     t = P.select_config((24300, 11520), (1, 0), "bfloat16", "transpose_add")
-    assert P.render(t) == "ops_transpose_add_tiled<in0_type, 2, 4, 0, int, 16, 0, 0, 0>(in0_p, in1_p, out0_p, data);"
+    assert P.render(t) == "ops_transpose_add_tiled<T, 2, 4, int, 16, 0, 0, 0>(in0_p, in1_p, out0_p, data);"
     s = P.select_config((4, 5), (0, 1), "float32", "transpose_add")
-    assert P.render(s) == "ops_transpose_add_nd<in0_type, 1, 16, int, 256, 4>(in0_p, in1_p, out0_p, data);"
+    assert P.render(s) == "ops_transpose_add_nd<T, 1, 16, int, 256, 4>(in0_p, in1_p, out0_p, data);"
     assert P.render(P.select_config((3, 4), (0, 1), "int8")) == "ops_permute_copy(in0_p, out0_p, data);"
     with pytest.raises(ValueError, match="fallback"):
         P.render(P.select_config((2,) * 9, tuple(range(8, -1, -1)), "float32"))
@@ -495,21 +495,21 @@ WORD8_EMULATED = [
 
 
 @pytest.mark.parametrize("shape, perm, dtype", WORD8_EMULATED)
-def test_emulated_eight_byte_words(shape, perm, dtype, rng, monkeypatch):
-    monkeypatch.setenv(P.PACK_WORD_SWITCH, "8")
+def test_emulated_eight_byte_words(shape, perm, dtype, rng, monkeypatch, switches):
+    switches.setenv(P.PACK_WORD_SWITCH, "8")
     cfg = P.select_config(shape, perm, dtype)
     assert (cfg.variant, cfg.pack) == ("tiled_packed", 8 // cfg.chunk)
     test_emulated_cuda_kernels(shape, perm, dtype, rng)
 
 
-def test_pack_word_switch(monkeypatch):
+def test_pack_word_switch(monkeypatch, switches):
     shape, perm = (32, 1024, 1024), (0, 2, 1)
-    monkeypatch.delenv(P.PACK_WORD_SWITCH, raising=False)
+    switches.delenv(P.PACK_WORD_SWITCH, raising=False)
     assert P.pack_word_mode() == "auto" and P.select_config(shape, perm, "float16").pack == 2
-    monkeypatch.setenv(P.PACK_WORD_SWITCH, "4")
+    switches.setenv(P.PACK_WORD_SWITCH, "4")
     assert P.select_config((8192, 8192), (1, 0), "float16").pack == 2
     assert P.select_config(shape, perm, "float32").pack == 1
-    monkeypatch.setenv(P.PACK_WORD_SWITCH, " 8 ")
+    switches.setenv(P.PACK_WORD_SWITCH, " 8 ")
     assert P.pack_word_mode() == "8"
     assert P.select_config(shape, perm, "bfloat16", "transpose_add").pack == 4
     assert P.select_config(shape, perm, "int8").pack == 4  # 1-byte elements keep 4-byte words
@@ -517,8 +517,8 @@ def test_pack_word_switch(monkeypatch):
     assert P.select_config(shape, perm, "float64").pack == 1
     assert P.select_config((32, 60, 1024), perm, "float16").pack == 2  # 60 < a 128-half edge: 4-byte words
     assert P.select_config((32, 30, 1024), perm, "float16").pack == 1  # below half a 64-half edge too
-    assert "ops_permute_tiled<2, 4, 1, int, 16, 0, 0, 0>" in P.render(P.select_config(shape, perm, "float16"))
-    monkeypatch.setenv(P.PACK_WORD_SWITCH, "16")
+    assert "ops_permute_tiled<2, 4, int, 16, 0, 0, 0>" in P.render(P.select_config(shape, perm, "float16"))
+    switches.setenv(P.PACK_WORD_SWITCH, "16")
     with pytest.raises(ValueError, match=P.PACK_WORD_SWITCH):
         P.select_config(shape, perm, "float16")
 
@@ -528,22 +528,22 @@ ORDER_A_EMULATED = [((70, 100), (1, 0), "float32"), ((3, 132, 136), (0, 2, 1), "
 
 
 @pytest.mark.parametrize("shape, perm, dtype", ORDER_A_EMULATED)
-def test_emulated_tile_order_along_a(shape, perm, dtype, rng, monkeypatch):
+def test_emulated_tile_order_along_a(shape, perm, dtype, rng, monkeypatch, switches):
     """The A/B switch's other block order (consecutive blocks along A) still covers every tile once."""
-    monkeypatch.setenv(P.TILE_ORDER_SWITCH, "a")
+    switches.setenv(P.TILE_ORDER_SWITCH, "a")
     assert P.select_config(shape, perm, dtype).data["b_fast"] == 0
     test_emulated_cuda_kernels(shape, perm, dtype, rng)
 
 
-def test_tile_order_switch(monkeypatch):
+def test_tile_order_switch(monkeypatch, switches):
     shape, perm = (24300, 11520), (1, 0)
     assert P.tile_order_mode() == "auto" and P.select_config(shape, perm, "bfloat16").data["b_fast"] == 1
     assert P.select_config((33, 40, 8), (1, 0, 2), "float32").data["b_fast"] == 0  # grouped: one order only
-    monkeypatch.setenv(P.TILE_ORDER_SWITCH, " A ")
+    switches.setenv(P.TILE_ORDER_SWITCH, " A ")
     assert P.select_config(shape, perm, "bfloat16", "transpose_add").data["b_fast"] == 0
-    monkeypatch.setenv(P.TILE_ORDER_SWITCH, "b")
+    switches.setenv(P.TILE_ORDER_SWITCH, "b")
     assert P.select_config(shape, perm, "float32").data["b_fast"] == 1
-    monkeypatch.setenv(P.TILE_ORDER_SWITCH, "c")
+    switches.setenv(P.TILE_ORDER_SWITCH, "c")
     with pytest.raises(ValueError, match=P.TILE_ORDER_SWITCH):
         P.select_config(shape, perm, "float16")
 
@@ -561,11 +561,11 @@ SHIFTED = [  # (shape, perm, dtype, mode, expected elements per aligned unit)
 
 
 @pytest.mark.parametrize("shape, perm, dtype, mode, unit", SHIFTED)
-def test_emulated_shifted_tile(shape, perm, dtype, mode, unit, rng, monkeypatch):
+def test_emulated_shifted_tile(shape, perm, dtype, mode, unit, rng, monkeypatch, switches):
     """The shifted tile (output rows that do not start on a sector): every element once, every warp's row
     segment on a sector boundary, conflict-free gathers; for the permute and for transpose_add's 2-D swaps."""
     if mode != "auto":
-        monkeypatch.setenv(P.ALIGN_OUT_SWITCH, mode)
+        switches.setenv(P.ALIGN_OUT_SWITCH, mode)
     cfg = P.select_config(shape, perm, dtype)
     assert cfg.variant.startswith("tiled") and cfg.data["align"] == unit
     test_emulated_cuda_kernels(shape, perm, dtype, rng)
@@ -581,20 +581,20 @@ LOOSE = [  # (shape, perm, dtype, mode, expected pack): rows that do not start o
 
 
 @pytest.mark.parametrize("shape, perm, dtype, mode, pack", LOOSE)
-def test_emulated_loose_words(shape, perm, dtype, mode, pack, rng, monkeypatch):
+def test_emulated_loose_words(shape, perm, dtype, mode, pack, rng, monkeypatch, switches):
     """Loose words: every element once, the last word of a row cut at its end; for transpose_add's 2-D swaps
     too. With the switch at "0" the same shapes take the plain tile."""
-    monkeypatch.setenv(P.LOOSE_WORD_SWITCH, "0")
+    switches.setenv(P.LOOSE_WORD_SWITCH, "0")
     cfg = P.select_config(shape, perm, dtype)
     assert cfg.pack == 1 and cfg.data["loose"] == 0
-    monkeypatch.setenv(P.LOOSE_WORD_SWITCH, mode)
+    switches.setenv(P.LOOSE_WORD_SWITCH, mode)
     cfg = P.select_config(shape, perm, dtype)
     assert (cfg.variant, cfg.pack, cfg.data["loose"], cfg.data["align"]) == ("tiled_packed", pack, 1, 0)
     assert P.render(cfg).split("(")[0].endswith(", 1>")
     test_emulated_cuda_kernels(shape, perm, dtype, rng)
 
 
-def test_loose_word_rule(monkeypatch):
+def test_loose_word_rule(monkeypatch, switches):
     def got(shape, perm, dtype, op="permute"):
         cfg = P.select_config(shape, perm, dtype, op)
         return cfg.pack, cfg.data.get("loose")
@@ -611,10 +611,10 @@ def test_loose_word_rule(monkeypatch):
     assert got((64, 1024, 1024), (0, 2, 1), "int8") == (4, 0)  # aligned rows keep aligned words
     assert got((4097, 3071), (1, 0), "int32", "transpose_add") == (2, 1)
     assert got((4097, 3071), (1, 0), "float64", "transpose_add") == (1, 0)
-    monkeypatch.setenv(P.LOOSE_WORD_SWITCH, "0")
+    switches.setenv(P.LOOSE_WORD_SWITCH, "0")
     assert got((4097, 3071), (1, 0), "int8") == (1, 0) and got((4097, 3071), (1, 0), "float32", "transpose_add") == (
         1, 0)
-    monkeypatch.setenv(P.LOOSE_WORD_SWITCH, " 4 ")
+    switches.setenv(P.LOOSE_WORD_SWITCH, " 4 ")
     assert P.loose_word_mode() == "4"
     assert got((4097, 3071), (1, 0), "float16") == (2, 1) and got((4097, 3071), (1, 0), "float16", "transpose_add") == (
         2, 1)
@@ -623,16 +623,16 @@ def test_loose_word_rule(monkeypatch):
     assert got((32, 1024, 1024), (0, 2, 1), "float16") == (2, 0)  # aligned rows keep aligned words
     assert got((31, 3071), (1, 0), "float16") == (1, 0)       # 31 < half a 64-element edge
     assert got((4097, 3071), (1, 0), "float64") == (1, 0)
-    monkeypatch.setenv(P.LOOSE_WORD_SWITCH, "8")
+    switches.setenv(P.LOOSE_WORD_SWITCH, "8")
     assert got((4097, 3071), (1, 0), "float16") == (4, 1) and got((4097, 3071), (1, 0), "float32") == (2, 1)
     assert got((4097, 3071), (1, 0), "int8") == (4, 1)        # 1-byte elements: 4-byte words
     assert got((4097, 127), (1, 0), "float16") == (1, 0)      # below a whole 128-element edge
-    monkeypatch.setenv(P.LOOSE_WORD_SWITCH, "2")
+    switches.setenv(P.LOOSE_WORD_SWITCH, "2")
     with pytest.raises(ValueError, match=P.LOOSE_WORD_SWITCH):
         P.select_config((4097, 3071), (1, 0), "float16")
 
 
-def test_align_out_rule(monkeypatch):
+def test_align_out_rule(monkeypatch, switches):
     def unit(shape, perm, dtype, op="permute"):
         return P.select_config(shape, perm, dtype, op).data["align"]
     assert unit((24300, 11520), (1, 0), "bfloat16") == 16          # the seed's shape: 48600-byte output rows
@@ -645,13 +645,13 @@ def test_align_out_rule(monkeypatch):
     assert unit((8192, 8192), (1, 0), "float32") == 0 and unit((32, 1024, 1024), (0, 2, 1), "int8") == 0
     cfg = P.select_config((4097, 3071), (1, 0), "float32")
     assert cfg.data["tiles_b"] == -(-(4097 + 15) // 32)  # the shifted rows reach 15 columns into one more tile
-    monkeypatch.setenv(P.ALIGN_OUT_SWITCH, "0")
+    switches.setenv(P.ALIGN_OUT_SWITCH, "0")
     assert unit((24300, 11520), (1, 0), "bfloat16") == 0
-    monkeypatch.setenv(P.ALIGN_OUT_SWITCH, "64")
+    switches.setenv(P.ALIGN_OUT_SWITCH, "64")
     assert unit((24300, 11520), (1, 0), "bfloat16", "transpose_add") == 32
     assert unit((8192, 8192), (1, 0), "float32") == 16 and unit((4097, 3071), (1, 0), "float16") == 32
     assert unit((4097, 3071), (1, 0), "int8") == 0  # 63 extra rows: no room in a 32-row tile
-    monkeypatch.setenv(P.ALIGN_OUT_SWITCH, "16")
+    switches.setenv(P.ALIGN_OUT_SWITCH, "16")
     with pytest.raises(ValueError, match=P.ALIGN_OUT_SWITCH):
         P.select_config((24300, 11520), (1, 0), "bfloat16")
 
@@ -958,10 +958,10 @@ def check_on_gpu(shape, perm, dtype, op, rng):
     ((4096, 4096), (1, 0), "float32", "transpose_add"),            # 2 floats per word
     ((3, 130, 100), (0, 2, 1), "float32", "permute"),
 ])
-def test_cuda_eight_byte_words(shape, perm, dtype, op, rng, monkeypatch):
+def test_cuda_eight_byte_words(shape, perm, dtype, op, rng, monkeypatch, switches):
     """8-byte words forced (OPS_PERMUTE_PACK_WORD=8; the default takes them by the measured rule): 2-byte
     elements moved 4 to a word, 4-byte elements 2."""
-    monkeypatch.setenv(P.PACK_WORD_SWITCH, "8")
+    switches.setenv(P.PACK_WORD_SWITCH, "8")
     jt.flags.use_cuda = 1
     try:
         assert P.select_config(shape, perm, dtype, op).pack == 8 // _codegen.ITEMSIZE[dtype]
@@ -982,10 +982,10 @@ def test_cuda_eight_byte_words(shape, perm, dtype, op, rng, monkeypatch):
     ((131, 1027), (1, 0), "uint8", "transpose_add", "auto"),
     ((3, 1025, 1023), (0, 2, 1), "float32", "transpose_add", "auto"),  # 4-byte elements in transpose_add
 ])
-def test_cuda_loose_words(shape, perm, dtype, op, mode, rng, monkeypatch):
+def test_cuda_loose_words(shape, perm, dtype, op, mode, rng, monkeypatch, switches):
     """Loose words (forced by OPS_PERMUTE_LOOSE_WORD, or by its default rule) on rows that do not start on a
     word."""
-    monkeypatch.setenv(P.LOOSE_WORD_SWITCH, mode)
+    switches.setenv(P.LOOSE_WORD_SWITCH, mode)
     jt.flags.use_cuda = 1
     try:
         assert P.select_config(shape, perm, dtype, op).data["loose"] == 1
@@ -1003,9 +1003,9 @@ def test_cuda_loose_words(shape, perm, dtype, op, mode, rng, monkeypatch):
     ((36, 3, 70), (2, 1, 0), "float16", "transpose_add"),      # a misaligned batch stride
     ((6, 7, 40), (2, 1, 0), "float32", "permute"),             # split B (7 x 6), 168-byte rows
 ])
-def test_cuda_shifted_tile(shape, perm, dtype, op, mode, rng, monkeypatch):
+def test_cuda_shifted_tile(shape, perm, dtype, op, mode, rng, monkeypatch, switches):
     """The shifted tile forced to each unit (OPS_PERMUTE_ALIGN_OUT; "0" is the plain tile) on misaligned rows."""
-    monkeypatch.setenv(P.ALIGN_OUT_SWITCH, mode)
+    switches.setenv(P.ALIGN_OUT_SWITCH, mode)
     jt.flags.use_cuda = 1
     try:
         assert P.select_config(shape, perm, dtype, op).variant.startswith("tiled")
@@ -1039,7 +1039,7 @@ def test_cuda_int64_index_kernels(shape, perm, dtype, op, rng):
             inputs.append(to_var(y, dtype))
             d0, d1 = [k for k, p in enumerate(perm) if k != p] or [0, 0]
             want = add_reference(x, y, d0, d1, dtype)
-        got = to_np(P._launch(cfg, inputs).reshape(want.shape))
+        got = to_np(P.run_config(cfg, inputs).reshape(want.shape))
         if op == "transpose_add":
             assert_close_add(got, want, dtype)
         else:
@@ -1048,64 +1048,40 @@ def test_cuda_int64_index_kernels(shape, perm, dtype, op, rng):
         jt.flags.use_cuda = 0
 
 
-# ---- nvcc: every kernel instantiation the dispatcher can produce compiles for sm_90 ------------------------
+# ---- nvcc: every menu compiles for sm_90 -------------------------------------------------------------------
 
-def _aligns(e, pk):
-    """The shifted tile's units (elements per 32 / 64 bytes) the tile of (e, pk) can take, and 0 (unshifted)."""
-    return [0] + [u // e for u in (32, 64) if u // e > pk and u // e - pk < 32 * pk]
-
-
-def _instantiations():
-    """Launcher calls covering every template axis: each rank, chunk, (element size, pack), batch rank, index
-    type and element type appears at least once (not the full product: one nvcc run has to stay short)."""
-    nd, rows = f"{P.ND_THREADS}, {P.ND_UNROLL}", P.TILE_ROWS
-    idx = ["int", "long long"]
-    calls = ["ops_permute_copy(src, dst, data);"]
-    for r in range(1, P.MAX_RANK + 1):
-        for i, it in enumerate(idx):
-            calls.append(f"ops_permute_nd<{r}, {P.CHUNKS[(r + i) % 5]}, {it}, {nd}>(src, dst, data);")
-    for n, (e, pk) in enumerate([(1, 1), (2, 1), (4, 1), (8, 1), (16, 1), (1, 4), (2, 2), (2, 4), (4, 2)]):
-        for al in _aligns(e, pk):
-            for lw in ([0, 1] if pk > 1 and al == 0 else [0]):  # loose words: packed, unshifted
-                calls.append(f"ops_permute_tiled<{e}, {pk}, {n}, {idx[(n + lw) % 2]}, {P._tile_rows(e, pk)}, {al}, "
-                             f"{(n + al) % 2}, {lw}>(src, dst, data);")
-    for br in range(P.MAX_RANK - 1):
-        calls.append(f"ops_permute_tiled<4, 1, {br}, {idx[(br + 1) % 2]}, {P._tile_rows(4, 1)}, {8 * (br % 2)}, "
-                     f"{br // 2 % 2}, 0>(src, dst, data);")
-    for n, g in enumerate(P.GROUPS):
-        for br in range(P.MAX_RANK - 2):
-            calls.append(f"ops_permute_grouped<16, {g}, {br}, {idx[(n + br) % 2]}, {rows}>(src, dst, data);")
-    for n, (dt, ct) in enumerate(_codegen.CTYPES.items()):
-        e, it = _codegen.ITEMSIZE[dt], idx[n % 2]
-        calls.append(f"ops_transpose_add_nd<{ct}, 1, 16, {it}, {nd}>(src, src, dst, data);")
-        calls.append(f"ops_transpose_add_nd<{ct}, {3 + n % 3}, {e}, {it}, {nd}>(src, src, dst, data);")
-        calls.append(f"ops_transpose_add_grouped<{ct}, 16, {P.GROUPS[n % 3]}, {n % 3}, {it}, {rows}>"
-                     "(src, src, dst, data);")
-        words = [(e, 1), (16, 1)] + ([(e, 4 // e)] if e < 4 else []) + ([(e, 8 // e)] if e in (2, 4) else [])
-        for k, (c, pk) in enumerate(words):
-            al = _aligns(c, pk)[(n + k) % len(_aligns(c, pk))]
-            lw = int(pk > 1 and al == 0)  # loose words wherever the word is packed and unshifted
-            calls.append(f"ops_transpose_add_tiled<{ct}, {c}, {pk}, {(n + k) % 4}, {it}, {P._tile_rows(c, pk)}, "
-                         f"{al}, {k % 2}, {lw}>(src, src, dst, data);")
-    return calls
+def test_every_configuration_is_in_its_menu():
+    """Each configuration the dispatcher picks (select table, case table) is an entry of its translation unit's
+    menu, whose entries cover every template axis: ranks, chunks, packs, units, split B, loose words, groups."""
+    from ops.scoring import fam_permute as FP
+    cfgs = [P.select_config(s, p, d, op) for s, p, d, op, _ in SELECT_TABLE]
+    cfgs += [P.select_config(c.shapes[0], FP._perm(c), c.dtype, c.p.get("op", "permute")) for c in FP.FAMILY.cases]
+    for cfg in cfgs:
+        if cfg.variant != "fallback":
+            assert P._entry(cfg) in P.menu(cfg.op, _codegen.ITEMSIZE[cfg.dtype]), cfg
+    kinds = {e[0] for op in P.VARIANTS for size in (1, 2, 4, 8, 16) for e in P.menu(op, size).entries}
+    assert kinds == {"copy", "nd", "grouped", "tiled"}
 
 
-def test_render_is_covered_by_nvcc_instantiations():
-    """Every template the dispatcher renders has its shape of arguments among the compiled instantiations."""
-    calls = _instantiations()
-    for s, p, d, op, _ in SELECT_TABLE:
-        cfg = P.select_config(s, p, d, op)
-        if cfg.variant == "fallback":
-            continue
-        launcher = P.render(cfg).split("<")[0].split("(")[0]
-        assert any(c.startswith(launcher) for c in calls)
+# (op, dtype, index types) whose menus the nvcc test compiles: every element size of permute, transpose_add's
+# arithmetic kinds (half, bfloat16 via float; float; bool as logical or); long long once (one nvcc minute each).
+NVCC_MENUS = [("permute", "int8", ("int",)), ("permute", "float16", ("int",)), ("permute", "float32", ("long long",)),
+              ("permute", "int64", ("int",)), ("transpose_add", "bfloat16", ("int",)),
+              ("transpose_add", "float32", ("int",)), ("transpose_add", "bool", ("int",))]
 
 
 @pytest.mark.nvcc
-def test_nvcc_compiles_every_instantiation():
+@pytest.mark.parametrize("op, dtype, index_types", NVCC_MENUS)
+def test_nvcc_compiles_every_menu(op, dtype, index_types):
     from nvcc_util import compile_check
-    body = ("std::unordered_map<std::string, double> data;\nconst void* src = nullptr;\nvoid* dst = nullptr;\n"
-            + "\n".join(_instantiations()))
-    header = "#include <string>\n#include <unordered_map>\n" + _codegen.header(["common", "permute"])
+    ctype = _codegen.CTYPES[dtype]
+    menu = P.menu(op, _codegen.ITEMSIZE[dtype])
+    head = (f"template <typename T, typename I, class Map>\nvoid ops_{op}_menu(int v, const T* in0_p, "
+            + ("const T* in1_p, " if op == "transpose_add" else "") + "T* out0_p, Map& data)")
+    header = ("#include <string>\n#include <unordered_map>\n#include <iostream>\n#define LOGf std::cerr\n"
+              + _codegen.header(["common", "permute"]) + menu.render(head, op))
+    args = "0, x, y, x, data" if op == "transpose_add" else "0, x, x, data"
+    body = (f"std::unordered_map<std::string, double> data;\n{ctype}* x = nullptr;\nconst {ctype}* y = nullptr;\n"
+            + "\n".join(f"ops_{op}_menu<{ctype}, {it}>({args});" for it in index_types))
     ok, log = compile_check(header, body)
     assert ok, log[-4000:]

@@ -3,6 +3,7 @@ NaN and empty windows, deterministic gradients of the three backward algorithms,
 nvcc compile of every kernel the dispatcher renders."""
 import itertools
 import math
+import re
 
 import numpy as np
 import pytest
@@ -95,8 +96,8 @@ def test_window_predicates():
         assert P.backward_algorithm(params) == "gather"  # the default gathers from the saved indices
 
 
-def test_recompute_switch_takes_the_layout_algorithm(monkeypatch):
-    monkeypatch.setenv(P.BWD_SWITCH, "recompute")
+def test_recompute_switch_takes_the_layout_algorithm(monkeypatch, switches):
+    switches.setenv(P.BWD_SWITCH, "recompute")
     for kw in (_kw(2), _kw(2, 3), _kw(3, 1), _kw((2, 8, 8), ceil=True)):
         params = P.normalize_params(**kw)
         assert P.backward_algorithm(params) == P.layout_algorithm(params)
@@ -270,16 +271,16 @@ def _emulate_rows(x, cfg, params):
     ((2, 9, 10, 20), "float32", _kw(5, 2)),
     ((1, 9, 9, 12), "float32", _kw(8, 1)),
     ((2, 9, 7, 16), "float16", _kw((2, 3, 3), (2, 1, 1))),
-    ((2, 8, 9, 16), "float16", _kw((3, 2, 7), (1, 2, 2), d=(2, 3, 1))),
-    ((3, 5, 6, 10), "float64", _kw((1, 2, 1), (2, 1, 1))),
+    ((2, 8, 9, 16), "float16", _kw((3, 2, 8), (1, 2, 2), d=(2, 3, 1))),
+    ((3, 5, 6, 10), "float64", _kw((1, 2, 2), (2, 1, 1))),
     ((2, 4, 4, 12), "float32", _kw((2, 2, 4), (1, 1, 2))),
     # padded and ceil_mode windows (rows outside the input skipped, W padding in the chunk before w0)
     ((2, 9, 10, 16), "float32", _kw(3, 2, 1)),
     ((2, 9, 10, 16), "float16", _kw(3, 2, 1)),
-    ((2, 7, 9, 12), "float32", _kw((3, 3, 4), (2, 2, 2), (1, 1, 2))),
-    ((2, 7, 9, 12), "float64", _kw((2, 3, 4), (1, 2, 1), (1, 1, 2), (2, 1, 1))),
+    ((2, 7, 9, 12), "float32", _kw((3, 3, 4), (2, 2, 2), (1, 1, 1))),
+    ((2, 7, 9, 12), "float64", _kw((2, 3, 4), (1, 2, 1), (1, 1, 1), (2, 1, 1))),
     ((2, 7, 9, 16), "bfloat16", _kw(3, 2, ceil=True)),
-    ((2, 7, 9, 16), "float32", _kw((3, 3, 5), (2, 2, 2), (1, 0, 2), ceil=True)),
+    ((2, 7, 9, 16), "float32", _kw((3, 3, 5), (2, 2, 2), (1, 0, 1), ceil=True)),
 ])
 def test_rows_kernel_math_matches_the_reference(shape, dtype, kw, rng):
     """The fwd_rows index math (emulated) gives the reference values, NaN included, reading only in-row chunks."""
@@ -297,7 +298,7 @@ def test_rows_kernel_math_matches_the_reference(shape, dtype, kw, rng):
 def test_rows_values_on_gpu(dtype, rng):
     """fwd_rows (values only, no grad) on the GPU, with NaNs, against the reference."""
     cases = [((2, 3, 12, 10, 16), _kw(3, 1)), ((2, 3, 9, 8, 12), _kw((2, 3, 1), (2, 1, 1))),
-             ((64, 32, 8, 9, 16), _kw((3, 2, 7), (1, 2, 2), d=(2, 3, 1))), ((2, 16, 32, 32, 32), _kw(8, 1)),
+             ((64, 32, 8, 9, 16), _kw((3, 2, 8), (1, 2, 2), d=(2, 3, 1))), ((2, 16, 32, 32, 32), _kw(8, 1)),
              ((4, 32, 32, 32, 32), _kw(5, 2)), ((4, 32, 16, 16, 24), _kw(3, 1)),
              ((8, 16, 16, 28, 32), _kw(3, 2, 1)), ((2, 8, 7, 9, 16), _kw(3, 2, ceil=True)),
              ((4, 8, 8, 16, 32), _kw((1, 3, 3), (1, 2, 2), (0, 1, 1)))]
@@ -336,12 +337,12 @@ SELECT_TABLE = [
     ((16, 64, 16, 56, 56), "float16", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(vec=8, opt=1)),
     ((4, 32, 32, 64, 64), "float64", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(vec=2, opt=1)),
     ((8, 32, 32, 62, 62), "float32", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(vec=2, opt=2)),
-    ((1, 1, 4, 4, 4), "float32", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(vec=4, grid=1)),
+    ((1, 1, 4, 4, 4), "float32", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(vec=4)),
     ((8, 32, 32, 63, 63), "float32", _kw(2), "fwd", True, "fwd_flat", dict(k=(2, 2, 2), nopad=True, opt=1)),
     ((8, 32, 31, 63, 63), "float32", _kw(2, ceil=True), "fwd", True, "fwd_flat",
      dict(k=(2, 2, 2), nopad=False, clamp=True)),  # ceil_mode's partial windows: clamped, not checked
     ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "fwd_idx", True, "fwd_flat", dict(k=(3, 3, 3), nopad=True, opt=1)),
-    ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "fwd", True, "fwd_rows", dict(k=(0, 0, 3), vec=4, sw=1, grid=3600)),
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "fwd", True, "fwd_rows", dict(k=(0, 0, 3), vec=4, sw=1)),
     ((4, 32, 32, 32, 32), "float16", _kw(3, 1), "fwd", True, "fwd_rows", dict(k=(0, 0, 3), vec=8, sw=1)),
     ((4, 32, 32, 32, 32), "float64", _kw(3, 1), "fwd", True, "fwd_rows", dict(vec=2)),
     ((4, 32, 32, 32, 32), "bfloat16", _kw(3, 1), "fwd", True, "fwd_rows", dict(vec=8)),
@@ -356,8 +357,8 @@ SELECT_TABLE = [
     ((8, 32, 31, 64, 64), "bfloat16", _kw(2, ceil=True), "fwd", True, "fwd_rows", dict(vec=8, sw=2, nopad=False)),
     ((4, 32, 16, 16, 16), "float64", _kw((1, 1, 7), (1, 1, 2), (0, 0, 3)), "fwd", True, "fwd_flat",
      dict(nopad=False)),  # W padding 3 > vec 2
-    ((2, 16, 32, 32, 32), "float32", _kw(8, 1), "fwd_idx", True, "fwd_flat", dict(k=(8, 8, 8), opt=1)),
-    ((2, 16, 32, 32, 32), "float32", _kw(8, 1), "fwd", True, "fwd_rows", dict(k=(0, 0, 8), vec=4, grid=547)),
+    ((2, 16, 32, 32, 32), "float32", _kw(8, 1), "fwd_idx", True, "fwd_flat", dict(k=(0, 0, 0), opt=1)),
+    ((2, 16, 32, 32, 32), "float32", _kw(8, 1), "fwd", True, "fwd_rows", dict(k=(0, 0, 8), vec=4)),
     ((4, 32, 32, 32, 32), "float32", _kw(5, 2), "fwd_idx", True, "fwd_flat", dict(k=(0, 0, 0), nopad=True)),
     ((4, 32, 32, 32, 32), "float32", _kw(5, 2), "fwd", True, "fwd_rows", dict(k=(0, 0, 5), sw=2, vec=4)),
     ((64, 64, 64, 128, 128), "float32", _kw(3, 1), "fwd", True, "fwd_rows", dict(index_type="long long")),
@@ -365,13 +366,13 @@ SELECT_TABLE = [
      dict(k=(0, 0, 3), nopad=False)),
     ((8, 32, 16, 64, 64), "float32", _kw((1, 3, 3), (1, 2, 2), (0, 1, 1)), "fwd_idx", True, "fwd_flat",
      dict(k=(1, 3, 3), nopad=False)),
-    ((64, 64, 8, 8, 8), "float32", _kw(8), "fwd", True, "fwd_warp", dict(k=(8, 8, 8), nopad=True, grid=512)),
+    ((64, 64, 8, 8, 8), "float32", _kw(8), "fwd", True, "fwd_warp", dict(k=(8, 8, 8), nopad=True)),
     ((2, 64, 32, 32, 32), "float32", _kw(8), "fwd", True, "fwd_warp", dict(k=(8, 8, 8))),  # 8192 outputs
-    ((8, 64, 32, 32, 32), "float32", _kw(8), "fwd", True, "fwd_flat", dict(k=(8, 8, 8))),  # 32768: flat
+    ((8, 64, 32, 32, 32), "float32", _kw(8), "fwd", True, "fwd_flat", dict(k=(0, 0, 0))),  # 32768: flat, k8 not unrolled
     ((16, 32, 32, 8, 8), "float32", _kw((2, 8, 8)), "fwd", True, "fwd_warp", dict(k=(2, 8, 8))),
-    ((64, 32, 64, 4, 4), "float32", _kw((3, 4, 4), (1, 4, 4)), "fwd", True, "fwd_warp", dict(k=(3, 0, 0))),
+    ((64, 32, 64, 4, 4), "float32", _kw((3, 4, 4), (1, 4, 4)), "fwd", True, "fwd_warp", dict(k=(0, 0, 0))),
     ((1, 2, 12, 12, 12), "float32", _kw(5, 1, 2), "fwd", True, "fwd_warp", dict(k=(0, 0, 0), nopad=False)),
-    ((2, 3, 8, 8, 8), "float32", _kw(2), "fwd", False, "fwd_cpu", dict(nopad=True, grid=0)),
+    ((2, 3, 8, 8, 8), "float32", _kw(2), "fwd", False, "fwd_cpu", dict(nopad=True, block=0)),
     ((64, 64, 64, 128, 128), "float32", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(index_type="long long")),
     ((8, 32, 32, 64, 64), "float32", _kw(2), "bwd_re", True, "bwd_tile_k2s2_vec", dict(vec=4, opt=1)),
     ((16, 64, 16, 56, 56), "bfloat16", _kw(2), "bwd_re", True, "bwd_tile_k2s2_vec", dict(vec=8)),
@@ -394,14 +395,14 @@ SELECT_TABLE = [
     ((8, 32, 16, 64, 64), "float32", _kw(2, 2, 1), "bwd_re", True, "bwd_scatter_flat", dict(nopad=False)),
     # gather: runs of 16 bytes along W (4 floats, 8 halves, 2 doubles), one per thread
     ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "bwd", True, "bwd_gather",
-     dict(vec=4, k=(3, 3, 3), grid=4 * 32 * 32 * 32 * 8 // 256)),
+     dict(vec=4, window=((3, 3, 3), (1, 1, 1), (1, 1, 1)))),
     ((2, 16, 32, 32, 30), "float16", _kw(8, 1), "bwd", True, "bwd_gather",
-     dict(vec=8, grid=2 * 16 * 32 * 32 * 4 // 256)),
-    ((2, 3, 5, 6, 7), "float64", _kw(3, 1), "bwd", True, "bwd_gather", dict(vec=2, grid=3)),  # 720 runs
+     dict(vec=8, window=None)),
+    ((2, 3, 5, 6, 7), "float64", _kw(3, 1), "bwd", True, "bwd_gather", dict(vec=2)),
     ((64, 64, 64, 128, 128), "float32", _kw(3, 1), "bwd", True, "bwd_gather", dict(index_type="long long")),
     # the default gathers for disjoint windows too ("bwd_re": OPS_POOL3D_BWD=recompute, the rows above)
-    ((8, 32, 32, 64, 64), "float32", _kw(2), "bwd", True, "bwd_gather", dict(vec=4, k=(2, 2, 2))),
-    ((4, 32, 32, 64, 64), "float32", _kw(4), "bwd", True, "bwd_gather", dict(vec=4, k=(4, 4, 4))),
+    ((8, 32, 32, 64, 64), "float32", _kw(2), "bwd", True, "bwd_gather", dict(vec=4, window=((2, 2, 2), (2, 2, 2), (1, 1, 1)))),
+    ((4, 32, 32, 64, 64), "float32", _kw(4), "bwd", True, "bwd_gather", dict(vec=4, window=None)),  # k4s4: the runtime window
     ((8, 32, 32, 63, 63), "float32", _kw(2, 3), "bwd", True, "bwd_gather", dict(vec=4)),
     ((2, 3, 8, 8, 9), "float32", _kw(2), "bwd", False, "bwd_gather_cpu", dict(vec=4)),
     ((2, 3, 8, 8, 8), "float32", _kw(2), "bwd_re", False, "bwd_tile_cpu", dict()),
@@ -419,7 +420,8 @@ def test_select_config(shape, dtype, kw, direction, cuda, variant, fields):
     for name, value in fields.items():
         assert getattr(cfg, name) == value, name
     if cuda:
-        assert cfg.block == P.BLOCK and cfg.grid >= 1
+        assert cfg.block == P.BLOCK
+        assert P.menu_index(cfg, dtype, P.MODE_BOTH if direction == "fwd_idx" else P.MODE_VALUES) >= 0
     if "index_type" not in fields:
         assert cfg.index_type == "int"
 
@@ -435,45 +437,62 @@ def test_every_variant_and_flag_is_selected():
     assert {c.vec for c in cuda if c.vec > 1} == {2, 4, 8}
 
 
-def test_grid_covers_every_work_item_and_the_source_computes_it():
-    """select_config's grid covers every work item, and the expression the generated source evaluates at launch
-    (grid_expression) gives the same grid for every table row."""
+def test_menus_hold_every_configuration_and_the_sources_name_no_size():
+    """Every CUDA configuration is in its translation unit's menu; the source names no size and no pooling
+    parameter, so layers of any size and window share one compile per dtype, index type and direction."""
     for s, d, kw, direction, c, _, _ in SELECT_TABLE:
-        cfg = _select(s, d, kw, direction, c)
-        if not cfg.block:
+        if not c:
             continue
-        planes, spatial = math.prod(s[:-3]), s[-3:]
-        out = P.output_shape(spatial, P.normalize_params(**kw))
-        if cfg.variant == "fwd_rows":
-            items = planes * out[0] * out[1] * -(-out[2] // cfg.vec)
-        elif cfg.variant == "bwd_gather":
-            items = planes * spatial[0] * spatial[1] * -(-spatial[2] // cfg.vec)
-        else:
-            items = planes * math.prod(out) // max(1, cfg.vec // 2)
-        per_block = cfg.block // 32 if cfg.variant.endswith("warp") else cfg.block * cfg.opt
-        assert (cfg.grid - 1) * per_block < items <= cfg.grid * per_block
-        names = {"INPUTS": planes * math.prod(spatial), "OUTPUTS": planes * math.prod(out), "WI": spatial[2],
-                 "WO": out[2],
-                 "ops_ceil_div": lambda a, b: -(-a // b)}
-        expr = P.grid_expression(cfg).replace("LL", "").replace("/", "//")
-        assert eval(expr, {}, names) == cfg.grid, (s, kw, direction, expr)
+        cfg = _select(s, d, kw, direction, c)
+        mode = P.MODE_BOTH if direction == "fwd_idx" else P.MODE_VALUES
+        menu = P.menus(ops._codegen.ITEMSIZE[d])
+        name = {"fwd": "values" if mode == P.MODE_VALUES else "both", "bwd": "gather"}[direction[:3]]
+        if direction == "bwd_re":
+            name = "recompute"
+        assert menu[name].entries[P.menu_index(cfg, d, mode)] == P._entry(cfg)
+    src = P.cuda_forward_src("int", P.MODE_VALUES)
+    assert "data[\"v\"]" in src and re.findall(r"\b\d+\b", src) == ["0"]  # the null index pointer: no size, no parameter
+    assert P.cuda_backward_src("int", "gather") != P.cuda_backward_src("int", "tile")
+    assert "long long>" in P.cuda_forward_src("long long", P.MODE_BOTH)
 
 
-def test_render_cuda_names_the_launcher_and_only_compile_time_values():
-    params = P.normalize_params(8, 1)
-    cfg = P.select_config((2, 16, 32, 32, 32), "float32", params, "fwd", on_cuda=True, indices=True)
-    src = P.render_cuda(cfg, params, P.MODE_BOTH)
-    assert "pool3d_fwd_flat_launch<in0_type, int, 8, 8, 8, true, false, 3, 1, 256>" in src and "out1_p" in src
-    assert "8, 8, 8, 1, 1, 1, 0, 0, 0, 1, 1, 1)" in src and "data" not in src  # parameters are literals
-    other = P.select_config((4, 16, 40, 40, 40), "float32", params, "fwd", on_cuda=True, indices=True)
-    assert P.render_cuda(other, params, P.MODE_BOTH) == src  # shapes and grid are not in the text: one compile
-    rows = P.select_config((2, 16, 32, 32, 32), "float32", params, "fwd", on_cuda=True)
-    src = P.render_cuda(rows, params)
-    assert "pool3d_fwd_rows_launch<in0_type, int, 4, 8, 1, 0, true, 256>(in0_p, out0_p," in src
-    rows_other = P.select_config((64, 3, 12, 20, 40), "float32", params, "fwd", on_cuda=True)
-    assert P.render_cuda(rows_other, params) == src  # the shapes are runtime: one compile
-    with pytest.raises(ValueError, match="mode"):
-        P.render_cuda(rows, params, P.MODE_BOTH)
+def test_plans_are_made_once_per_signature(switches, rng):
+    """A repeated call with the same signature plans nothing; a new shape, dtype, parameter or grad mode does;
+    a changed switch takes effect after reload_switches (which forgets every plan)."""
+    cache = P._PLANS
+    x = to_jittor(random_array((2, 3, 8, 10, 12), "float32", rng), "float32")
+    ops.max_pool3d(x, 2).sync()
+    built = cache.builds
+    for _ in range(3):
+        ops.max_pool3d(x, 2).sync()
+    assert cache.builds == built
+    ops.max_pool3d(x, [2, 2, 2]).sync()  # a list argument: planned once under its tuple form
+    ops.max_pool3d(x, [2, 2, 2]).sync()
+    assert cache.builds == built + 1
+    ops.max_pool3d(x, 3).sync()
+    ops.max_pool3d(to_jittor(random_array((2, 3, 8, 10, 14), "float32", rng), "float32"), 2).sync()
+    ops.max_pool3d(to_jittor(random_array((2, 3, 8, 10, 12), "float16", rng), "float16"), 2).sync()
+    with jt.no_grad():
+        ops.max_pool3d(x, 2).sync()
+    assert cache.builds == built + 5
+    switches.setenv(P.BWD_SWITCH, "recompute")
+    assert len(cache) == 0
+    ops.max_pool3d(x, 2).sync()
+    assert cache.builds == built + 6
+    with pytest.raises(ValueError, match="kernel_size"):  # a bad call stores no plan: it raises every time
+        ops.max_pool3d(x, 0)
+    with pytest.raises(ValueError, match="kernel_size"):
+        ops.max_pool3d(x, 0)
+
+
+def test_plan_cache_is_bounded():
+    cache = ops._launch.PlanCache("bounded-test", maxsize=3)
+    for k in range(5):
+        cache.put(("k", k), k)
+    assert len(cache) == 3 and cache.get(("k", 0)) is None and cache.get(("k", 4)) == 4
+    cache.get(("k", 2))  # recently used: kept
+    cache.put(("k", 5), 5)
+    assert cache.get(("k", 2)) == 2 and cache.get(("k", 3)) is None
 
 
 # ---- values and indices -----------------------------------------------------------------------------------
@@ -621,7 +640,7 @@ DISJOINT_GRAD_CASES = [c for c in GRAD_CASES if P.layout_algorithm(P.normalize_p
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_gather_matches_the_recompute(device, dtype, rng, monkeypatch):
+def test_gather_matches_the_recompute(device, dtype, rng, monkeypatch, switches):
     """Every disjoint layout: the default gather from the saved indices and OPS_POOL3D_BWD=recompute give the
     same dx bit for bit (one window per element: no sums), the reference's."""
     assert len(DISJOINT_GRAD_CASES) >= 8
@@ -632,7 +651,7 @@ def test_gather_matches_the_recompute(device, dtype, rng, monkeypatch):
     suffix = "" if device == "cuda" else "_cpu"
     results = {}
     for mode in P.BWD_MODES:
-        monkeypatch.setenv(P.BWD_SWITCH, mode)
+        switches.setenv(P.BWD_SWITCH, mode)
         for shape, kw in cases:
             variant = P.select_config(shape, dtype, P.normalize_params(**kw), "bwd").variant
             assert (variant == "bwd_gather" + suffix) == (mode == "gather"), (mode, shape, kw, variant)
@@ -643,24 +662,24 @@ def test_gather_matches_the_recompute(device, dtype, rng, monkeypatch):
         assert_grad_close(to_numpy64(g), F.reference_grad(shape, arg, dy), dtype, (shape, kw))
 
 
-def test_backward_switch_is_read_at_the_forward(monkeypatch, rng):
+def test_backward_switch_is_read_at_the_forward(monkeypatch, rng, switches):
     """The algorithm is fixed when the forward runs (it decides whether the indices are saved): a switch set
     between forward and backward changes nothing; an unknown value is an error naming the switch."""
     x_np = random_array((2, 3, 8, 10, 12), "float32", rng)
     want, arg = F.reference_pool(x_np, **_kw(2))
     dy_np = random_array(want.shape, "float32", rng)
-    monkeypatch.setenv(P.BWD_SWITCH, "recompute")  # the forward saves no indices ...
+    switches.setenv(P.BWD_SWITCH, "recompute")  # the forward saves no indices ...
     x = to_jittor(x_np, "float32")
     y = ops.max_pool3d(x, 2)
-    monkeypatch.setenv(P.BWD_SWITCH, "gather")  # ... so a backward that now gathered would have none
+    switches.setenv(P.BWD_SWITCH, "gather")  # ... so a backward that now gathered would have none
     dx = jt.grad(_InjectGrad.apply(y, to_jittor(dy_np, "float32")).sum(), x)
     assert_grad_close(dx.numpy(), F.reference_grad(x_np.shape, arg, dy_np), "float32")
     assert P.backward_algorithm(P.normalize_params(2)) == "gather"
     for bad in ("auto", "scatter"):
-        monkeypatch.setenv(P.BWD_SWITCH, bad)
+        switches.setenv(P.BWD_SWITCH, bad)
         with pytest.raises(ValueError, match=P.BWD_SWITCH):
             ops.max_pool3d(to_jittor(x_np, "float32"), 2)
-    monkeypatch.delenv(P.BWD_SWITCH)
+    switches.delenv(P.BWD_SWITCH)
     for algorithm in ("atomic", "scatter"):  # a scatter would leave the tile's other elements unwritten
         with pytest.raises(ValueError, match="algorithm"):
             P.select_config(x_np.shape, "float32", P.normalize_params(2), "bwd", algorithm=algorithm)
@@ -873,7 +892,7 @@ GPU_CASES = [
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("shape, dtype, kw", GPU_CASES)
-def test_gpu_sized_paths(shape, dtype, kw, monkeypatch):
+def test_gpu_sized_paths(shape, dtype, kw, monkeypatch, switches):
     rng = np.random.default_rng(7)
     previous = jt.flags.use_cuda
     jt.flags.use_cuda = 1
@@ -891,61 +910,61 @@ def test_gpu_sized_paths(shape, dtype, kw, monkeypatch):
         assert_grad_close(to_numpy64(first), F.reference_grad(shape, arg, dy), dtype, f"{shape} {kw}", abs_sum,
                           terms=math.prod(P.normalize_params(**kw).kernel))
         if P.layout_algorithm(P.normalize_params(**kw)) != "gather":  # the recompute kernels: the same dx
-            monkeypatch.setenv(P.BWD_SWITCH, "recompute")
+            switches.setenv(P.BWD_SWITCH, "recompute")
             assert grad(x, dy, dtype, **kw).numpy().tobytes() == first.numpy().tobytes()
     finally:
         jt.flags.use_cuda = previous
 
 
-# ---- nvcc: every kernel the dispatcher renders compiles for sm_90 ------------------------------------------
+# ---- nvcc: every menu compiles for sm_90 -------------------------------------------------------------------
 
-def _rendered_sources():
-    """{(cuda_src, dtype): (variant, dtype, mode)} for every CUDA config of the select table, the case table and
-    the GPU tests, in the forward modes it can run with and, backwards, both as the default gather and as the
-    recompute of ``OPS_POOL3D_BWD=recompute`` (the text names in0_type: each dtype is its own instantiation)."""
-    items = [(s, d, P.normalize_params(**kw), direction.split("_")[0]) for s, d, kw, direction, c, _, _ in SELECT_TABLE
-             if c]
-    items += [(c.shapes[0], c.dtype, P.normalize_params(**F.case_params(c)), c.direction)
-              for c in F.FAMILY.cases if "cuda" in c.devices]
-    items += [(s, d, P.normalize_params(**kw), direction) for s, d, kw in GPU_CASES for direction in ("fwd", "bwd")]
-    out = {}
-    for shape, dtype, params, direction in items:
-        modes = (P.MODE_VALUES, P.MODE_BOTH) if direction == "fwd" else (P.MODE_VALUES,)
-        algorithms = (None, P.layout_algorithm(params)) if direction == "bwd" else (None,)
-        for mode, algorithm in itertools.product(modes, algorithms):
-            cfg = P.select_config(shape, dtype, params, direction, on_cuda=True, indices=mode == P.MODE_BOTH,
-                                  algorithm=algorithm)
-            out.setdefault((P.render_cuda(cfg, params, mode), dtype), (cfg.variant, dtype, mode))
-    return out
-
-
-def _block(src, variant, dtype, mode):
-    """One rendered cuda_src with jittor's names (types, pointers, shapes, data) declared around it."""
-    t = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "float64": "float64"}[dtype]
-    if variant == "bwd_gather":
-        types = ("int", t, t, "int")
-    elif variant.startswith("bwd"):
-        types = (t, t, t, "int")
-    else:
-        types = (t, "int", t, "int")
-    lines = ["{"]
-    for name, ty in zip(("in0", "in1", "out0", "out1"), types):
-        lines.append(f"  typedef {ty} {name}_type; {name}_type* {name}_p = 0;")
-        lines.append("  " + " ".join(f"int {name}_shape{i} = {n};" for i, n in enumerate((2, 8, 8, 8))))
-        lines.append(f"  struct {{ long long num; }} {name}_var = {{1024}}, *{name} = &{name}_var;")
-    lines.append("  " + src.replace("\n", "\n  "))
-    lines.append("}")
-    return "\n".join(lines)
+# (dtype, menus) compiled by the nvcc test: every menu once, and the value menus of every element size and type
+NVCC_MENUS = (("float32", ("values", "both", "gather", "recompute")), ("float16", ("values", "gather")),
+              ("bfloat16", ("values",)), ("float64", ("values", "both")))
+_MENU_CALLS = {
+    "values": "pool3d_fwd_values_menu<{T}, int>(0, ({T}*)0, ({T}*)0, (int*)0, g, 1);",
+    "both": "pool3d_fwd_both_menu<{T}, int>(0, ({T}*)0, ({T}*)0, (int*)0, g, 1);",
+    "gather": "pool3d_bwd_gather_menu<{T}, int>(0, (int*)0, ({T}*)0, ({T}*)0, g, 1);",
+    "recompute": "pool3d_bwd_recompute_menu<{T}, int>(0, ({T}*)0, ({T}*)0, ({T}*)0, g, 1);",
+}
 
 
 @pytest.mark.nvcc
-def test_nvcc_compiles_every_rendered_kernel():
+@pytest.mark.parametrize("dtype, names", NVCC_MENUS)
+def test_nvcc_compiles_every_menu(dtype, names):
     from nvcc_util import compile_check
 
-    sources = _rendered_sources()
-    variants = {v for v, _, _ in sources.values()}
-    assert variants == {v for v in P.VARIANTS["fwd"] + P.VARIANTS["bwd"] if not v.endswith("cpu")}
-    header = "#include <map>\n#include <string>\n" + ops._codegen.header(["common", "pool3d", "pool3d_gather"])
-    body = "\n".join(_block(src, *info) for (src, _), info in sources.items())
+    itemsize = ops._codegen.ITEMSIZE[dtype]
+    menus = P.menus(itemsize)
+    header = ("#include <iostream>\n#define LOGf std::cerr\n"
+              + ops._codegen.header(["common", "pool3d", "pool3d_gather"]) + "\n"
+              + "\n".join(menus[n].render(P._MENU_HEADS[n], n) for n in names))
+    body = "Pool3dGeom g = {};\n" + "\n".join(_MENU_CALLS[n].format(T=dtype) for n in names)
     ok, log = compile_check(header, body)
     assert ok, log[-6000:]
+
+
+def test_every_variant_is_in_a_menu():
+    entries = {e[0] for itemsize in (2, 4, 8) for m in P.menus(itemsize).values() for e in m.entries}
+    assert entries == {v for v in P.VARIANTS["fwd"] + P.VARIANTS["bwd"] if not v.endswith("cpu")}
+
+
+@pytest.mark.parametrize("kw", [_kw(2), _kw(3, 2, 1), _kw((1, 3, 3), (1, 2, 2), (0, 1, 1))])
+def test_grad_source_is_the_backward_kernel_bit_for_bit(device, kw, rng):
+    """The backward runs as the forward's grad source (no Python): jt.grad gives exactly what the backward
+    kernel gives when launched by hand on x, dy, y and the saved indices."""
+    x = to_jittor(random_array((2, 3, 9, 10, 12), "float32", rng), "float32")
+    y = ops.max_pool3d(x, **kw)
+    dy = to_jittor(random_array(tuple(y.shape), "float32", rng), "float32")
+    got = jt.grad(_InjectGrad.apply(y, dy).sum(), x)
+    plan = P.plan(tuple(x.shape), "float32", P.normalize_params(**kw), False, True, device == "cuda")
+    launch = plan.launch
+    kwargs = {k.replace("grad_src", "src"): (v[0] if k.endswith("grad_src") else v)
+              for k, v in launch.kwargs.items() if k.endswith(("grad_src", "header", "data"))}
+    src_key = "cuda_src" if device == "cuda" else "cpu_src"
+    header_key = src_key.replace("src", "header")
+    aliases = "@alias(dout,in1)\n@alias(pout0,in2)\n@alias(pout1,in3)\n@alias(pout,in2)\n"
+    kwargs[header_key] = aliases + kwargs[header_key]
+    y_values, idx = ops.max_pool3d(x, return_indices=True, **kw)
+    want = jt.code(x.shape, x.dtype, [x, dy, y_values, idx], **kwargs)
+    assert got.numpy().tobytes() == want.numpy().tobytes()

@@ -175,7 +175,7 @@ def test_select_config_mma2_any_length(mode, variant, shape, dtype, tm, rows):
     assert X.select_config(shape, "grad_w", tensor_cores=mode).variant.startswith("gw_")
 
 
-def test_tensor_cores_need_cuda_and_can_be_switched(monkeypatch):
+def test_tensor_cores_need_cuda_and_can_be_switched(monkeypatch, switches):
     previous = jt.flags.use_cuda
     try:
         jt.flags.use_cuda = 0
@@ -186,17 +186,17 @@ def test_tensor_cores_need_cuda_and_can_be_switched(monkeypatch):
             for value, mode in ((None, X.TC_AUTO), ("auto", X.TC_AUTO), ("1", X.TC_MMA), ("2", X.TC_MMA2),
                                 ("3", X.TC_MMA3), ("0", X.TC_OFF)):
                 if value is None:
-                    monkeypatch.delenv(X.MMA_SWITCH, raising=False)
+                    switches.delenv(X.MMA_SWITCH, raising=False)
                 else:
-                    monkeypatch.setenv(X.MMA_SWITCH, value)
+                    switches.setenv(X.MMA_SWITCH, value)
                 assert X.tensor_cores_available() == (mode if sm80 else X.TC_OFF)
     finally:
         jt.flags.use_cuda = previous
 
 
-def test_tensor_core_switch_rejects_unknown_values(monkeypatch):
-    monkeypatch.setenv(X.MMA_SWITCH, "yes")
-    with pytest.raises(ValueError, match="OPS_TIMEX_MMA must be one of 0, 1, 2, 3, auto, got 'yes'"):
+def test_tensor_core_switch_rejects_unknown_values(monkeypatch, switches):
+    switches.setenv(X.MMA_SWITCH, "yes")
+    with pytest.raises(ValueError, match="OPS_TIMEX_MMA must be one of auto, 0, 1, 2, 3, got .yes."):
         X.tensor_cores_available()
 
 
@@ -260,7 +260,8 @@ def test_render_source_carries_only_code_changing_values():
     assert "timex_gw_launch<in0_type, int>" in X.render_source(gw, "cuda")
     mma = X.select_config((32, 768, 768), tensor_cores=X.TC_MMA)
     assert "timex_fwd_mma_launch<in0_type, 4, int>" in X.render_source(mma, "cuda")
-    assert "LOGf" in X.render_source(mma, "cpu")  # never run: fwd_mma is not selected off CUDA
+    with pytest.raises(ValueError, match="CUDA-only"):  # never selected off CUDA
+        X.render_source(mma, "cpu")
     mma2 = X.select_config((32, 768, 768), tensor_cores=X.TC_MMA2)
     assert "timex_fwd_mma2_launch<in0_type, 4, int>" in X.render_source(mma2, "cuda")
     mma3 = X.select_config((32, 768, 768), tensor_cores=X.TC_MMA3)
@@ -480,8 +481,8 @@ GPU_CASES = [  # (B, C, T, dtype, the default forward on sm_80+ GPUs; grad_k tak
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("B, C, T, dtype, variant", GPU_CASES)
-def test_gpu_sized_values_and_gradients(rng, monkeypatch, B, C, T, dtype, variant):
-    monkeypatch.delenv(X.MMA_SWITCH, raising=False)
+def test_gpu_sized_values_and_gradients(rng, monkeypatch, B, C, T, dtype, variant, switches):
+    switches.delenv(X.MMA_SWITCH, raising=False)
     previous = jt.flags.use_cuda
     jt.flags.use_cuda = 1
     try:
@@ -517,10 +518,10 @@ SWITCHED_CASES = [("0", 32, 16, 768, "float32"), ("0", 3, 8, 1100, "float32"), (
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("switch, B, C, T, dtype", SWITCHED_CASES)
-def test_gpu_switched_forward_and_grad_k(rng, monkeypatch, switch, B, C, T, dtype):
+def test_gpu_switched_forward_and_grad_k(rng, monkeypatch, switch, B, C, T, dtype, switches):
     if switch != "0" and min(jt.flags.cuda_archs) < 80:
         pytest.skip("the tensor-core kernels need sm_80+")
-    monkeypatch.setenv(X.MMA_SWITCH, switch)
+    switches.setenv(X.MMA_SWITCH, switch)
     previous = jt.flags.use_cuda
     jt.flags.use_cuda = 1
     try:
@@ -629,17 +630,13 @@ def _all_configs():
     return out
 
 
-def _block(src, kernel, dtype):
-    """A rendered cuda_src with jittor's names (types, pointers, shapes, data) declared around it."""
-    types = (dtype, dtype, dtype, "float32")
-    lines = ["{"]
-    for name, ty in zip(("in0", "in1", "out0", "out1"), types):
-        lines.append(f"  typedef {ty} {name}_type; {name}_type* {name}_p = 0;")
-        lines.append("  " + " ".join(f"int {name}_shape{i} = {n};" for i, n in enumerate((2, 8, 64))))
-    lines.append("  std::map<std::string, double> data;")
-    lines.append("  " + src)
-    lines.append("}")
-    return "\n".join(lines)
+def test_every_configuration_is_in_the_menu():
+    for cfg in _all_configs():
+        if cfg.kernel == "forward":
+            assert X._fwd_entry(cfg, "cuda") in X._FWD_CUDA_MENU
+            if cfg.variant.startswith("fwd_mma"):
+                continue
+            assert X._fwd_entry(cfg, "cpu") in X._FWD_CPU_MENU
 
 
 @pytest.mark.nvcc
@@ -651,8 +648,12 @@ def test_nvcc_compiles_every_instantiation():
     assert {(c.variant, c.tm, c.index_t) for c in configs} == (
         {(v, tm, it) for v in forward for tm in (1, 2, 4) for it in ("int", "long long")}
         | {("gw_tiled", 1, it) for it in ("int", "long long")})
-    header = "#include <map>\n#include <string>\n" + ops._codegen.header(["common", "timex"])
-    body = "\n".join(_block(X.render_source(cfg, "cuda"), cfg.kernel, dtype)
-                     for cfg in configs for dtype in DTYPES)
-    ok, log = compile_check(header, body)
+    header = ("#include <map>\n#include <string>\n#include <iostream>\n#define LOGf std::cerr\n"
+              + ops._codegen.header(["common", "timex"]) + X._FWD_CUDA_MENU.render(X._MENU_HEAD, "timex"))
+    body = ["TimexFwdParams p = {}; TimexGwParams q = {};"]
+    for dtype in DTYPES:
+        for it in ("int", "long long"):
+            body.append(f"timex_fwd_menu<{dtype}, {it}>(0, ({dtype}*)0, ({dtype}*)0, ({dtype}*)0, p);")
+            body.append(f"timex_gw_launch<{dtype}, {it}>(({dtype}*)0, ({dtype}*)0, ({dtype}*)0, (float*)0, q);")
+    ok, log = compile_check(header, "\n".join(body))
     assert ok, log[-6000:]

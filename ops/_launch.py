@@ -1,0 +1,223 @@
+"""The launch layer every op family uses: plans memoized per call signature, switches read once, ``jt.code``.
+
+A public call (``ops.max_pool3d(x, 3, 2)``) costs, on a hit, a key built from the call's signature (input shapes
+and dtypes, the parameters as the user passed them, grad mode, device) and a dict lookup; only a miss validates,
+dispatches and renders. What a miss builds is a family's *plan*: a small object whose ``__call__`` takes the input
+Vars and does the least jittor work the call needs (``jt.code`` with prebuilt arguments, a reshape at most).
+
+* :class:`PlanCache` -- a bounded LRU of plans, one per family entry point, with counters the tests read;
+* :func:`register_switch`, :func:`switch`, :func:`reload_switches` -- the ``OPS_*`` environment switches, read
+  at import (never on the call path); ``reload_switches()`` re-reads them and clears every plan;
+* :func:`on_cuda` -- where jittor runs the next op (the one place the families ask);
+* :class:`Launch` -- the finished ``jt.code`` arguments of one kernel launch;
+* :func:`taped` -- a forward recorded for autograd with a Python backward, for ops whose backward jittor's code-op
+  grad sources cannot express (several launches, or a gradient that is dy itself).
+"""
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from typing import Dict, Optional, Sequence, Tuple
+
+from ._jittor import has_cuda, jt
+
+__all__ = ["PlanCache", "Launch", "taped", "register_switch", "switch", "reload_switches", "on_cuda", "wants_grad",
+           "HOST_OPT_SWITCH", "PLAN_CACHE_SIZE"]
+
+# Plans kept per entry point. A plan holds a few strings and small dicts (~2-5 KB); a model calls an op with a
+# handful of signatures, a grader or a shape sweep with a few hundred.
+PLAN_CACHE_SIZE = 1024
+
+# ---- switches ---------------------------------------------------------------------------------------------
+
+_SWITCH_MODES: Dict[str, Tuple[str, ...]] = {}
+_SWITCH_VALUES: Dict[str, str] = {}
+_CACHES: list = []
+
+
+def register_switch(name: str, modes: Sequence[str]) -> None:
+    """Declare the environment switch ``name`` with its ``modes`` (the first is the default) and read it now."""
+    _SWITCH_MODES[name] = tuple(modes)
+    _SWITCH_VALUES[name] = os.environ.get(name, "")
+
+
+def switch(name: str) -> str:
+    """The value of switch ``name`` as read at import or at the last :func:`reload_switches` (case and blanks
+    ignored; unset or empty: the default), or a ValueError naming the switch. Called while planning only."""
+    modes = _SWITCH_MODES[name]
+    value = _SWITCH_VALUES[name].strip().lower() or modes[0]
+    if value not in modes:
+        raise ValueError(f"{name} must be one of {', '.join(modes)}, got {value!r}")
+    return value
+
+
+def reload_switches() -> None:
+    """Re-read every ``OPS_*`` switch from the environment and forget every plan, so the next call of each
+    signature plans again under the new values (A/B scripts set a switch, then call this)."""
+    for name in _SWITCH_MODES:
+        _SWITCH_VALUES[name] = os.environ.get(name, "")
+    for cache in _CACHES:
+        cache.clear()
+
+
+# ---- device and grad mode ---------------------------------------------------------------------------------
+
+_HAS_CUDA = has_cuda()
+
+
+def on_cuda() -> bool:
+    """Whether jittor runs the next op with CUDA (``jt.flags.use_cuda`` on a CUDA build)."""
+    return bool(jt.flags.use_cuda) and _HAS_CUDA
+
+
+def wants_grad(*vs) -> bool:
+    """Whether a backward may follow: grad mode on and some input not stop_grad."""
+    if jt.flags.no_grad:
+        return False
+    return not all(v.is_stop_grad() for v in vs)
+
+
+# ---- plan cache -------------------------------------------------------------------------------------------
+
+
+def _freeze(value):
+    """``value`` with every unhashable sequence (a list, a jittor NanoVector; at any depth) turned into a tuple,
+    so that it can be a dict key; TypeError where that cannot be done."""
+    if isinstance(value, (str, bytes)):
+        return value
+    try:
+        hash(value)
+        if not isinstance(value, tuple):
+            return value
+    except TypeError:
+        pass
+    return tuple(_freeze(v) for v in value)
+
+
+class PlanCache:
+    """Plans of one entry point, keyed by the call signature; least recently used dropped past ``maxsize``.
+
+    ``get(key)`` returns the plan or None; ``put(key, plan)`` stores it (after the builder validated the call:
+    a call that raises stores nothing, so every call of a bad signature raises). ``builds`` counts the plans
+    made (the tests check that a repeated signature makes none).
+    """
+
+    def __init__(self, name: str, maxsize: int = PLAN_CACHE_SIZE):
+        self.name, self.maxsize = name, maxsize
+        self._plans: "OrderedDict" = OrderedDict()
+        self.builds = 0
+        _CACHES.append(self)
+
+    def get(self, key):
+        try:
+            plan = self._plans[key]
+        except KeyError:
+            return None
+        except TypeError:  # a list or a NanoVector among the arguments: look up its tuple form
+            try:
+                return self.get(_freeze(key))
+            except TypeError:  # not even that: such calls are planned every time
+                return None
+        self._plans.move_to_end(key)
+        return plan
+
+    def put(self, key, plan):
+        self.builds += 1
+        try:
+            hash(key)
+        except TypeError:
+            try:
+                key = _freeze(key)
+            except TypeError:
+                return plan
+        self._plans[key] = plan
+        if len(self._plans) > self.maxsize:
+            self._plans.popitem(last=False)
+        return plan
+
+    def clear(self) -> None:
+        self._plans.clear()
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+
+# ---- jt.code ----------------------------------------------------------------------------------------------
+
+# jittor builds the host half of a CUDA code op (reading `data`, building kernel arguments) with no optimization
+# level: on an H100 machine each `data["..."]` lookup cost ~0.23 us per call (2026-11-23 probe), against ~0.01 us
+# in jittor's CPU code ops, which it builds with -O2. So our CUDA code ops' host half is built with -O2 (jittor's
+# per-op compile options); OPS_CUDA_HOST_O2=0 turns it off. Measured on the H100 (2026-11-23, one process, -O0 ->
+# -O2, jittor's profiler per call): tiny max_pool3d forward 4.66 -> 4.00 us, backward 5.53 -> 4.62; (0,2,1) f32
+# 16 MB 10.8 -> 8.5 us; kernels of 25 us and more unchanged. jittor keys its kernel cache on the source text, not
+# on flags, so such sources carry a mark.
+HOST_OPT_SWITCH = "OPS_CUDA_HOST_O2"
+register_switch(HOST_OPT_SWITCH, ("1", "0"))
+HOST_OPT_OPTIONS = {"FLAGS: -Xcompiler -O2 ": 1}
+HOST_OPT_MARK = "// ops: host half built with -Xcompiler -O2\n"
+
+_code = jt.code
+
+
+class Launch:
+    """One ``jt.code`` launch with its arguments fixed: ``launch(inputs)`` returns the output Var (one output)
+    or the list of outputs.
+
+    ``cuda`` selects the CUDA sources (``cuda_src``, ``cuda_header``, ``cuda_grad_src``) or the CPU ones: a plan
+    is made for one device, so only that device's text is handed to jittor (less to copy and to key).
+    """
+
+    __slots__ = ("shapes", "dtypes", "kwargs", "options", "single")
+
+    def __init__(self, shapes, dtypes, *, cuda: bool, src: str, header: str = "",
+                 grad_srcs: Optional[Sequence[str]] = None, data: Optional[dict] = None):
+        self.single = not isinstance(dtypes, (list, tuple))
+        self.shapes = tuple(shapes) if self.single else [tuple(s) for s in shapes]
+        self.dtypes = dtypes if self.single else list(dtypes)
+        self.options = None
+        if cuda and switch(HOST_OPT_SWITCH) == "1":
+            src = HOST_OPT_MARK + src
+            self.options = HOST_OPT_OPTIONS
+        prefix = "cuda" if cuda else "cpu"
+        kwargs = {f"{prefix}_src": src}
+        if header:
+            kwargs[f"{prefix}_header"] = header
+        if grad_srcs:
+            kwargs[f"{prefix}_grad_src"] = list(grad_srcs)
+        if data:
+            kwargs["data"] = dict(data)
+        self.kwargs = kwargs
+
+    def __call__(self, inputs):
+        out = _code(self.shapes, self.dtypes, inputs, **self.kwargs)
+        if self.options is not None:
+            (out if self.single else out[0]).compile_options = self.options
+        return out
+
+
+# ---- autograd without jt.Function -------------------------------------------------------------------------
+
+_tape_together = jt.core.tape_together
+
+
+def taped(inputs, run, grad):
+    """``run(inputs)`` (one output Var) recorded for autograd: ``grad(dout)`` returns one gradient per input
+    (None for none). jittor's own tape (what ``jt.Function`` uses), without ``jt.Function``'s per-call object and
+    bookkeeping: ~3 us per call instead of ~7.5 on the CPU runners (2026-11-25). Inputs that are stop_grad are
+    passed through untaped and get no gradient."""
+    args, taped_inputs, order = list(inputs), [], []
+    for i, v in enumerate(inputs):
+        if not v.is_stop_grad():
+            args[i] = v.tape()
+            taped_inputs.append(args[i])
+            order.append(i)
+    out = run(args).tape()
+
+    def backward(dout):
+        if dout is None:
+            return [None] * len(order)
+        grads = grad(dout)
+        return [grads[i] for i in order]
+
+    _tape_together(taped_inputs, [out], backward)
+    return out
