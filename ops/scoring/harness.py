@@ -371,13 +371,18 @@ class Meter:
 
 def near_a_tier(ours: Meter, refs: Sequence[Meter], nbytes: int, stored: Optional[Sequence[float]],
                 fraction: float) -> bool:
-    """Is our best time within NEAR_TIER of a tier's boundary (``fraction`` x the tier's throughput)?"""
+    """Is ours within NEAR_TIER of a tier's boundary (``fraction`` of the tier), judged as the grading will
+    (``grading.tier_ratios`` on this run's rounds, or our best time against stored tiers)?"""
+    from .grading import tier_ratios
+
     mine = ours.best()
+    if mine is None:
+        return False
     if stored:
-        tier_ms = [nbytes / (g * 1e9) * 1e3 for g in stored if g]
+        ratios = [nbytes / (g * 1e9) * 1e3 / mine for g in stored if g]
     else:
-        tier_ms = [m.best() for m in refs if m.best()]
-    return mine is not None and any(abs(mine * fraction / t - 1.0) < NEAR_TIER for t in tier_ms if t)
+        ratios = tier_ratios(ours.timing(), {m.name: m.timing() for m in refs}) or []
+    return any(abs(r / fraction - 1.0) < NEAR_TIER for r in ratios)
 
 
 def save_outputs(case_dir: str, tag: str, outs) -> List[List[str]]:
