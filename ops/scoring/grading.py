@@ -6,13 +6,12 @@ when its result is wrong. Default tiers: the naive jittor composite, jittor's bu
 reference measured in the same run.
 
 Times (``Timing.ms``) are ``max(kernel time, pipelined wall time per call)`` of the fastest of several
-interleaved rounds (see ``ops.scoring.harness``). With this run's tiers, points come from the per-round ratios
-of reference and our times (``tier_ratios``), which a change in the machine's load moves least.
+interleaved rounds (see ``ops.scoring.harness``): other processes only ever slow a round down, so the fastest
+round is the figure that repeats from run to run.
 """
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
@@ -88,42 +87,16 @@ def points_for(ours_gbps: Optional[float], tiers: Optional[Sequence[float]], cor
     return earned
 
 
-def tier_ratios(ours: Timing, refs: Dict[str, Timing]) -> Optional[List[float]]:
-    """Per default tier (naive composite, jittor's built-in, fastest reference), the median over the
-    interleaved rounds of (tier time in that round / our time in that round); None without rounds.
-
-    Ours and the references are measured one after another in every round, so both sides of a round's ratio
-    saw the machine in the same state; the median of those ratios moves far less from run to run than a ratio
-    of separately taken times. A reference timed apart (slow) counts with its one time in every round."""
-    ok = {name: t for name, t in refs.items() if t.ok}
-    if not ours.rounds or not ok:
-        return None
-    per_round = []
-    for i, mine in enumerate(ours.rounds):
-        times = {name: (t.rounds[i] if len(t.rounds) == len(ours.rounds) else t.ms) for name, t in ok.items()}
-        first = times.get("naive", max(times.values()))
-        second = min(first, times.get("jittor", first))
-        third = min(second, min(times.values()))
-        per_round.append([t / mine for t in (first, second, third)])
-    return [statistics.median(r[k] for r in per_round) for k in range(3)]
-
-
 def grade(result: CaseResult, stored_tiers: Optional[Sequence[float]] = None,
           tiers_source: Optional[str] = None) -> CaseResult:
-    """Fill ``tiers`` (stored ones win), ``tiers_source`` and ``points``. With this run's tiers, each tier is
-    decided on ``tier_ratios`` where the rounds are there (else on the times)."""
+    """Fill ``tiers`` (stored ones win), ``tiers_source`` and ``points``."""
     ours = gbps(result.nbytes, result.ours.ms) if result.ours.ok else None
     if stored_tiers is not None:
         result.tiers, result.tiers_source = list(stored_tiers), tiers_source or "stored"
-        result.points = points_for(ours, result.tiers, result.correct)
-        return result
-    result.tiers = default_tiers(result.nbytes, result.refs)
-    result.tiers_source = tiers_source or "this run"
-    ratios = tier_ratios(result.ours, result.refs) if result.correct and result.ours.ok else None
-    if ratios is None or not result.tiers:
-        result.points = points_for(ours, result.tiers, result.correct)
-        return result
-    result.points = max([0] + [pts for ratio, pts in zip(ratios, TIER_POINTS) if ratio >= TIER_FRACTION])
+    else:
+        result.tiers = default_tiers(result.nbytes, result.refs)
+        result.tiers_source = tiers_source or "this run"
+    result.points = points_for(ours, result.tiers, result.correct)
     return result
 
 

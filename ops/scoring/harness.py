@@ -318,7 +318,8 @@ class Meter:
             wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
             per_call.append(1e3 * (cpu if self.cpu_clock and _voluntary_switches() == blocked else wall))
         self.per_call.append(statistics.median(per_call))
-        self.kernel.append(self._kernel_ms(n))
+        # On the CPU clock the kernel time is shown, not graded: profile it in the first round only.
+        self.kernel.append(self.kernel[0] if self.cpu_clock and self.kernel else self._kernel_ms(n))
 
     def _pipelined(self, walls: List[float], cpus: List[float], waits: List[int]) -> float:
         """The round's time per call: the fastest window's wall time; on the CPU device (one thread) its CPU
@@ -371,18 +372,13 @@ class Meter:
 
 def near_a_tier(ours: Meter, refs: Sequence[Meter], nbytes: int, stored: Optional[Sequence[float]],
                 fraction: float) -> bool:
-    """Is ours within NEAR_TIER of a tier's boundary (``fraction`` of the tier), judged as the grading will
-    (``grading.tier_ratios`` on this run's rounds, or our best time against stored tiers)?"""
-    from .grading import tier_ratios
-
+    """Is our best time within NEAR_TIER of a tier's boundary (``fraction`` x the tier's throughput)?"""
     mine = ours.best()
-    if mine is None:
-        return False
     if stored:
-        ratios = [nbytes / (g * 1e9) * 1e3 / mine for g in stored if g]
+        tier_ms = [nbytes / (g * 1e9) * 1e3 for g in stored if g]
     else:
-        ratios = tier_ratios(ours.timing(), {m.name: m.timing() for m in refs}) or []
-    return any(abs(r / fraction - 1.0) < NEAR_TIER for r in ratios)
+        tier_ms = [m.best() for m in refs if m.best()]
+    return mine is not None and any(abs(mine * fraction / t - 1.0) < NEAR_TIER for t in tier_ms if t)
 
 
 def save_outputs(case_dir: str, tag: str, outs) -> List[List[str]]:
