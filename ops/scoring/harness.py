@@ -461,7 +461,7 @@ def _sync_bisect(vs) -> None:
             _sync_bisect(vs[len(vs) // 2:])
 
 
-# --- in-process helpers for A/B scripts (docs/gpu-runs.md): kernel time of one graph, no judging ---------------
+# --- in-process helpers for A/B scripts (docs/benchmarking.md): kernel time of one graph, no judging ---------------
 
 def time_jittor(builder: Callable[[], list], repeats: int = 5) -> float:
     """Median kernel ms of ``builder()``'s graph over ``repeats`` profiles (after a warm call)."""
