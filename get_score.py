@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Score every operator case on this machine's GPU (or its CPU): correctness, throughput, tier points.
+"""Score every operator case on this machine's GPU (or its CPU): correctness, time per call, tier points.
 
     python get_score.py                      # all cases, default device, table on stdout
     python get_score.py --op max_pool3d -k k2 --markdown scores/h100.md --compile
@@ -7,9 +7,22 @@
 
 See ``python get_score.py --help`` and README.md.
 """
+import importlib.util
+import os
 import sys
 
-from ops.scoring.cli import main
+
+def _parse():
+    """Parse the arguments before anything imports jittor (importing ``ops`` does): --help and mistakes
+    answer at once, even where jittor's core is not built yet."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ops", "scoring", "args.py")
+    spec = importlib.util.spec_from_file_location("_get_score_args", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.parse_args()
+
 
 if __name__ == "__main__":
-    sys.exit(main())
+    parsed = _parse()
+    from ops.scoring.cli import main
+    sys.exit(main(parsed=parsed))

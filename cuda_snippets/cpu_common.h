@@ -1,13 +1,16 @@
-// cpu_common.h: helpers of every family's CPU path (the jt.code cpu_src of ops/*.py), included before the
-// family's own CPU header: integer views of element bits, float16/bfloat16 conversions that vectorize, and
-// per-thread scratch buffers.
+// cpu_common.h: helpers of every family's CPU path (the jt.code cpu_src of ops/*.py; the jt.code cpu_header side
+// of common.cuh), included before the family's own CPU header: NaN and finiteness tests on the bits, integer
+// views of element bits, float16/bfloat16 conversions that vectorize, and per-thread scratch buffers.
 //
-// jittor compiles CPU code with -Ofast (no NaN or signed-zero semantics in float compares), so NaN is tested on
-// the bits. jittor's own float16 conversions are branchy software routines (~20 instructions each, not
-// vectorized) and its bfloat16 conversion from float truncates; the conversions here are branch-free, exact
-// from the 16-bit types, and round to nearest even to them (as jittor's float16 and the GPU's
-// __float2bfloat16_rn do), so loops over arrays of them vectorize.
+// jittor compiles CPU code with -Ofast (no NaN or signed-zero semantics in float compares, isnan/isinf may be
+// folded to false), so NaN is tested on the bits. jittor's own float16 conversions are branchy software routines
+// (~20 instructions each, not vectorized) and its bfloat16 conversion from float truncates (half of all results
+// one ulp toward zero); the conversions here are branch-free, exact from the 16-bit types, and round to nearest
+// even to them (as jittor's float16 and the GPU's __float2bfloat16_rn do), so loops over arrays of them
+// vectorize. jittor inserts its float16/bfloat16 include only after the last #include of the source, so it
+// comes first.
 #pragma once
+#include "type/fp16_compute.h"
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -89,3 +92,33 @@ template <typename T, int SLOT> inline T* scratch(size_t n) {
 }
 
 }  // namespace ops_cpu
+
+static inline bool ops_isnan_bits(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, 4);
+  return (b << 1) > 0xff000000u;
+}
+static inline bool ops_isnan_bits(double v) {
+  uint64_t b;
+  std::memcpy(&b, &v, 8);
+  return (b << 1) > 0xffe0000000000000ull;
+}
+static inline bool ops_isfinite_bits(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, 4);
+  return (b & 0x7f800000u) != 0x7f800000u;
+}
+
+// float -> bfloat16 rounded to nearest even, as the GPU's __float2bfloat16_rn. A NaN stays a (quiet) NaN
+// whatever its payload.
+static inline jittor::bfloat16 ops_cpu_bfloat16(float v) { return ops_cpu::from_acc<jittor::bfloat16>(v); }
+
+// An accumulator (float or double) -> T, as the GPU's ops_from_float stores it: a plain conversion (float16's
+// rounds to nearest even), bfloat16 through ops_cpu_bfloat16.
+template <typename T> struct OpsCpuConvert {
+  template <typename A> static inline T from(A v) { return (T)v; }
+};
+template <> struct OpsCpuConvert<jittor::bfloat16> {
+  static inline jittor::bfloat16 from(float v) { return ops_cpu_bfloat16(v); }
+};
+template <typename T, typename A> static inline T ops_cpu_from(A v) { return OpsCpuConvert<T>::from(v); }

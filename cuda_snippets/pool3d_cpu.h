@@ -6,8 +6,8 @@
 // passes run over contiguous rows (they vectorize). The maximum is taken on integer keys of the bits that order
 // like the values (negative values have their magnitude bits flipped), with every NaN mapped to the largest key:
 // "a NaN takes over" costs no branch, and the 16-bit types are never converted.
-//   * values only: the key is an involution of the bits, so the winner's bits come back from its key (up to the
-//     sign of a zero that ties with the other zero, as on the GPU's fwd_rows);
+//   * values only: the key is an involution of the bits, so the winner's bits come back from its key; a window
+//     whose maximum is a zero takes its first zero's sign (keep_first_zero);
 //   * with indices: each pass also carries the candidate's flat position in the plane and breaks ties on it
 //     (PyTorch's scan order (d, h, w): the first maximum wins, among NaNs the last), so the passes' order does
 //     not matter; -0 and +0 share a key (they compare equal), and the value is read back at the position.
@@ -182,6 +182,35 @@ template <typename S, typename A> inline void pass_w(const S* hk, int wp, A* ys,
   }
 }
 
+// A window whose maximum is a zero outputs its first zero, with its sign (-0.0 and +0.0 compare equal: the
+// first of equal maxima is kept): the values path's keys order -0 below +0, so such outputs (rare: every element
+// of the window at most zero, one of them a zero) are looked up again in the window, in scan order.
+template <typename T>
+inline void keep_first_zero(const typename Key<T>::A* xs, typename Key<T>::A* ys, const Geom& g, int od) {
+  typedef typename Key<T>::S S;
+  const S top = std::numeric_limits<S>::max();
+  int d0, d1;
+  taps(od * g.sd - g.pd, g.kd, g.dd, g.D, d0, d1);
+  for (int oh = 0; oh < g.Ho; ++oh)
+    for (int ow = 0; ow < g.Wo; ++ow) {
+      if ((S)(ys[oh * g.Wo + ow] & top) != 0) continue;
+      int h0, h1, w0, w1;
+      taps(oh * g.sh - g.ph, g.kh, g.dh, g.H, h0, h1);
+      taps(ow * g.sw - g.pw, g.kw, g.dw, g.W, w0, w1);
+      bool found = false;
+      for (int i = d0; i < d1 && !found; ++i)
+        for (int j = h0; j < h1 && !found; ++j)
+          for (int k = w0; k < w1 && !found; ++k) {
+            const long long at = ((long long)(od * g.sd - g.pd + i * g.dd) * g.H + oh * g.sh - g.ph + j * g.dh) * g.W +
+                                 ow * g.sw - g.pw + k * g.dw;
+            if ((S)(xs[at] & top) == 0) {
+              ys[oh * g.Wo + ow] = xs[at];
+              found = true;
+            }
+          }
+    }
+}
+
 // Elementwise merges of n candidates into the running maxima (the passes' inner loops: contiguous, no branch).
 template <typename S> inline void merge_values(S* best, const S* cand, int n) {
   for (int i = 0; i < n; ++i) best[i] = cand[i] > best[i] ? cand[i] : best[i];
@@ -295,7 +324,9 @@ inline void forward_plane(const T* x, T* y, int* yi, const Geom& g, const Work<t
     }
     // pass W: each output's maximum over its columns of the padded row
     if (!IDX) {
-      pass_w<S>(wk.hk, wp, reinterpret_cast<A*>(y + (long long)od * g.Ho * g.Wo), g);
+      A* ys = reinterpret_cast<A*>(y + (long long)od * g.Ho * g.Wo);
+      pass_w<S>(wk.hk, wp, ys, g);
+      keep_first_zero<T>(xs, ys, g, od);
       continue;
     }
     for (int oh = 0; oh < g.Ho; ++oh) {
@@ -402,10 +433,10 @@ inline void forward_plane_scan(const T* x, T* y, int* yi, const Geom& g) {
             for (int k = 0; k < KW; ++k) {
               const int at = i * step_d + j * step_h + k * g.dw;
               const T v = win[at];
-              if ((MODE & 2) && v > best) pos = at;
+              pos = v > best ? at : pos;
               best = v > best ? v : best;
             }
-        if (MODE & 1) y[o] = best;
+        if (MODE & 1) y[o] = win[pos];  // the first of equal maxima, with its sign
         if (MODE & 2) yi[o] = (int)(win - x) + pos;
       }
     }

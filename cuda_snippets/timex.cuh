@@ -38,7 +38,7 @@ template <typename T> TIMEX_FN void timex_store(T* p, float v) { *p = ops_from_f
 #define TIMEX_UNROLL
 struct alignas(16) timex_f4 { float x, y, z, w; };
 template <typename T> inline float timex_load(const T* p) { return (float)(*p); }
-template <typename T> inline void timex_store(T* p, float v) { *p = (T)v; }
+template <typename T> inline void timex_store(T* p, float v) { *p = ops_cpu_from<T>(v); }  // cpu_common.h
 #endif
 
 // 16-byte shared-memory load; every caller's offset is a multiple of 4 floats from a 16-byte aligned base.
@@ -51,7 +51,8 @@ TIMEX_FN timex_f4 timex_ld4(const float* p) { return *reinterpret_cast<const tim
 // It walks the u-chunks ui = 0..ti of the same length; chunk ui < ti is a full square, chunk ti the triangle.
 // Shared memory per chunk: ks[BR][tile + 4] = k rows (zero past T and past B; row stride = 4 mod 32 words so
 // the lanes_b rows read together sit in distinct banks) and ws[2 * tile] = w by lag, ws[j] = w[c, T-1-lag]
-// with lag = (ti - ui - 1) * tile + j, zero outside [0, T) (so u > t contributes nothing).
+// with lag = (ti - ui - 1) * tile + j, zero outside [0, T); the terms u > t of the triangle's diagonal step are
+// left out by selection (timex_fwd_step), since 0 * k is NaN for a k of Inf or NaN.
 // Thread tid: batch lane bl = tid % lanes_b (rows bl + lanes_b * m, m < TM), t-lane tl = tid / lanes_b, which
 // owns the 4-output groups tl and G-1-tl (G = tile / 4): in the triangle they take tl + 1 and G - tl steps,
 // G + 1 together, so all threads of a block finish together. One step = 4 u values: TM 16-byte k loads (the
@@ -121,6 +122,20 @@ TIMEX_FN void timex_fwd_stage(float* sm, const T* w, const T* k, const TimexFwdP
   }
 }
 
+// One u-step of a 4-output group: acc[m][i] += sum_j wv[3 + i - j] * k[m][j]. DIAGONAL: the triangle's last
+// step (u and t in the same group), where the terms u > t (j > i) are left out by selection: their lags are
+// negative (ws holds 0 there) but 0 * k is NaN for a k of Inf or NaN, which would reach earlier outputs.
+template <int TM, bool DIAGONAL>
+TIMEX_FN void timex_fwd_step(float (&acc)[TM][4], const float (&wv)[7], const float* kp, int row_stride) {
+  TIMEX_UNROLL for (int m = 0; m < TM; ++m) {
+    const timex_f4 kv4 = timex_ld4(kp + m * row_stride);
+    const float kv[4] = {kv4.x, kv4.y, kv4.z, kv4.w};
+    TIMEX_UNROLL for (int i = 0; i < 4; ++i)
+      TIMEX_UNROLL for (int j = 0; j < 4; ++j)
+        if (!DIAGONAL || j <= i) acc[m][i] += wv[3 + i - j] * kv[j];
+  }
+}
+
 template <int TM>
 TIMEX_FN void timex_fwd_compute(TimexFwdAcc<TM>& acc, const float* sm, const TimexFwdParams& p, int ti,
                                 int ui, int tid) {
@@ -132,7 +147,8 @@ TIMEX_FN void timex_fwd_compute(TimexFwdAcc<TM>& acc, const float* sm, const Tim
   TIMEX_UNROLL for (int h = 0; h < 2; ++h) {
     const int g = h == 0 ? tl : G - 1 - tl;
     if (ti * TB + 4 * g >= p.T) continue;  // the whole group lies past T
-    const int qend = ti == ui ? g + 1 : G;  // triangle: u-steps up to the group's own
+    const bool triangle = ti == ui;
+    const int qend = triangle ? g : G;  // full steps; the triangle's diagonal step q = g follows
     // Output t = tg + i, input u = 4q + j (chunk-relative): lag offset (i - j) from ws[TB + 4(g - q)].
     const float* wp = ws + TB + 4 * g;
     timex_f4 hi = timex_ld4(wp);
@@ -140,13 +156,12 @@ TIMEX_FN void timex_fwd_compute(TimexFwdAcc<TM>& acc, const float* sm, const Tim
       wp -= 4;
       const timex_f4 lo = timex_ld4(wp);
       const float wv[7] = {lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};  // wv[3 + i - j]
-      TIMEX_UNROLL for (int m = 0; m < TM; ++m) {
-        const timex_f4 kv4 = timex_ld4(kp + m * LB * KS + 4 * q);
-        const float kv[4] = {kv4.x, kv4.y, kv4.z, kv4.w};
-        TIMEX_UNROLL for (int i = 0; i < 4; ++i)
-          TIMEX_UNROLL for (int j = 0; j < 4; ++j) acc.a[h][m][i] += wv[3 + i - j] * kv[j];
-      }
+      timex_fwd_step<TM, false>(acc.a[h], wv, kp + 4 * q, LB * KS);
       hi = lo;
+    }
+    if (triangle) {  // hi = ws[TB .. TB + 4) here: lags 0..3; lo (negative lags) only feeds left-out terms
+      const float wv[7] = {0.f, 0.f, 0.f, hi.x, hi.y, hi.z, hi.w};
+      timex_fwd_step<TM, true>(acc.a[h], wv, kp + 4 * g, LB * KS);
     }
   }
 }
@@ -239,6 +254,26 @@ TIMEX_FN void timex_gw_stage(float* sm, const T* k, const T* g, const TimexGwPar
   }
 }
 
+// One v-step of an 8-lag group: acc[i] += sum_j g[j] * k[8 + j - i] over the window f2 f1 f0 (k positions
+// first + j - i), which then slides by 4. MASKED: a step holding terms outside the sum, k position < 0 (the
+// triangle's first two steps) or v >= T (j >= vend, the step T ends in); they are left out by selection, not
+// by the zeros staged there: 0 * k is NaN for a k of Inf or NaN, which would reach lags that never meet it.
+template <bool MASKED>
+TIMEX_FN void timex_gw_step(float (&acc)[8], timex_f4& f2, timex_f4& f1, const float*& kp, const float*& gp,
+                            int first, int vend) {
+  const timex_f4 f0 = timex_ld4(kp);
+  const timex_f4 gv4 = timex_ld4(gp);
+  const float kv[12] = {f2.x, f2.y, f2.z, f2.w, f1.x, f1.y, f1.z, f1.w, f0.x, f0.y, f0.z, f0.w};
+  const float gv[4] = {gv4.x, gv4.y, gv4.z, gv4.w};
+  TIMEX_UNROLL for (int i = 0; i < 8; ++i)
+    TIMEX_UNROLL for (int j = 0; j < 4; ++j)
+      if (!MASKED || (first + j - i >= 0 && j < vend)) acc[i] += gv[j] * kv[8 + j - i];
+  f2 = f1;
+  f1 = f0;
+  kp += 4;
+  gp += 4;
+}
+
 TIMEX_FN void timex_gw_compute(TimexGwAcc& acc, const float* sm, const TimexGwParams& p, int si, int vi,
                                int tid) {
   const int SB = p.tile, LB = p.lanes_b, GS = SB + 4, KWS = 2 * SB + 4, G = SB / 8;
@@ -248,26 +283,25 @@ TIMEX_FN void timex_gw_compute(TimexGwAcc& acc, const float* sm, const TimexGwPa
   const int V0 = vi * SB;
   const int rest = (p.T - V0 + 3) / 4;
   const int qn = rest < SB / 4 ? rest : SB / 4;  // steps whose v lies before T
+  const int whole = (p.T - V0) / 4;              // steps whose 4 v all lie before T
   TIMEX_UNROLL for (int h = 0; h < 2; ++h) {
     const int g = h == 0 ? tl : G - 1 - tl;
     if (si * SB + 8 * g >= p.T) continue;  // the whole group lies past T
     const int q0 = vi == si ? 2 * g : 0;     // triangle: v-steps from the group's own
-    // Lag s = sg + i, v = 4q + j (chunk-relative): k position offset (j - i) from kw[SB + 4q - 8g].
+    // Lag s = sg + i, v = 4q + j (chunk-relative): k position offset (j - i) from kw[SB + 4q - 8g], absolute
+    // position (vi - si) * SB + 4 (q - 2g) + j - i.
     const float* kp = kw + bl * KWS + SB + 4 * q0 - 8 * g;
     const float* gp = gs + bl * GS + 4 * q0;
+    // Masked steps are peeled off the loop (the triangle's first two, then the tail), so the lanes of a warp
+    // do not diverge on them: predicted cost nil (as many FMA slots as before, a few predicates).
+    const int q1 = vi == si ? (q0 + 2 < qn ? q0 + 2 : qn) : q0;
+    const int q2 = whole < q1 ? q1 : whole < qn ? whole : qn;
     timex_f4 f2 = timex_ld4(kp - 8), f1 = timex_ld4(kp - 4);
-    for (int q = q0; q < qn; ++q) {
-      const timex_f4 f0 = timex_ld4(kp);
-      const timex_f4 gv4 = timex_ld4(gp);
-      const float kv[12] = {f2.x, f2.y, f2.z, f2.w, f1.x, f1.y, f1.z, f1.w, f0.x, f0.y, f0.z, f0.w};
-      const float gv[4] = {gv4.x, gv4.y, gv4.z, gv4.w};
-      TIMEX_UNROLL for (int i = 0; i < 8; ++i)
-        TIMEX_UNROLL for (int j = 0; j < 4; ++j) acc.a[h][i] += gv[j] * kv[8 + j - i];
-      f2 = f1;
-      f1 = f0;
-      kp += 4;
-      gp += 4;
-    }
+    const int first0 = (vi - si) * SB - 8 * g, vend0 = p.T - V0;  // step q: first0 + 4q, vend0 - 4q
+    int q = q0;
+    for (; q < q1; ++q) timex_gw_step<true>(acc.a[h], f2, f1, kp, gp, first0 + 4 * q, vend0 - 4 * q);
+    for (; q < q2; ++q) timex_gw_step<false>(acc.a[h], f2, f1, kp, gp, 0, 0);
+    for (; q < qn; ++q) timex_gw_step<true>(acc.a[h], f2, f1, kp, gp, first0 + 4 * q, vend0 - 4 * q);
   }
 }
 
@@ -413,7 +447,8 @@ void timex_gw_launch(const T* k, const T* g, T* gw, float* partial, const TimexG
 // Block (c, batch group, t-tile ti): 4 warps, t-tile of 128, BN = 8 * NT batch rows. Warp q owns the tile's
 // t rows [32q, 32q + 32) (two m-tiles) for all BN rows (NT n-tiles). It walks the u-chunks ui = 0..ti of 128;
 // in the diagonal chunk it stops after the k-steps that reach its own rows (u > t contributes zero there:
-// A's zero entries come from the zero lags of wl).
+// A's zero entries come from the zero lags of wl; a diagonal chunk whose k holds an Inf or NaN, where 0 * Inf
+// would not be zero, runs on the CUDA cores instead: timex_mma_exact_diagonal, timex_mma_exact_diagonal_add).
 // Shared memory: wl[(ti + 2) * 128] = w by lag, wl[j] = wr[j - 128], zero for lags < 0 or >= T (an A entry
 // is read straight from it: a warp's 32 lanes read 11 consecutive words, no bank conflict);
 // ks[BN][128 + 4] = the k chunk (zero past T and past B; rows 4 words apart mod 32, so the fragment reads
@@ -430,12 +465,37 @@ __device__ __forceinline__ unsigned int timex_tf32(float x) {
   return r;
 }
 
-// One operand element as TF32: big (and, for float32 inputs, the TF32 rounding of the remainder).
+// Inf or NaN, read from the bits (--use_fast_math lets the compiler fold isinf/isnan away).
+__device__ __forceinline__ bool timex_nonfinite(float x) {
+  return (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u;
+}
+
+template <int N> __device__ __forceinline__ bool timex_any_nonfinite(const float (&v)[N]) {
+  bool any = false;
+  TIMEX_UNROLL for (int i = 0; i < N; ++i) any |= timex_nonfinite(v[i]);
+  return any;
+}
+
+// One operand element as TF32: big (and, for float32 inputs, the TF32 rounding of the remainder). 3xTF32 adds
+// the cross terms small * big' and big * small', so non-finite values need care for the products to be IEEE's:
+//   * Inf: big = the largest TF32 value of its sign, small = the Inf. w * k then sums Inf * k_big (NaN only
+//     for k = 0, as IEEE says), a finite term and max * k_big (finite, or an Inf of the same sign); with
+//     big = Inf instead, Inf * small' = Inf * 0 would be NaN for every k exact in TF32;
+//   * NaN: big = NaN (every product NaN);
+//   * a finite x that rna rounds past the largest TF32 value: big = its truncation (finite), small = the rest.
 template <bool SPLIT> struct TimexTf32 {
   unsigned int big, small;
   __device__ __forceinline__ explicit TimexTf32(float x) {
+    // Selects on values computed anyway, not branches: this runs at every fragment read of fwd_mma (float32).
+    const unsigned int xb = __float_as_uint(x);
     big = timex_tf32(x);
+    if (SPLIT) big = timex_nonfinite(__uint_as_float(big)) && !timex_nonfinite(x) ? xb & 0xffffe000u : big;
     small = SPLIT ? timex_tf32(x - __uint_as_float(big)) : 0u;
+    if (SPLIT) {
+      const bool inf = (xb & 0x7fffffffu) == 0x7f800000u;
+      small = timex_nonfinite(x) ? (inf ? xb : 0u) : small;
+      big = inf ? (xb & 0x80000000u) | 0x7f7fe000u : big;
+    }
   }
 };
 
@@ -462,12 +522,12 @@ __device__ __forceinline__ void timex_mma_product(float (&d)[4], const unsigned 
   timex_mma(d, ab, bb);
 }
 
-// Both tensor-core kernels end alike: the accumulator fragments go through shared memory (os: 8 * NT rows of
-// KS floats, free by then) so that consecutive threads store consecutive t of each output row; eps is added.
+// Both tensor-core kernels end alike: the accumulator fragments are parked in shared memory (os: 8 * NT rows
+// of KS floats, free by then; timex_mma_park), then, after a barrier, consecutive threads store consecutive t
+// of each output row with eps added (timex_mma_write: thread tid reads column tid of os).
 // C fragment: d0, d1 at (row g, columns 2 tig, 2 tig + 1), d2, d3 at row g + 8; rows are t, columns b.
-template <typename T, int NT, typename IT>
-__device__ __forceinline__ void timex_mma_store(float* os, const float (&acc)[2][NT][4], T* __restrict__ out,
-                                                const TimexFwdParams& p, int c, int b0, int ti) {
+template <int NT>
+__device__ __forceinline__ void timex_mma_park(float* os, const float (&acc)[2][NT][4]) {
   constexpr int KS = TIMEX_MMA_KS;
   const int tid = threadIdx.x, lane = tid & 31, q = tid >> 5, g = lane >> 2, tig = lane & 3;
   TIMEX_UNROLL for (int m = 0; m < 2; ++m)
@@ -478,7 +538,13 @@ __device__ __forceinline__ void timex_mma_store(float* os, const float (&acc)[2]
       op[8] = acc[m][n][2];
       op[KS + 8] = acc[m][n][3];
     }
-  __syncthreads();
+}
+
+template <typename T, int NT, typename IT>
+__device__ __forceinline__ void timex_mma_write(const float* os, T* __restrict__ out, const TimexFwdParams& p,
+                                                int c, int b0, int ti) {
+  constexpr int KS = TIMEX_MMA_KS;
+  const int tid = threadIdx.x;
   const int t = ti * TIMEX_MMA_TILE + tid;
   if (t >= p.T) return;
   const int tt = p.reverse ? p.T - 1 - t : t;
@@ -486,6 +552,45 @@ __device__ __forceinline__ void timex_mma_store(float* os, const float (&acc)[2]
     const int b = b0 + r;
     if (b < p.B) out[((IT)b * p.C + c) * p.T + tt] = ops_from_float<T>(os[r * KS + tid] + p.eps);
   }
+}
+
+// The diagonal chunk (u-chunk = the block's t-tile) on the CUDA cores, for blocks whose staged k chunk holds
+// an Inf or NaN: the tensor cores would multiply it by A's zeros (the lags u > t), and 0 * Inf = NaN would
+// reach the outputs before it. Output (t, b) of the chunk (chunk-relative) is sum_{u <= t} A[t][u] * k[b][u]:
+// the terms u > t are left out by selection. w_at(lag) and k_at(b, u) read the stage. Finite inputs never
+// come here; what they pay is a bit test per staged k value of the diagonal chunk and a barrier with an OR
+// instead of a plain one (predicted: under 1% of the kernel; to measure). A block that comes here spends
+// about 64 * 8NT FMAs per thread on the CUDA cores (rolled loops, which keep the kernels' register counts).
+template <class WAt, class KAt>
+__device__ __forceinline__ float timex_diagonal_sum(const WAt& w_at, const KAt& k_at, int t, int b) {
+  float sum = 0.f;
+#pragma unroll 1
+  for (int u = 0; u <= t; ++u) sum += w_at(t - u) * k_at(b, u);
+  return sum;
+}
+
+// fwd_mma: the thread's own fragment elements (e = (m * NT + n) * 4 + i at t = 32q + 16m + g + 8 (i / 2),
+// b = 8n + 2 tig + i % 2), each sum added to its accumulator by selection (which keeps acc in registers).
+template <int NT, class WAt, class KAt>
+__device__ __forceinline__ void timex_mma_exact_diagonal(float (&acc)[2][NT][4], const WAt& w_at, const KAt& k_at) {
+  const int lane = threadIdx.x & 31, q = threadIdx.x >> 5, g = lane >> 2, tig = lane & 3;
+#pragma unroll 1
+  for (int e = 0; e < 8 * NT; ++e) {
+    const int m = e / (4 * NT), n = (e / 4) % NT, i = e % 4;
+    const float sum = timex_diagonal_sum(w_at, k_at, 32 * q + 16 * m + g + 8 * (i >> 1), 8 * n + 2 * tig + (i & 1));
+    TIMEX_UNROLL for (int mm = 0; mm < 2; ++mm)
+      TIMEX_UNROLL for (int nn = 0; nn < NT; ++nn)
+        TIMEX_UNROLL for (int ii = 0; ii < 4; ++ii)
+          if ((mm * NT + nn) * 4 + ii == e) acc[mm][nn][ii] += sum;
+  }
+}
+
+// fwd_mma2/3: added to column t = threadIdx.x of every row of the parked output tile os (acc is dead by then).
+template <int BN, class WAt, class KAt>
+__device__ __noinline__ void timex_mma_exact_diagonal_add(float* os, const WAt& w_at, const KAt& k_at) {
+  const int t = threadIdx.x;
+#pragma unroll 1
+  for (int b = 0; b < BN; ++b) os[b * TIMEX_MMA_KS + t] += timex_diagonal_sum(w_at, k_at, t, b);
 }
 
 // Grid (C * batch groups, t-tiles) of TIMEX_MMA_THREADS; ``raised`` is the calling launcher's own static.
@@ -521,13 +626,23 @@ timex_fwd_mma_kernel(const T* __restrict__ w, const T* __restrict__ k, T* __rest
   for (int ui = 0; ui <= ti; ++ui) {
     const int u0 = ui * BT;
     __syncthreads();  // the previous chunk's fragment reads are done
+    bool nonfinite = false;
     TIMEX_UNROLL for (int r = 0; r < BN; ++r) {
       const int b = b0 + r, u = u0 + tid;
       float v = 0.f;
       if (b < p.B && u < p.T) v = ops_to_float(k[((IT)b * p.C + c) * p.T + (p.reverse ? p.T - 1 - u : u)]);
       ks[r * KS + tid] = v;
+      if (ui == ti) nonfinite |= timex_nonfinite(v);  // only the diagonal chunk is checked
     }
-    __syncthreads();
+    if (ui == ti) {  // the diagonal chunk: an Inf or NaN in it sends it to the CUDA cores
+      if (__syncthreads_or(nonfinite)) {
+        timex_mma_exact_diagonal<NT>(acc, [=](int lag) { return wl[lag + BT]; },
+                                     [=](int b, int u) { return ks[b * KS + u]; });
+        break;
+      }
+    } else {
+      __syncthreads();
+    }
     const int steps = ui == ti ? 4 * q + 4 : BT / 8;
     // wl index of A[t][u] for t = t0 + 32q + row, u = u0 + col: (t - u) + BT
     const int base = t0 - u0 + 32 * q + BT + g - tig;
@@ -548,7 +663,9 @@ timex_fwd_mma_kernel(const T* __restrict__ w, const T* __restrict__ k, T* __rest
     }
   }
   __syncthreads();
-  timex_mma_store<T, NT, IT>(ks, acc, out, p, c, b0, ti);
+  timex_mma_park<NT>(ks, acc);
+  __syncthreads();
+  timex_mma_write<T, NT, IT>(ks, out, p, c, b0, ti);
 }
 
 template <typename T, int NT, typename IT>
@@ -559,7 +676,7 @@ void timex_fwd_mma_launch(const T* w, const T* k, T* out, const TimexFwdParams& 
 
 // ---------------------------------------------------------------------------------------------------------
 // fwd_mma2: fwd_mma reworked for accuracy at any T and for speed (measured 2026-11-23: float32 B32 C768 T768
-// 0.293 ms against fwd_mma's 0.345, errors 0.04-0.15 of the tolerance up to T = 8192; docs/perf-notes.md).
+// 0.293 ms against fwd_mma's 0.345, errors 0.04-0.15 of the tolerance up to T = 8192; docs/design.md).
 // The same block, warp and fragment geometry, and:
 //   * each k-step's mmas start from a zeroed fragment, added to the float32 total with an FADD: the tensor
 //     cores' unrounded accumulation then only ever holds 8-24 products (fwd_mma lost accuracy past T ~ 1024);
@@ -652,7 +769,10 @@ timex_fwd_mma2_kernel(const T* __restrict__ w, const T* __restrict__ k, T* __res
   float kv[BN], wv[2];
   timex_mma2_fetch<T, NT, IT>(kv, wv, w, k, p, c, b0, ti, 0, tid);
   timex_mma2_put<T, NT>(sm, kv, wv, tid);
-  __syncthreads();
+  // exact: the diagonal chunk holds an Inf or NaN k and runs on the CUDA cores (timex_mma_exact_diagonal_add)
+  bool exact = false;
+  if (ti == 0) exact = __syncthreads_or(timex_any_nonfinite(kv));
+  else __syncthreads();
   float acc[2][NT][4];
   TIMEX_UNROLL for (int m = 0; m < 2; ++m)
     TIMEX_UNROLL for (int n = 0; n < NT; ++n)
@@ -663,7 +783,8 @@ timex_fwd_mma2_kernel(const T* __restrict__ w, const T* __restrict__ k, T* __res
     if (ui < ti) timex_mma2_fetch<T, NT, IT>(kv, wv, w, k, p, c, b0, ti, ui + 1, tid);  // in flight meanwhile
     const unsigned int* st = sm + (ui & 1) * WORDS;
     const unsigned int* wb = st + BN * KS;
-    const int steps = ui == ti ? 4 * q + 4 : BT / 8;  // a multiple of 4
+    // a multiple of 4; none for an exact diagonal chunk (it runs on the CUDA cores, below)
+    const int steps = ui == ti ? (exact ? 0 : 4 * q + 4) : BT / 8;
     if (LADDER) {
       for (int s0 = 0; s0 < steps; s0 += 4) {
         // G[i] = wb[abase - 8 s0 - 28 + 4 i]: step s0 + e of row block m reads, as fwd_mma2's wb[a], wb[a + 8],
@@ -711,9 +832,25 @@ timex_fwd_mma2_kernel(const T* __restrict__ w, const T* __restrict__ k, T* __res
       }
     }
     if (ui < ti) timex_mma2_put<T, NT>(sm + ((ui + 1) & 1) * WORDS, kv, wv, tid);
-    __syncthreads();  // the next stage is written; this stage's reads are done
+    // the next stage is written; this stage's reads are done
+    if (ui + 1 == ti) exact = __syncthreads_or(timex_any_nonfinite(kv));
+    else __syncthreads();
   }
-  timex_mma_store<T, NT, IT>(reinterpret_cast<float*>(sm), acc, out, p, c, b0, ti);  // stage 0 is free
+  // The output tile goes through the stage the diagonal chunk did not use (chunk ti - 1's, or never used).
+  float* os = reinterpret_cast<float*>(sm + ((ti + 1) & 1) * WORDS);
+  timex_mma_park<NT>(os, acc);
+  __syncthreads();
+  if (exact) {  // added to column t = tid of the parked tile (this thread's to store) from the diagonal stage:
+    const unsigned int* st = sm + (ti & 1) * WORDS;  // big + small halves (float32); wb[j] holds lag j - 128
+    const unsigned int* wb = st + BN * KS;
+    timex_mma_exact_diagonal_add<BN>(
+        os,
+        [=](int lag) { return __uint_as_float(wb[lag + BT]) + (SPLIT ? __uint_as_float(wb[HALF + lag + BT]) : 0.f); },
+        [=](int b, int u) {
+          return __uint_as_float(st[b * KS + u]) + (SPLIT ? __uint_as_float(st[HALF + b * KS + u]) : 0.f);
+        });
+  }
+  timex_mma_write<T, NT, IT>(os, out, p, c, b0, ti);
 }
 
 template <typename T, int NT, typename IT>

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
+import operator
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
 from . import _codegen
 from . import _launch
+from ._args import as_index, check_rank
 from ._jittor import jt
 
 Shape = Tuple[int, ...]
@@ -86,19 +87,24 @@ def _fmt(shape) -> str:
 
 
 def _as_shape(shape, name: str) -> Shape:
-    """``shape`` as a tuple of ints; TypeError naming ``name`` otherwise."""
-    if type(shape) in (tuple, list) and all(type(s) is int for s in shape):  # the common case, without ABCs
+    """``shape`` as a tuple of ints: a sequence (tuple, list, jittor's NanoVector ``x.shape``, ...) of ints in
+    any form ``_args.as_index`` takes, or one such int; TypeError naming ``name`` otherwise."""
+    if type(shape) in (tuple, list) and all(type(s) is int for s in shape):  # the common case, without checks
         return tuple(shape)
-    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
-        return (int(shape),)
-    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+    if isinstance(shape, jt.Var):
+        raise TypeError(f"{name} must be a sequence of ints, got a jittor Var (pass its .shape for its shape)")
+    if isinstance(shape, (str, bytes)):
         raise TypeError(f"{name} must be a sequence of ints, got {type(shape).__name__}")
-    out = []
-    for i, s in enumerate(shape):
-        if isinstance(s, bool) or not isinstance(s, numbers.Integral):
-            raise TypeError(f"{name}[{i}] must be an int, got {type(s).__name__} ({s!r})")
-        out.append(int(s))
-    return tuple(out)
+    if not isinstance(shape, bool):
+        try:
+            return (operator.index(shape),)
+        except TypeError:
+            pass
+    try:
+        items = list(shape)  # NanoVector iterates through __getitem__
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of ints, got {type(shape).__name__}") from None
+    return tuple(as_index(s, f"{name}[{i}]") for i, s in enumerate(items))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -424,14 +430,15 @@ def _cpu_header() -> str:
     return _codegen.include(("cpu_common.h", "broadcast_cpu.h"))
 
 
-def forward_launch(cfg: KernelConfig, dtype: str, cuda: bool) -> _launch.Launch:
-    """The forward: x flat (its elements in order) to the flat output; the groups through ``data``."""
+def forward_launch(cfg: KernelConfig, dtype: str, cuda: bool, out_shape: Shape) -> _launch.Launch:
+    """The forward: x (any shape: the kernel reads its elements in order) to the output of ``out_shape``; the
+    simplified groups through ``data``."""
     data = cfg.data()
     if cuda:
         data["v"] = FWD_MENU.index((cfg.nd, cfg.inner_bcast))
         src = _codegen.render(_FWD_CUDA, INDEX_T=cfg.index_type)
-        return _launch.Launch((cfg.numel,), dtype, cuda=True, src=src, header=_cuda_header(), data=data)
-    return _launch.Launch((cfg.numel,), dtype, cuda=False, src=_CPU_FWD, header=_cpu_header(),
+        return _launch.Launch(out_shape, dtype, cuda=True, src=src, header=_cuda_header(), data=data)
+    return _launch.Launch(out_shape, dtype, cuda=False, src=_CPU_FWD, header=_cpu_header(),
                           data=cpu_forward_data(cfg))
 
 
@@ -453,24 +460,36 @@ def pass_launch(p: ReducePass, cuda: bool) -> _launch.Launch:
     return _launch.Launch(shapes, dtypes, cuda=cuda, src=src, header=header, data=data)
 
 
+def cast_rounded(v, dtype: str):
+    """``v`` in ``dtype``; a float cast to bfloat16 is rounded to nearest even on every device (jittor's CPU cast
+    truncates), through a row pass of one element per row."""
+    src = str(v.dtype)
+    if src == dtype:
+        return v
+    if dtype != "bfloat16" or src not in ACC_DTYPE:
+        return v.cast(dtype)
+    (cast_pass,) = _row_passes(v.numel(), 1, src, dtype, ACC_DTYPE[dtype], None)
+    return _reshape(pass_launch(cast_pass, _launch.on_cuda())([_reshape(v, (v.numel(),))]), tuple(v.shape))
+
+
 # Host time counts for small cases: jt.ops.reshape skips jt.Var.reshape's argument parsing (~1.4 us a call on
 # the CPU runners).
 _reshape = jt.ops.reshape
 
 
 class _Plan:
-    """A broadcast of one signature: x flat -> the forward launch -> the output shape; when a backward may
-    follow, recorded for autograd (``_launch.taped``) with the reduction passes as its backward, made on the
+    """A broadcast of one signature: x into the forward launch (no reshape: its kernel reads x's elements in
+    order and writes the output's); when a backward may follow, recorded for autograd (``_launch.taped``) with the reduction passes as its backward, made on the
     first backward."""
 
-    __slots__ = ("launch", "x_numel", "out_shape", "need_grad", "grad_key", "_passes")
+    __slots__ = ("launch", "need_grad", "grad_key", "_passes")
 
-    def __init__(self, launch, x_numel, out_shape, need_grad, grad_key):
-        self.launch, self.x_numel, self.out_shape = launch, x_numel, out_shape
+    def __init__(self, launch, need_grad, grad_key):
+        self.launch = launch
         self.need_grad, self.grad_key, self._passes = need_grad, grad_key, None
 
     def forward(self, inputs):
-        return _reshape(self.launch([_reshape(inputs[0], (self.x_numel,))]), self.out_shape)
+        return self.launch(inputs)
 
     def grad(self, dy):
         x_shape, out_shape, dtype, cuda = self.grad_key
@@ -479,7 +498,7 @@ class _Plan:
             self._passes = [(pass_launch(p, cuda), p.kind == "row_split") for p in cfg.passes]
         v = _reshape(dy, (dy.numel(),))
         if not self._passes:
-            return (_reshape(v if str(v.dtype) == dtype else v.cast(dtype), x_shape),)
+            return (_reshape(cast_rounded(v, dtype), x_shape),)
         for launch, split in self._passes:
             v = launch([v])[0] if split else launch([v])
         return (_reshape(v, x_shape),)
@@ -507,7 +526,7 @@ def _plan(x_shape: Shape, dtype: str, out_shape: Shape, need_grad: bool, cuda: b
         return _EmptyPlan(out_shape, dtype)
     cfg = select_config(x_shape, out_shape, dtype)
     need_grad = need_grad and dtype in ACC_DTYPE
-    return _Plan(forward_launch(cfg, dtype, cuda), math.prod(x_shape), out_shape, need_grad,
+    return _Plan(forward_launch(cfg, dtype, cuda, out_shape), need_grad,
                  (x_shape, out_shape, dtype, cuda))
 
 
@@ -529,7 +548,11 @@ def _broadcast(x, target, other_name: str, key):
     plan = _PLANS.get(key)
     if plan is None:
         x_shape = tuple(x.shape)
-        target_shape = _as_shape(target, "shape") if other_name == "shape" else tuple(target.shape)
+        if other_name == "shape":
+            target_shape = _as_shape(target, "shape")
+            check_rank(len(target_shape), "shape")
+        else:
+            target_shape = tuple(target.shape)
         out_shape = broadcast_shape(x_shape, target_shape, "x", other_name)
         plan = _PLANS.put(key, _plan(x_shape, str(x.dtype), out_shape, need_grad, cuda))
     return plan(x)

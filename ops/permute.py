@@ -54,12 +54,12 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 from dataclasses import dataclass
 from typing import Dict, Sequence, Tuple
 
 from . import _codegen
 from . import _launch
+from ._args import as_index
 from ._jittor import jt
 
 __all__ = ["permute", "transpose", "transpose_add", "Permute", "TransposeAdd", "KernelConfig", "PermutePlan",
@@ -109,7 +109,7 @@ PACK_MIN_FILL = 16
 # (P = 4 halves or 2 floats: 128- and 64-element edges, 33 KB / 17 KB of shared memory, 256-byte row segments on
 # every global access where 4-byte words move 128). 1-byte elements always take 4-byte words (8 per word would
 # need a 256-element edge, 67 KB of shared memory). Sweep of both words on an H100 (2026-11-23, 23 shapes,
-# .devrun/sweep_permute.py in docs/gpu-runs.md), % of the copy roofline, 4-byte -> 8-byte words:
+# .devrun/sweep_permute.py in docs/benchmarking.md), % of the copy roofline, 4-byte -> 8-byte words:
 #  * 4-byte elements: 8-byte words level or ahead on every fully tiled shape: (8192, 8192) transpose_add
 #    93.4 -> 96.4, (2,3,0,1) 92.1 -> 95.4, (0,2,1) 128 MB 94.7 -> 95.9; the one loss 95.6 -> 94.5
 #    (batched (16,1024,1024) transpose_add). So: 8-byte words.
@@ -184,21 +184,12 @@ VARIANTS = {
 # ---- shape algebra ----------------------------------------------------------------------------------------
 
 
-def _as_int(value, name: str) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must hold ints, got a bool ({value!r})")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must hold ints, got {type(value).__name__} ({value!r})") from None
-
-
 def normalize_dims(ndim: int, dims: Sequence, name: str = "dims") -> Tuple[int, ...]:
     """``dims`` as a permutation of ``range(ndim)`` (negative dims counted from the end).
 
     Raises TypeError (not ints) or ValueError (wrong length, out of range, repeated), naming ``name``.
     """
-    dims = tuple(_as_int(d, name) for d in dims)
+    dims = tuple(as_index(d, f"{name}[{i}]") for i, d in enumerate(dims))
     if len(dims) != ndim:
         raise ValueError(f"{name} must list each of the {ndim} dims of x once, got {len(dims)} dims {dims}")
     out = []
@@ -759,7 +750,7 @@ def _check_var(v, name: str):
 
 
 def _check_dim(ndim: int, d, name: str) -> int:
-    d = _as_int(d, name)
+    d = as_index(d, name)
     if not -ndim <= d < ndim:
         raise ValueError(f"{name}={d} is out of range for a tensor of {ndim} dims")
     return d % ndim
@@ -843,7 +834,7 @@ class Permute(jt.Module):
 
     def __init__(self, *dims):
         super().__init__()
-        self.dims = tuple(_as_int(d, "dims") for d in _dims_arg(dims))
+        self.dims = tuple(as_index(d, f"dims[{i}]") for i, d in enumerate(_dims_arg(dims)))
 
     def execute(self, x):
         return permute(x, *self.dims)
@@ -854,8 +845,8 @@ class TransposeAdd(jt.Module):
 
     def __init__(self, dim0=0, dim1=1):
         super().__init__()
-        self.dim0 = _as_int(dim0, "dim0")
-        self.dim1 = _as_int(dim1, "dim1")
+        self.dim0 = as_index(dim0, "dim0")
+        self.dim1 = as_index(dim1, "dim1")
 
     def execute(self, x, y):
         return transpose_add(x, y, self.dim0, self.dim1)

@@ -81,6 +81,7 @@ from typing import Optional, Sequence, Tuple
 
 from . import _codegen
 from . import _launch
+from ._args import as_index
 from ._jittor import jt
 
 __all__ = ["max_pool3d", "MaxPool3d", "PoolParams", "KernelConfig", "normalize_params", "pool_output_size",
@@ -207,17 +208,17 @@ class PoolParams:
 
 
 def _triple(value, name: str) -> Triple:
-    """An int or a sequence of 3 ints as a triple; TypeError/ValueError naming ``name`` otherwise."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        return (int(value),) * 3
+    """An int, or a tuple/list of 1 or 3 ints (PyTorch's rule), as a triple; TypeError/ValueError naming ``name``
+    otherwise. Ints in any form ``_args.as_index`` takes."""
     if isinstance(value, (tuple, list)):
-        if len(value) != 3:
-            raise ValueError(f"{name} must be an int or 3 ints (d, h, w), got {len(value)} values {tuple(value)}")
-        for v in value:
-            if not isinstance(v, numbers.Integral) or isinstance(v, bool):
-                raise TypeError(f"{name} must hold ints, got {type(v).__name__} ({v!r})")
-        return tuple(int(v) for v in value)
-    raise TypeError(f"{name} must be an int or a tuple of 3 ints, got {type(value).__name__} ({value!r})")
+        if len(value) not in (1, 3):
+            raise ValueError(f"{name} must be an int or a tuple of 1 or 3 ints (d, h, w), got {len(value)} values "
+                             f"{tuple(value)}")
+        ints = tuple(as_index(v, name) for v in value)
+        return ints * 3 if len(ints) == 1 else ints
+    if isinstance(value, jt.Var) or hasattr(value, "__index__"):
+        return (as_index(value, name),) * 3
+    raise TypeError(f"{name} must be an int or a tuple of 1 or 3 ints, got {type(value).__name__} ({value!r})")
 
 
 def normalize_params(kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False) -> PoolParams:

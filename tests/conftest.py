@@ -6,6 +6,25 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))  # tests' own helpers (reference.py, nvcc_util.py)
 
+
+def _import_ops_alone():
+    """Import ops (and jittor) with no other pytest worker importing at the same time: jittor rewrites its
+    generated sources at every import, and a worker reading them half-written fails to start ("Source read
+    failed: .../gen/pyjt_jit_op_maker.cc"), even with jittor's own file lock on."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        import ops  # noqa: F401
+        return
+    import fcntl
+    import tempfile
+    with open(os.path.join(tempfile.gettempdir(), "ops-pytest-import.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            import ops  # noqa: F401
+        finally:  # explicitly: processes jittor forks during the import share the descriptor, and its lock
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+_import_ops_alone()
 import ops  # noqa: E402,F401  (bootstraps jittor)
 from ops._jittor import has_cuda, jt  # noqa: E402
 

@@ -142,3 +142,53 @@ def test_code_applies_compile_options_to_the_first_output():
                      "for (int i = 0; i < 3; ++i) out0_p[i] = in0_p[i] * OPS_TEST_FLAG;")
     y.compile_options = {"FLAGS: -DOPS_TEST_FLAG=7 ": 1}
     assert y.numpy().tolist() == [7.0, 7.0, 7.0]
+
+
+def test_core_build_is_announced_only_when_the_core_is_missing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(boot, "probe_machine", lambda env: NO_GPU)
+    monkeypatch.setattr(boot, "_jittor_dir", lambda: None)
+    monkeypatch.setattr(boot, "_jittor_cache_path", lambda: str(tmp_path))
+    assert not boot.core_built(str(tmp_path))
+    boot.bootstrap({})
+    err = capsys.readouterr().err
+    assert f"ops: jittor is building its core in {tmp_path} (first import only, about" in err
+    assert err.count("\n") == 1
+    (tmp_path / ("jittor_core" + boot.sysconfig.get_config_var("EXT_SUFFIX"))).write_bytes(b"")
+    assert boot.core_built(str(tmp_path))
+    boot.bootstrap({})
+    assert capsys.readouterr().err == ""
+    boot.bootstrap({boot.BOOTSTRAP_SWITCH: "0"})  # the bootstrap off: no probing of jittor's cache either
+    assert capsys.readouterr().err == ""
+
+
+def test_core_build_estimate_follows_cores_and_cuda():
+    assert "about 4 minutes on 2 cores" in boot.core_build_message("/c", 2, False)  # measured 3 min 53 s
+    assert "about 40 s on 16 cores" in boot.core_build_message("/c", 16, False)  # measured 35 s
+    assert "with CUDA in /c" in boot.core_build_message("/c", 16, True)
+    assert "about 100 s on 16 cores" in boot.core_build_message("/c", 16, True)  # measured ~90 s
+
+
+def test_jittor_imported_first_names_what_was_not_set():
+    message = boot.jittor_first_message({}, NO_GPU)
+    assert message.startswith("ops: jittor was imported before ops, so ops could not configure it")
+    assert "nvcc_path=''" in message and "use_mkl='0'" in message and "import ops before jittor" in message
+    assert "helper_cuda.h" in boot.jittor_first_message({}, CUDA13)
+    everything = {"use_mkl": "0", "use_cutt": "0", "use_cutlass": "0", "use_nccl": "0", "nvcc_path": ""}
+    assert boot.jittor_first_message(everything, NO_GPU) == ""  # log_silent alone is not worth a message
+    assert boot.jittor_first_message({boot.BOOTSTRAP_SWITCH: "0"}, NO_GPU) == ""
+
+
+def test_import_ops_after_jittor_says_so():
+    """A fresh process: jittor first, configured as the bootstrap would but for use_nccl, then ops."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("use_nccl", boot.BOOTSTRAP_SWITCH)}
+    env.update({k: v for k, v in boot.plan_defaults(env, boot.probe_machine(env)).items() if k != "use_nccl"})
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(boot.__file__)))
+    proc = subprocess.run([sys.executable, "-c", "import jittor; import ops; print(ops.__file__)"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == os.path.join(env["PYTHONPATH"], "ops", "__init__.py")
+    assert "ops: jittor was imported before ops" in proc.stderr and "use_nccl='0' not set" in proc.stderr

@@ -12,7 +12,8 @@ import ops
 from ops import broadcast as B
 from ops._jittor import jt
 from ops.scoring import fam_broadcast
-from ops.scoring.spec import random_array
+from ops.scoring.harness import _InjectGrad
+from ops.scoring.spec import random_array, round_to_bfloat16
 
 ALL_DTYPES = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
               "float16", "bfloat16", "float32", "float64"]
@@ -419,6 +420,58 @@ def test_grad_half_accumulates_in_float32(device):
         assert float(dx.numpy()[0]) == 4096.0
 
 
+# Every kind of reduction pass, for bfloat16.
+BF16_PASSES = [((4, 1), (4, 300), "row_warp"), ((3, 1), (3, 20), "row_small"), ((2, 1), (2, 40000), "row_split"),
+               ((1, 5), (100, 5), "col"), ((1, 5), (300, 5), "col_split+col"), ((1, 6, 1), (5, 6, 7), "row_small+col")]
+
+
+@pytest.mark.parametrize("x_shape,out_shape,variant", BF16_PASSES)
+def test_grad_bfloat16_is_the_exact_sum_rounded(device, x_shape, out_shape, variant, rng):
+    """dy on a 2^-6 grid keeps every float32 sum exact: dx must be that sum rounded to bfloat16, ties to even
+    (as PyTorch and the GPU's __float2bfloat16_rn do; jittor's CPU conversion truncates)."""
+    assert B.select_grad_config(x_shape, out_shape, "bfloat16").variant == variant
+    dy = rng.integers(-64, 65, size=out_shape) / 64.0
+    x = to_var(random_array(x_shape, "bfloat16", rng), "bfloat16")
+    dx = vjp(ops.broadcast_to(x, out_shape), x, to_var(dy, "bfloat16"))
+    assert str(dx.dtype) == "bfloat16"
+    exact = ref_grad(dy, x_shape, out_shape)
+    assert np.array_equal(exact.astype(np.float32), exact), "the grid keeps float32 sums exact"
+    assert np.array_equal(dx.float32().numpy(), round_to_bfloat16(exact.astype(np.float32)))
+
+
+@pytest.mark.parametrize("x_shape,out_shape,variant", BF16_PASSES)
+def test_grad_bfloat16_rounds_up_where_truncation_would_not(device, x_shape, out_shape, variant, rng):
+    """The issue's case in every pass: 1 + 0.005859375 (3/4 of a bfloat16 ulp above 1) rounds to 1.0078125;
+    truncation gives 1.0. One random sign per dx element, the two values at random places of its sum."""
+    x = to_var(random_array(x_shape, "bfloat16", rng), "bfloat16")
+    lead = len(out_shape) - len(x_shape)
+    padded = (1,) * lead + tuple(x_shape)
+    index = np.indices(out_shape)  # owner: the dx element (flat) each dy element is summed into
+    owner = np.ravel_multi_index(tuple(index[d] if padded[d] != 1 else 0 * index[d] for d in range(len(out_shape))),
+                                 padded).reshape(-1)
+    sign = rng.choice([-1.0, 1.0], size=math.prod(x_shape))
+    dy = np.zeros(math.prod(out_shape))
+    for e in range(math.prod(x_shape)):
+        first, second = rng.choice(np.flatnonzero(owner == e), 2, replace=False)
+        dy[first], dy[second] = sign[e], sign[e] * 0.005859375
+    dx = vjp(ops.broadcast_to(x, out_shape), x, to_var(dy.reshape(out_shape), "bfloat16"))
+    assert np.array_equal(dx.float32().numpy().reshape(-1), sign * 1.0078125)
+
+
+@pytest.mark.parametrize("out_shape", [(2, 3), (4, 2, 3)])
+def test_grad_of_another_dtype_is_rounded_to_bfloat16(device, out_shape, rng):
+    """An output gradient in float32 for a bfloat16 x (a custom backward may pass one): dx is rounded to nearest
+    even, also where nothing is summed (jittor's CPU cast would truncate 1.005859375 to 1.0)."""
+    x = to_var(random_array((2, 3), "bfloat16", rng), "bfloat16")
+    reps = math.prod(out_shape) // 6
+    dy = np.full(out_shape, 1.005859375, np.float32)
+    dx = jt.grad(_InjectGrad.apply(ops.broadcast_to(x, out_shape), jt.array(dy)).sum(), x)
+    assert str(dx.dtype) == "bfloat16"
+    np.testing.assert_array_equal(dx.float32().numpy(), round_to_bfloat16(np.full((2, 3), reps * 1.005859375,
+                                                                                  np.float32)))
+    assert float(dx.float32().numpy()[0, 0]) != reps  # truncation would give this
+
+
 @pytest.mark.parametrize("x_shape,out_shape,dtype", [
     ((2, 1, 1), (2, 300, 100), "float32"), ((2, 1, 9), (2, 1500, 9), "float16"), ((1, 6, 1), (5, 6, 7), "float32"),
 ])
@@ -432,6 +485,32 @@ def test_grad_deterministic(device, x_shape, out_shape, dtype, rng):
 def test_grad_int_input_is_not_differentiated(device):
     y = ops.broadcast_to(jt.array(np.arange(3, dtype=np.int32).reshape(3, 1)), (3, 2))
     assert y.numpy().tolist() == [[0, 0], [1, 1], [2, 2]]
+
+
+def test_shape_takes_jittor_shapes_and_index_ints(device, rng):
+    """x.shape is jittor's NanoVector; entries may be anything operator.index takes, or a one-element integer
+    Var (as PyTorch takes 0-d integer tensors)."""
+    x_np = random_array((2, 3), "float32", rng)
+    x, other = to_var(x_np, "float32"), jt.zeros((4, 2, 3), "float32")
+    want = np.broadcast_to(x_np, (4, 2, 3))
+    assert type(other.shape).__name__ == "NanoVector"
+    for shape in (other.shape, [np.int64(4), np.int32(2), 3], (jt.array(4), 2, jt.array([3], "int64")),
+                  np.array([4, 2, 3])):
+        y = ops.broadcast_to(x, shape)
+        assert tuple(y.shape) == (4, 2, 3)
+        np.testing.assert_array_equal(y.numpy(), want)
+    assert tuple(ops.broadcast_to(jt.zeros((1,), "float32"), np.int64(5)).shape) == (5,)
+
+
+def test_ten_dims_and_no_more(device, rng):
+    """jittor Vars hold at most 10 dims (NanoVector); past that, a ValueError naming shape, not jittor's check."""
+    x_np = random_array((3, 1), "float32", rng)
+    shape = (2, 1, 2, 1, 2, 1, 2, 1, 3, 2)
+    y = ops.broadcast_to(to_var(x_np, "float32"), shape)
+    assert tuple(y.shape) == shape
+    np.testing.assert_array_equal(y.numpy(), np.broadcast_to(x_np, shape))
+    with pytest.raises(ValueError, match="shape has 11 dims; jittor Vars have at most 10"):
+        ops.broadcast_to(to_var(x_np, "float32"), (1,) + shape)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -451,6 +530,12 @@ def test_errors_name_the_argument():
         ops.broadcast_to(x, (True, 3, 2))
     with pytest.raises(TypeError, match="shape must be a sequence of ints"):
         ops.broadcast_to(x, "3,2")
+    with pytest.raises(TypeError, match="shape must be a sequence of ints, got a jittor Var"):
+        ops.broadcast_to(x, jt.zeros((4, 3, 2), "float32"))
+    with pytest.raises(TypeError, match=r"shape\[0\] must be an int, got a jittor Var of dtype int32 and shape \(2,\)"):
+        ops.broadcast_to(x, (jt.array([4, 1]), 3, 2))
+    with pytest.raises(TypeError, match=r"shape\[1\] must be an int, got a jittor Var of dtype float32"):
+        ops.broadcast_to(x, (4, jt.array(3.0), 2))
     with pytest.raises(ValueError, match=r"x of shape \(3, 2\) to shape \(4, 2\)"):
         ops.broadcast_to(x, (4, 2))
     with pytest.raises(ValueError, match=r"x of shape \(3, 2\) to other's shape \(3, 5\)"):
@@ -553,7 +638,7 @@ def test_cuda_int64_index_path(rng):
     try:
         a = random_array((3, 1, 5), "float32", rng)
         cfg = B.select_config((3, 1, 5), (3, 7, 5), "float32", index_type="long long")
-        y = B.forward_launch(cfg, "float32", True)([jt.array(a).reshape((15,))]).reshape((3, 7, 5))
+        y = B.forward_launch(cfg, "float32", True, (3, 7, 5))([jt.array(a)])
         np.testing.assert_array_equal(y.numpy(), np.broadcast_to(a, (3, 7, 5)))
         for x_shape, out_shape in [((3, 1), (3, 5000)), ((1, 8), (1000, 8)), ((2, 1, 1), (2, 300, 100))]:
             g = B.select_grad_config(x_shape, out_shape, "float32", index_type="long long")

@@ -5,7 +5,8 @@ import pytest
 
 from ops import _codegen
 
-SNIPPETS = sorted(p.stem for p in _codegen.snippet_dir().glob("*.cuh"))
+SNIPPETS = sorted([p.stem for p in _codegen.snippet_dir().glob("*.cuh")] +
+                  [p.name for p in _codegen.snippet_dir().glob("*.h")])
 
 
 @pytest.mark.parametrize("name", SNIPPETS)
@@ -21,8 +22,8 @@ def test_includes_are_unconditional(name):
         elif re.match(r"#\s*endif", directive):
             depth -= 1
         elif re.match(r"#\s*include", directive):
-            assert depth == 0, f"{name}.cuh:{lineno}: #include inside a preprocessor conditional"
-    assert depth == 0, f"{name}.cuh: unbalanced #if/#endif"
+            assert depth == 0, f"{name}:{lineno}: #include inside a preprocessor conditional"
+    assert depth == 0, f"{name}: unbalanced #if/#endif"
 
 
 @pytest.mark.parametrize("name", SNIPPETS)
@@ -85,3 +86,37 @@ def test_a_code_op_runs_with_an_included_header():
     y = jt.code(x.shape, x.dtype, [x], cpu_header=_codegen.include(("pool3d_gather",)),
                 cpu_src="for (int i = 0; i < in0_shape0; ++i) out0_p[i] = 2 * in0_p[i];")
     np.testing.assert_array_equal(y.numpy(), 2 * np.arange(6, dtype=np.float32))
+
+
+def test_cpu_common_is_found_and_packaged():
+    """The CPU helpers ship with the CUDA snippets (setup.cfg's package_data) and snippet() finds them by name."""
+    import configparser
+    from pathlib import Path
+
+    assert "ops_cpu_bfloat16" in _codegen.snippet("cpu_common.h")
+    assert _codegen.snippet("common") == _codegen.snippet("common.cuh")
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(__file__).resolve().parent.parent / "setup.cfg")
+    patterns = [p.strip() for p in cfg["options.package_data"]["ops.cuda_snippets"].split(",")]
+    for path in _codegen.snippet_dir().iterdir():
+        if path.suffix in (".cuh", ".h"):
+            assert any(path.match(p) for p in patterns), path.name
+
+
+def test_tuning_doc_lists_every_switch_and_its_values():
+    """docs/tuning.md (linked from the README) describes each OPS_* A/B switch with the values the code takes."""
+    import importlib
+    from pathlib import Path
+
+    _jittor, permute, pool3d, timex = (importlib.import_module(f"ops.{m}") for m in
+                                       ("_jittor", "permute", "pool3d", "timex"))  # ops.timex is the function
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "tuning.md").read_text()
+    switches = {timex.MMA_SWITCH: tuple(timex._SWITCH_VALUES), permute.PACK_WORD_SWITCH: permute.PACK_WORD_MODES,
+                permute.TILE_ORDER_SWITCH: permute.TILE_ORDER_MODES, permute.ALIGN_OUT_SWITCH: permute.ALIGN_OUT_MODES,
+                permute.LOOSE_WORD_SWITCH: permute.LOOSE_WORD_MODES, pool3d.BWD_SWITCH: pool3d.BWD_MODES,
+                _jittor.HOST_OPT_SWITCH: ("1", "0")}
+    assert len(switches) == 7
+    for name, values in switches.items():
+        row = next(line for line in doc.splitlines() if line.startswith(f"| `{name}` |"))
+        assert all(f"`{v}`" in row for v in values), (name, values, row)
+        assert f"## {name}\n" in doc, name

@@ -160,6 +160,23 @@ def test_scan_of_short_rows_matches_the_reference(dtype, rng):
         np.testing.assert_array_equal(idx.numpy(), want_idx, err_msg=str((shape, kw)))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_values_keep_the_first_zero_with_its_sign(dtype, rng):
+    """Windows whose maximum is a zero: the first zero in scan order, its sign kept, on every CPU path (passes
+    with keys, the window scan of short rows, with and without indices)."""
+    for shape, kw in [((2, 3, 6, 9, 12), _kw(2)), ((2, 2, 5, 9, 11), _kw(3, 1)), ((1, 2, 6, 6, 6), _kw(3, 2, 1)),
+                      ((2, 2, 4, 4, 4), _kw(2)), ((1, 2, 9, 10, 13), _kw(3, 2, 1, 2))]:
+        x = rng.choice(np.array([-0.0, 0.0, -1.0, -2.0], np.float32), size=shape)
+        x = x.astype(np.float64) if dtype == "float64" else x
+        with jt.no_grad():
+            v = to_numpy64(ops.max_pool3d(to_jittor(x, dtype), **kw))
+        y, _ = ops.max_pool3d(to_jittor(x, dtype), return_indices=True, **kw)
+        want, _ = F.reference_pool(x, **kw)
+        for got in (v, to_numpy64(y)):
+            np.testing.assert_array_equal(got, want, err_msg=str((shape, kw)))
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=str((shape, kw)))
+
+
 def test_signed_zero_ties_keep_the_first_index():
     x = np.array([-0.0, 0.0, 0.0, -0.0], np.float32).reshape(1, 1, 1, 1, 4)
     _, idx = ops.max_pool3d(jt.array(x), (1, 1, 2), return_indices=True)

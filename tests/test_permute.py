@@ -799,6 +799,28 @@ def test_transpose_add_grad(dtype, device, rng):
 
 # ---- errors -----------------------------------------------------------------------------------------------
 
+def test_dims_as_jittor_vars():
+    """A one-element integer Var is a dim (as a 0-d integer tensor is in PyTorch); any other Var is a
+    TypeError naming the argument (jittor's own __index__ raises a RuntimeError, or truncates a float)."""
+    x = jt.array(np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+    want = np.arange(24, dtype=np.float32).reshape(2, 3, 4).transpose(2, 0, 1)
+    np.testing.assert_array_equal(ops.permute(x, jt.array(2), 0, 1).numpy(), want)
+    np.testing.assert_array_equal(ops.transpose(x, jt.array([0]), jt.array(2, "int64")).numpy(),
+                                  np.swapaxes(x.numpy(), 0, 2))
+    with pytest.raises(TypeError, match=r"dims\[0\] must be an int, got a jittor Var of dtype int32 and shape \(2,\)"):
+        ops.permute(x, jt.array([2, 0]), 1)
+    with pytest.raises(TypeError, match=r"dims\[1\] must be an int, got a jittor Var of dtype float32"):
+        ops.permute(x, (0, jt.array(1.0), 2))
+    with pytest.raises(TypeError, match="dim0 must be an int, got a jittor Var"):
+        ops.transpose(x, jt.array([0, 1]), 1)
+    with pytest.raises(TypeError, match="dim1 must be an int, got a jittor Var"):
+        ops.transpose_add(x, x, 0, jt.array(1.5))
+    with pytest.raises(TypeError, match=r"dims\[2\] must be an int"):
+        ops.Permute(0, 1, jt.array([2, 2]))
+    with pytest.raises(TypeError, match="dim0 must be an int"):
+        ops.TransposeAdd(jt.array([0.0]))
+
+
 def test_errors():
     x = jt.array(np.zeros((2, 3, 4), np.float32))
     with pytest.raises(TypeError, match="x"):

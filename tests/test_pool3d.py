@@ -73,6 +73,29 @@ def test_normalize_params():
     assert P.normalize_params(np.int64(2)).kernel == (2, 2, 2)
 
 
+def test_one_element_tuples_mean_the_same_in_every_dim():
+    """PyTorch's max_pool3d takes kernel_size, stride, padding and dilation as an int or 1 or 3 ints."""
+    p = P.normalize_params((3,), stride=(2,), padding=[1], dilation=(np.int32(2),), ceil_mode=True)
+    assert (p.kernel, p.stride, p.padding, p.dilation) == ((3,) * 3, (2,) * 3, (1,) * 3, (2,) * 3)
+    assert P.normalize_params(jt.array(2)).kernel == (2, 2, 2)  # a one-element integer Var, like a 0-d tensor
+    for bad in ((2, 2), (), (2, 2, 2, 2)):
+        with pytest.raises(ValueError, match="kernel_size must be an int or a tuple of 1 or 3 ints"):
+            P.normalize_params(bad)
+    with pytest.raises(TypeError, match="stride must be an int"):
+        P.normalize_params(2, stride=(2.0,))
+    with pytest.raises(TypeError, match="padding must be an int, got a jittor Var of dtype float32"):
+        P.normalize_params(2, padding=jt.array(1.0))
+
+
+def test_one_element_tuples_pool_as_ints(device, rng):
+    x = random_array((2, 3, 9, 8, 7), "float32", rng)
+    y, idx = ops.max_pool3d(to_jittor(x, "float32"), (3,), (2,), (1,), (1,), return_indices=True)
+    want, want_idx = F.reference_pool(x, 3, 2, 1, 1)
+    np.testing.assert_array_equal(to_numpy64(y), want)
+    np.testing.assert_array_equal(idx.numpy(), want_idx)
+    assert tuple(ops.MaxPool3d((2,))(to_jittor(x, "float32")).shape) == (2, 3, 4, 4, 3)
+
+
 def test_window_predicates():
     p = P.normalize_params(2)
     assert P.padding_free((8, 8, 8), (4, 4, 4), p) and P.windows_disjoint(p) and P.windows_tile(p)
@@ -947,3 +970,24 @@ def test_nvcc_compiles_every_menu(dtype, names):
 def test_every_variant_is_in_a_menu():
     entries = {e[0] for itemsize in (2, 4, 8) for m in P.menus(itemsize).values() for e in m.entries}
     assert entries == {v for v in P.VARIANTS["fwd"] + P.VARIANTS["bwd"] if not v.endswith("cpu")}
+
+
+@pytest.mark.parametrize("kw", [_kw(2), _kw(3, 2, 1), _kw((1, 3, 3), (1, 2, 2), (0, 1, 1))])
+def test_grad_source_is_the_backward_kernel_bit_for_bit(device, kw, rng):
+    """The backward runs as the forward's grad source (no Python): jt.grad gives exactly what the backward
+    kernel gives when launched by hand on x, dy, y and the saved indices."""
+    x = to_jittor(random_array((2, 3, 9, 10, 12), "float32", rng), "float32")
+    y = ops.max_pool3d(x, **kw)
+    dy = to_jittor(random_array(tuple(y.shape), "float32", rng), "float32")
+    got = jt.grad(_InjectGrad.apply(y, dy).sum(), x)
+    plan = P.plan(tuple(x.shape), "float32", P.normalize_params(**kw), False, True, device == "cuda")
+    launch = plan.launch
+    kwargs = {k.replace("grad_src", "src"): (v[0] if k.endswith("grad_src") else v)
+              for k, v in launch.kwargs.items() if k.endswith(("grad_src", "header", "data"))}
+    src_key = "cuda_src" if device == "cuda" else "cpu_src"
+    header_key = src_key.replace("src", "header")
+    aliases = "@alias(dout,in1)\n@alias(pout0,in2)\n@alias(pout1,in3)\n@alias(pout,in2)\n"
+    kwargs[header_key] = aliases + kwargs[header_key]
+    y_values, idx = ops.max_pool3d(x, return_indices=True, **kw)
+    want = jt.code(x.shape, x.dtype, [x, dy, y_values, idx], **kwargs)
+    assert got.numpy().tobytes() == want.numpy().tobytes()

@@ -6,8 +6,8 @@ import pytest
 
 from ops.scoring import grading, report
 from ops.scoring.grading import CaseResult, Timing
-from ops.scoring.harness import compare
-from ops.scoring.spec import case, random_array, round_to_bfloat16
+from ops.scoring.judge import Expected, judge, sum_bound, ulp
+from ops.scoring.spec import case, edge_array, random_array, round_to_bfloat16
 
 GB = 10**9
 
@@ -85,20 +85,102 @@ def test_report_marks_failures_and_roofline(tmp_path):
     assert data["summary"]["correct"] == 1
     path = tmp_path / "tiers.json"
     report.save_tiers(str(path), [a, wrong], env)
-    assert report.load_tiers(str(path)) == {"fam/fwd/x": a.tiers}
+    assert report.load_tiers(str(path)) == ({"fam/fwd/x": a.tiers}, "Test GPU")
     path.write_text(json.dumps({"tiers_gbps": {"x": [1, 2]}}))
     with pytest.raises(ValueError, match="three numbers"):
         report.load_tiers(str(path))
 
 
-def test_compare_nan_shape_and_tolerance():
-    w = np.array([1.0, np.nan, 3.0])
-    assert compare(w.copy(), w, 1e-6, 0)[0]
-    assert "NaN mismatch" in compare(np.array([1.0, 2.0, 3.0]), w, 1e-6, 0)[2]
-    assert "shape" in compare(np.zeros(2), w, 1e-6, 0)[2]
-    ok, err, why = compare(np.array([1.0, np.nan, 3.1]), w, 1e-3, 0)
-    assert not ok and err == pytest.approx(0.1) and "first at (2,)" in why
-    assert compare(np.array([1, 2]), np.array([1, 3]), 0, 0)[2] == "1 elements differ"
+def test_exact_outputs_compare_bits_and_the_sign_of_zero():
+    want = np.array([1.0, np.nan, -0.0, np.inf], dtype=np.float32)
+    exp = Expected(want, ("float32",), signed_zero=True)
+    assert judge(want.copy(), "float32", exp)[0]
+    nan_payload = want.copy()
+    nan_payload.view(np.uint32)[1] |= 1
+    assert judge(nan_payload, "float32", exp)[0]  # NaN matches any NaN
+    assert "1 elements differ" in judge(np.array([1.0, np.nan, 0.0, np.inf], np.float32), "float32", exp)[2]
+    close = np.array([1.0 + 2 ** -23, np.nan, -0.0, np.inf], np.float32)
+    assert not judge(close, "float32", exp)[0]  # one ulp is wrong for an op that copies
+    assert judge(np.array([1.0, np.nan, 0.0, np.inf], np.float32), "float32",
+                 Expected(want, ("float32",)))[0]  # where the sign of zero does not matter
+
+
+def test_shapes_and_dtypes_must_match():
+    exp = Expected(np.zeros((2, 3)), ("float16",))
+    assert "shape (3, 2)" in judge(np.zeros((3, 2), np.float16), "float16", exp)[2]
+    assert judge(np.zeros((2, 3), np.float32), "float32", exp)[2] == "dtype float32 != expected float16"
+    ints = Expected(np.array([1, 3], dtype=np.int64), ("int64", "int32"))
+    assert judge(np.array([1, 3], np.int32), "int32", ints)[0]
+    assert judge(np.array([1, 2], np.int64), "int64", ints)[2].startswith("1 elements differ")
+
+
+def test_rounded_outputs_nan_infinities_and_bounds():
+    want = np.array([1.0, np.nan, np.inf, -2.0])
+    exp = Expected(want, ("float32",), "rounded", 1e-3)
+    assert judge(np.array([1.0005, np.nan, np.inf, -2.0], np.float32), "float32", exp)[0]
+    assert "NaN where the reference has none" in judge(np.array([np.nan, np.nan, np.inf, -2], np.float32), "float32",
+                                                          exp)[2]
+    assert "a number where the reference has NaN" in judge(np.array([1, 0, np.inf, -2], np.float32), "float32",
+                                                            exp)[2]
+    assert "infinities differ" in judge(np.array([1, np.nan, -np.inf, -2], np.float32), "float32", exp)[2]
+    ok, err, why = judge(np.array([1.0, np.nan, np.inf, -2.01], np.float32), "float32", exp)
+    assert not ok and err == pytest.approx(0.01, rel=1e-4) and "first at (3,)" in why
+
+
+def test_ulp_of_each_dtype():
+    assert ulp(np.array([1.0]), "float32")[0] == 2.0 ** -23
+    assert ulp(np.array([1.5]), "float16")[0] == 2.0 ** -10
+    assert ulp(np.array([-3.0]), "bfloat16")[0] == 2.0 ** -6
+    assert ulp(np.array([0.0]), "float16")[0] == 2.0 ** -24  # subnormal spacing
+
+
+@pytest.mark.parametrize("n", [81, 4096, 167049, 262144])
+def test_a_1e_2_error_in_one_float32_sum_is_outside_the_bound(n):
+    """The bound comes from each sum's own value and terms: a plain float32 loop of up to 4096 terms and a
+    blocked sum of any length pass; 1e-2 in one element of a sum of 10^5 terms in [-1, 1] does not."""
+    rng = np.random.default_rng(n)
+    terms = rng.uniform(-1, 1, size=(3, n)).astype(np.float32)
+    want = terms.astype(np.float64).sum(axis=1)
+    l2 = np.sqrt((terms.astype(np.float64) ** 2).sum(axis=1))
+    bound = sum_bound(want, l2, n, "float32")
+    blocked = np.add.reduce(terms.reshape(3, -1, min(n, 4096) if n % 4096 == 0 else n), axis=2,
+                            dtype=np.float32).sum(axis=1, dtype=np.float32)
+    sequential = np.zeros(3, np.float32)
+    if n <= 4096:
+        for k in range(n):
+            sequential += terms[:, k]
+        assert (np.abs(sequential - want) <= bound).all()
+    assert (np.abs(blocked - want) <= bound).all()
+    assert (bound < 1e-2).all()
+
+
+def test_edge_arrays_hold_ties_and_special_values():
+    rng = np.random.default_rng(0)
+    for dtype in ("float32", "float16", "bfloat16", "float64"):
+        a = edge_array((40, 50), dtype, rng)
+        assert np.isnan(a).any() and np.isposinf(a).any() and np.isneginf(a).any()
+        assert (np.signbit(a) & (a == 0)).any() and (~np.signbit(a) & (a == 0)).any()
+        finite = a[np.isfinite(a)]
+        assert np.array_equal(finite, np.round(finite)) and len(np.unique(finite)) <= 9  # ties
+    assert edge_array((10,), "int8", rng).dtype == np.int8
+
+
+def test_two_gradings_of_the_same_timings_give_the_same_points():
+    """Points are a function of the measured times only: the same (synthetic) timings graded twice, and after
+    a JSON round trip, give identical points."""
+    import copy
+
+    from ops.scoring.runner import _result_from_json
+    results = []
+    for i, ours in enumerate([1.0, 2.6, 4.1, 9.9, 10.6, 0.5]):
+        r = result(ours, {"naive": 10.0, "jittor": 4.0, "torch": 2.0})
+        r.case_id = f"fam/fwd/{i}"
+        results.append(r)
+    first = [grading.grade(copy.deepcopy(r)).points for r in results]
+    again = [grading.grade(copy.deepcopy(r)).points for r in results]
+    saved = json.loads(report.to_json([grading.grade(copy.deepcopy(r)) for r in results], {}, {}))["results"]
+    reloaded = [grading.grade(_result_from_json(d)).points for d in saved]
+    assert first == again == reloaded == [100, 70, 70, 40, 0, 100]
 
 
 def test_random_arrays_are_fresh_and_exact_in_their_dtype():
@@ -169,3 +251,11 @@ def test_keyword_filter_takes_comma_separated_alternatives():
     assert _matches("expand_as/fwd/paddle0-1785x1", "tiny,paddle0")
     assert not _matches("permute/fwd/102_f32_16MB", "tiny,paddle0")
     assert not _matches("permute/fwd/102_f32_16MB", ",")
+
+
+def test_a_compile_failure_is_reported_by_its_first_compiler_error():
+    from ops.scoring.runner import compile_error
+    log = "x.cc:1:2: warning: unused\nx.cc:9:4: error: no match for 'operator+='\nmore\n"
+    assert compile_error("Check failed ret(256) == 0(0) Run cmd failed: g++ ...", log) == \
+        "compile failed: no match for 'operator+='"
+    assert compile_error("RuntimeError: size of var should be larger", log) == "RuntimeError: size of var should be larger"

@@ -16,7 +16,7 @@ X = sys.modules["ops.timex"]
 
 from ops.scoring import fam_timex as F  # noqa: E402
 from ops.scoring.harness import _InjectGrad, to_jittor, to_numpy64  # noqa: E402
-from ops.scoring.spec import ReferenceSkipped, random_array  # noqa: E402
+from ops.scoring.spec import ReferenceSkipped, random_array, round_to_bfloat16  # noqa: E402
 
 DTYPES = ["float32", "float16", "bfloat16"]
 
@@ -151,7 +151,7 @@ def test_auto_runs_the_kernel_the_switch_runs(B, T, dtype):
 
 
 def test_tensor_core_modes():
-    assert X.MMA_MAX_T == 1024  # fwd_mma's float32 accumulation error past it (docs/perf-notes.md)
+    assert X.MMA_MAX_T == 1024  # fwd_mma's float32 accumulation error past it (docs/design.md)
     for dtype in DTYPES:  # the A/B switches: a kernel wherever it can run, whatever the batch fill
         assert X.select_config((1, 2, 1024), tensor_cores=X.TC_MMA, dtype=dtype).variant == "fwd_mma"
         assert X.select_config((1, 2, 1025), tensor_cores=X.TC_MMA, dtype=dtype).variant == "fwd_tiled"
@@ -368,6 +368,207 @@ def test_gradients_are_deterministic(device, rng, B, C, T):
     second = run_grads(w, k, g, "float32")
     for a, b in zip(first, second):
         assert np.array_equal(a, b)
+
+
+# ---- non-finite inputs: causality -------------------------------------------------------------------------
+
+def causal_reference(w, k, g, eps=0.0):
+    """(out, grad_w, grad_k) in float64, each sum over exactly its own terms, lag by lag (no term outside a
+    sum is ever formed): an Inf or NaN reaches the outputs whose sums hold it, as IEEE says (0 * Inf inside a
+    sum is NaN), and no other."""
+    w, k, g = (np.asarray(a, dtype=np.float64) for a in (w, k, g))
+    B, C, T = k.shape
+    wr = w[:, ::-1]  # wr[c, s] = w[c, T-1-s]
+    out, grad_k, grad_wr = np.full((B, C, T), eps), np.zeros((B, C, T)), np.zeros((C, T))
+    with np.errstate(invalid="ignore", over="ignore"):
+        for s in range(T):  # lag s: out[t] += wr[s] k[t-s]; grad_k[u] += wr[s] g[u+s]; grad_wr[s] = sum g[t] k[t-s]
+            out[:, :, s:] += wr[None, :, s, None] * k[:, :, :T - s]
+            grad_k[:, :, :T - s] += wr[None, :, s, None] * g[:, :, s:]
+            grad_wr[:, s] = (g[:, :, s:] * k[:, :, :T - s]).sum(axis=(0, 2))
+    return out, grad_wr[:, ::-1], grad_k
+
+
+def test_causal_reference_matches_the_definition(rng):
+    w, k, g = rng.standard_normal((2, 9)), rng.standard_normal((3, 2, 9)), rng.standard_normal((3, 2, 9))
+    out, gw, gk = causal_reference(w, k, g, 0.5)
+    want = _direct(w, k, g, 0.5)
+    for got, ref in zip((out, gw, gk), want):
+        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+    k[1, 0, 4] = np.nan  # reaches out[1, 0, 4:] only
+    out = causal_reference(w, k, g)[0]
+    assert np.isnan(out[1, 0, 4:]).all() and np.isfinite(out[1, 0, :4]).all() and np.isfinite(out[0]).all()
+
+
+def poison(a, rng, count, rows, lo, hi):
+    """A copy of ``a`` (..., T) with ``count`` NaN, +Inf and -Inf values at random places: rows of the
+    flattened leading dims from ``rows``, steps in [lo, hi)."""
+    a = np.array(a)
+    flat = a.reshape(-1, a.shape[-1])
+    for _ in range(count):
+        flat[rng.choice(rows), rng.integers(lo, hi)] = rng.choice([np.nan, np.inf, -np.inf])
+    return a
+
+
+def nonfinite_inputs(rng, B, C, T, dtype, where):
+    """w, k, g of ``dtype`` with Inf/NaN values.
+
+    "k,g": in k at steps >= T/4 and in g at steps < T - T/4, row (0, 0) left finite: outputs before the first
+    poisoned step, grad_w's lags >= T - T/4 and the clean row stay finite, and blocks mix clean and poisoned
+    rows. "w": in w at lags >= T/2 (outputs before them stay finite).
+    """
+    w, k = inputs(rng, B, C, T, dtype)
+    g = random_array((B, C, T), dtype, rng)
+    if where == "w":
+        for c in range(C):
+            lag = rng.integers(T // 2, T)
+            w[c, T - 1 - lag] = rng.choice([np.nan, np.inf, -np.inf])
+        return w, k, g
+    rows = np.arange(1, B * C) if B * C > 1 else np.arange(1)
+    count = max(2, B * C * T // 40)
+    q = max(1, T // 4)
+    return w, poison(k, rng, count, rows, q, T), poison(g, rng, count, rows, 0, T - q)
+
+
+def assert_matches_causal(got, want, dtype, terms, what, mixed=True):
+    """NaN exactly where the reference has NaN, the same infinities, finite values close elsewhere; ``mixed``:
+    the reference must hold both finite and non-finite values (the case tests something)."""
+    assert got.shape == want.shape, what
+    finite = np.isfinite(want)
+    assert finite.any() and (not mixed or not finite.all()), f"{what}: the case must mix finite and non-finite"
+    bad = np.isnan(got) != np.isnan(want)
+    assert not bad.any(), f"{what}: NaN where the reference has {want[bad][:5]} (at {np.argwhere(bad)[:5].tolist()})"
+    inf = np.isinf(want)
+    assert np.array_equal(got[inf], want[inf]), f"{what}: infinities differ"
+    assert np.isfinite(got[finite]).all(), f"{what}: non-finite where the reference is finite"
+    assert_close(got[finite], want[finite], dtype, terms, what)
+
+
+def check_nonfinite(w, k, g, dtype, eps=0.25):
+    """Forward, grad_w and grad_k of ops.timex against causal_reference (grad_w does not see w: it may be all
+    finite)."""
+    B, C, T = k.shape
+    out = ops.timex(to_jittor(w, dtype), to_jittor(k, dtype), eps)
+    gw, gk = run_grads(w, k, g, dtype, eps)
+    want_out, want_gw, want_gk = causal_reference(w, k, g, eps)
+    assert_matches_causal(to_numpy64(out), want_out, dtype, T, "forward")
+    assert_matches_causal(gk, want_gk, dtype, T, "grad_k")
+    assert_matches_causal(gw, want_gw, dtype, B * T, "grad_w", mixed=np.isfinite(w).all())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nan_reaches_no_earlier_output(dtype):
+    """The issue's case: a NaN at step 2 must leave outputs 0 and 1 alone."""
+    jt.flags.use_cuda = 0
+    w = to_jittor(np.ones((1, 4), np.float32), dtype)
+    k = to_jittor(np.array([[[1.0, 2.0, np.nan, 3.0]]], np.float32), dtype)
+    got = to_numpy64(ops.timex(w, k))[0, 0]
+    assert got[:2].tolist() == [1.0, 3.0] and np.isnan(got[2:]).all()
+
+
+# T = 4 (one group: the diagonal step only), 37 (the triangle's steps and a ragged tail), 1100 (fwd_tiled and
+# gw_tiled); B gives tm 1, 4 and 2 and one or two batch splits of grad_w.
+@pytest.mark.parametrize("where", ["k,g", "w"])
+@pytest.mark.parametrize("B, C, T", [(1, 2, 4), (3, 2, 37), (2, 1, 1100)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nonfinite_values_stay_causal_on_cpu(rng, dtype, B, C, T, where):
+    jt.flags.use_cuda = 0
+    check_nonfinite(*nonfinite_inputs(rng, B, C, T, dtype, where), dtype)
+
+
+def check_nonfinite_forced_tiles(rng, shape, tile, dtype):
+    """fwd_tiled (forward and grad_k) and gw_tiled with small tiles: triangles inside every t-tile."""
+    B, C, T = shape
+    fwd = X.select_config(shape, "forward", single_max_t=0, tile=tile)
+    gwc = X.select_config(shape, "grad_w", single_max_t=0, tile=tile)
+    assert (fwd.variant, gwc.variant) == ("fwd_tiled", "gw_tiled") and fwd.ntiles > 2 and gwc.ntiles > 2
+    w, k, g = nonfinite_inputs(rng, B, C, T, dtype, "k,g")
+    want_out, want_gw, want_gk = causal_reference(w, k, g)
+    wv, kv, gv = (to_jittor(a, dtype) for a in (w, k, g))
+    assert_matches_causal(to_numpy64(X.launch_forward(wv, kv, 0.0, cfg=fwd)), want_out, dtype, T, "forward")
+    assert_matches_causal(to_numpy64(X.launch_forward(wv, gv, 0.0, reverse=True, cfg=fwd)), want_gk, dtype, T,
+                          "grad_k")
+    assert_matches_causal(to_numpy64(X.launch_grad_w(kv, gv, cfg=gwc)), want_gw, dtype, B * T, "grad_w")
+
+
+def test_nonfinite_values_stay_causal_with_forced_tiles_on_cpu(rng):
+    jt.flags.use_cuda = 0
+    check_nonfinite_forced_tiles(rng, (16, 1, 300), 64, "float32")
+
+
+# On the GPU, every kernel: the CUDA cores (OPS_TIMEX_MMA=0: fwd_single, fwd_tiled; grad_w: gw_single,
+# gw_tiled) and the tensor cores (1: fwd_mma, 2: fwd_mma2, 3: fwd_mma3; n-tiles 1, 2 and 4; float32 through
+# 3xTF32), whose diagonal chunks with an Inf or NaN run on the CUDA cores.
+NONFINITE_GPU_CASES = [("0", 3, 2, 37, "fwd_single"), ("0", 2, 2, 1100, "fwd_tiled"), ("0", 9, 1, 600, "fwd_single"),
+                       ("0", 1, 2, 4, "fwd_single"),
+                       ("1", 8, 2, 300, "fwd_mma"), ("1", 16, 1, 37, "fwd_mma"), ("1", 32, 1, 260, "fwd_mma"),
+                       ("2", 20, 2, 300, "fwd_mma2"), ("2", 3, 2, 4, "fwd_mma2"), ("2", 32, 1, 1100, "fwd_mma2"),
+                       ("2", 16, 1, 130, "fwd_mma2"),
+                       ("3", 20, 2, 300, "fwd_mma3"), ("3", 16, 1, 1100, "fwd_mma3"), ("3", 32, 1, 130, "fwd_mma3"),
+                       ("3", 3, 2, 4, "fwd_mma3")]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("where", ["k,g", "w"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("switch, B, C, T, variant", NONFINITE_GPU_CASES)
+def test_gpu_nonfinite_values_stay_causal(rng, monkeypatch, switch, B, C, T, variant, dtype, where):
+    if switch != "0" and min(jt.flags.cuda_archs) < 80:
+        pytest.skip("the tensor-core kernels need sm_80+")
+    monkeypatch.setenv(X.MMA_SWITCH, switch)
+    previous = jt.flags.use_cuda
+    jt.flags.use_cuda = 1
+    try:
+        assert X.select_config((B, C, T), tensor_cores=X.tensor_cores_available(), dtype=dtype).variant == variant
+        check_nonfinite(*nonfinite_inputs(rng, B, C, T, dtype, where), dtype)
+    finally:
+        jt.flags.use_cuda = previous
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_nonfinite_values_stay_causal_with_forced_tiles(rng, dtype):
+    previous = jt.flags.use_cuda
+    jt.flags.use_cuda = 1
+    try:
+        check_nonfinite_forced_tiles(rng, (16, 1, 300), 64, dtype)
+    finally:
+        jt.flags.use_cuda = previous
+
+
+# ---- bfloat16 rounding ------------------------------------------------------------------------------------
+
+def test_bfloat16_rounds_to_nearest_even_on_the_issue_case():
+    jt.flags.use_cuda = 0
+    w = to_jittor(np.ones((1, 2), np.float32), "bfloat16")
+    k = to_jittor(np.array([[[1.0, 0.005859375]]], np.float32), "bfloat16")
+    assert to_numpy64(ops.timex(w, k))[0, 0].tolist() == [1.0, 1.0078125]  # 1.005859375 rounds up
+
+
+def test_bfloat16_results_are_rounded_to_nearest_even(device, rng):
+    """Inputs on a 2^-6 grid make every float32 sum exact, so each result must be exactly that sum rounded to
+    bfloat16 (ties to even), in the forward and both gradients."""
+    B, C, T = 3, 2, 40
+    w, k, g = (rng.integers(-64, 65, size=s) / 64.0 for s in ((C, T), (B, C, T), (B, C, T)))
+    out = to_numpy64(ops.timex(to_jittor(w, "bfloat16"), to_jittor(k, "bfloat16")))
+    gw, gk = run_grads(w, k, g, "bfloat16")
+    exact = causal_reference(w, k, g)
+    for what, got, want in zip(("forward", "grad_w", "grad_k"), (out, gw, gk), exact):
+        want32 = want.astype(np.float32)
+        assert np.array_equal(want32, want), "the grid keeps float32 sums exact"
+        rounded = round_to_bfloat16(want32)
+        truncated = (want32.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+        assert (rounded != truncated).any(), "the case must tell rounding from truncation"
+        assert np.array_equal(got, rounded.astype(np.float64)), what
+
+
+def test_bfloat16_gradients_of_a_float32_output_gradient_are_rounded(device):
+    """A float32 output gradient (a custom backward may pass one) is cast to bfloat16 rounded to nearest even
+    before the gradients (jittor's CPU cast would truncate 1.005859375 to 1.0)."""
+    w = to_jittor(np.ones((1, 2)), "bfloat16")
+    k = to_jittor(np.ones((1, 1, 2)), "bfloat16")
+    g = jt.array(np.array([[[1.005859375, 0.0]]], np.float32))
+    gw, gk = jt.grad(_InjectGrad.apply(ops.timex(w, k), g).sum(), [w, k])
+    assert to_numpy64(gk).tolist() == [[[1.0078125, 0.0]]] and to_numpy64(gw).tolist() == [[0.0, 1.0078125]]
 
 
 # ---- errors -----------------------------------------------------------------------------------------------
@@ -615,6 +816,48 @@ def test_tensor_core_fragment_math_matches_the_definition(rng, version, B, T, NT
         got = emulate_mma_block(version, w[0], k[:, 0], ti, NT)
         n = min(128, T - ti * 128)
         np.testing.assert_allclose(got[:B, :n], want[:, ti * 128:ti * 128 + n], rtol=1e-12, atol=1e-12)
+
+
+def tf32_split(x):
+    """TimexTf32<true> (timex.cuh) in NumPy: (big, small) float32 arrays for float32 ``x``; cvt.rna.tf32.f32
+    rounds the magnitude half away from zero to 10 mantissa bits (past the largest TF32 value: Inf)."""
+    x = np.asarray(x, np.float32)
+    xb = x.view(np.uint32)
+
+    def tf32(v):
+        b = (v.view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)
+        return np.where(np.isnan(v), np.uint32(0x7FFFFFFF), b).astype(np.uint32)
+
+    def nonfinite(bits):
+        return (bits & np.uint32(0x7F800000)) == np.uint32(0x7F800000)
+
+    with np.errstate(invalid="ignore", over="ignore"):
+        big = tf32(x)
+        big = np.where(nonfinite(big) & ~nonfinite(xb), xb & np.uint32(0xFFFFE000), big).astype(np.uint32)
+        small = tf32((x - big.view(np.float32)).astype(np.float32))
+        inf = (xb & np.uint32(0x7FFFFFFF)) == np.uint32(0x7F800000)
+        small = np.where(nonfinite(xb), np.where(inf, xb, np.uint32(0)), small).astype(np.uint32)
+        big = np.where(inf, (xb & np.uint32(0x80000000)) | np.uint32(0x7F7FE000), big).astype(np.uint32)
+    return big.view(np.float32), small.view(np.float32)
+
+
+def test_3xtf32_products_of_special_values_are_ieee():
+    """The float32 tensor-core product small_w * big_k + big_w * small_k + big_w * big_k of the split above has
+    IEEE's class for Inf, NaN, zero and values near the float32 maximum (NaN only where w * k is NaN, Infs of
+    the right sign), and w * k's value to ~2^-21 elsewhere."""
+    fmax = np.array(0x7F7FFFFF, np.uint32).view(np.float32)  # not np.finfo: it warns under jittor's flush to zero
+    specials = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 0.5, -1.75, 3.0e-30, 1.2345678, -7.654321e5,
+                         fmax, -fmax, fmax * np.float32(0.99997), 2.0 ** 127], np.float32)
+    w, k = np.meshgrid(specials, specials)
+    (wb, ws), (kb, ks) = tf32_split(w), tf32_split(k)
+    with np.errstate(invalid="ignore", over="ignore"):
+        got = ws.astype(np.float64) * kb + wb.astype(np.float64) * ks + wb.astype(np.float64) * kb
+        want = w.astype(np.float64) * k
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    inf = np.isinf(want)
+    assert np.array_equal(got[inf], want[inf])
+    fin = np.isfinite(want)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=2.0 ** -20, atol=0)
 
 
 # ---- nvcc: every instantiation the dispatcher can render compiles for sm_90 -------------------------------

@@ -1,49 +1,25 @@
-"""Command line of get_score.py: choose cases and references, run, grade, report."""
+"""Command line of get_score.py: choose cases and references, run, grade, report.
+
+The arguments are parsed (``ops.scoring.args``, standard library only) before this module is imported by
+get_score.py, so that ``--help`` and argument errors never wait for jittor.
+"""
 from __future__ import annotations
 
-import argparse
 import datetime
+import os
+import signal
 import sys
+import time
 from typing import List, Optional
 
+from . import args as cli_args
 from . import report
 from .families import load_families
 from .grading import CaseResult
-from .runner import DEFAULT_TIMEOUT_S, Interrupted, grade_all, run_cases, warm_compile
+from .runner import Interrupted, grade_all, run_cases, scratch_root, warm_compile
 
-
-def parse_args(argv: Optional[List[str]] = None):
-    ap = argparse.ArgumentParser(
-        prog="get_score.py",
-        description="Score every operator case: correctness against float64 references, kernel throughput "
-                    "against the naive jittor composite, jittor's built-in and PyTorch, tier points.")
-    ap.add_argument("--device", choices=("cpu", "cuda"), default=None,
-                    help="default: cuda where jittor has CUDA, else cpu (CPU-sized cases)")
-    ap.add_argument("--op", action="append", default=None, metavar="FAMILY",
-                    help="only this op family (max_pool3d, permute, expand_as, timex); repeatable")
-    ap.add_argument("-k", dest="keyword", default=None,
-                    help="only cases whose id contains this substring (several: comma-separated, any one matches)")
-    ap.add_argument("--direction", choices=("fwd", "bwd"), default=None, help="only forward or backward cases")
-    ap.add_argument("--compile", action="store_true", help="also time torch.compile")
-    ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch references")
-    ap.add_argument("--impl", default="ops", help="module to grade, exposing ops' functions (default: ops)")
-    ap.add_argument("--tiers", metavar="F", help="grade against tiers stored in F (from --save-tiers)")
-    ap.add_argument("--save-tiers", metavar="F", help="write this run's tiers to F")
-    ap.add_argument("--markdown", metavar="F", help="also write the table as markdown to F")
-    ap.add_argument("--json", metavar="F", help="also write all results as JSON to F")
-    ap.add_argument("--plot", metavar="F.png", help="also draw the speedup chart (needs matplotlib)")
-    ap.add_argument("--seed", type=int, default=None, help="input seed (default: fresh)")
-    ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per case before 'hung'")
-    ap.add_argument("--repeats", type=int, default=5, help="timed measurements per implementation (median)")
-    ap.add_argument("--budget", type=float, default=None, metavar="S",
-                    help="start no case after S seconds; the rest are reported as not run (0 points)")
-    ap.add_argument("--no-warm", action="store_true", help="skip the parallel kernel-compile pass (GPU)")
-    ap.add_argument("--from-json", nargs="+", metavar="F", default=None,
-                    help="run nothing: merge the results saved by earlier --json runs (later files win, a "
-                         "measured case beats one not run) and report them, e.g. one run per --op")
-    ap.add_argument("--list", action="store_true", help="list the selected cases and exit")
-    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
-    return ap.parse_args(argv)
+WARM_BUDGET_S = 240.0  # the compile pass stops after this (or a third of --budget); timing compiles the rest
+WARM_BATCH_BYTES = {"cuda": 8 << 30, "cpu": 1 << 30}  # inputs held by one batch of the compile pass
 
 
 def _matches(case_id: str, keyword: Optional[str]) -> bool:
@@ -79,20 +55,23 @@ def merge_saved(paths: List[str]):
                 order.append(res.case_id)
             if old is None or not res.why.startswith("not run"):
                 merged[res.case_id] = res
-    model = {c.id: f.bytes_moved(c) for f in load_families() for c in f.cases}
+    model = {c.id: f.bytes_moved(c) for f in load_families() for c in f.all_cases()}
     for res in merged.values():
         res.nbytes = model.get(res.case_id, res.nbytes)
     return env, references, [merged[c] for c in order]
 
 
-def _write_outputs(args, results, references, env, meta, title):
-    print(report.render(results, references, env, markdown=False))
+def _write_outputs(args, results, references, env, meta, title, notes=()):
+    print(report.render(results, references, env, markdown=False, notes=notes, wide=args.wide), flush=True)
     if args.markdown:
         with open(args.markdown, "w") as f:
-            f.write(report.render(results, references, env, markdown=True, title=title))
+            f.write(report.render(results, references, env, markdown=True, title=title, notes=notes))
             f.write(f"\nCommand: `python get_score.py {' '.join(map(str, meta['argv']))}` (seed {meta['seed']}; "
-                    f"tiers: {meta['tiers']}). Times are median kernel times in ms; GB/s counts the fewest bytes "
-                    f"the case must move; %roof is that over the copy bandwidth measured in the same run.\n")
+                    f"tiers: {meta['tiers']}). 'ours ms' and each reference's ms: max(kernel time, pipelined wall "
+                    f"time per call), the median over interleaved rounds, which the points use; 'call us': one "
+                    f"call synced to the device; * a reference slower than 100 ms a call, timed a few calls. "
+                    f"GB/s counts the fewest bytes the case must move; %roof is that over the copy bandwidth "
+                    f"measured in the same run.\n")
     if args.json:
         with open(args.json, "w") as f:
             f.write(report.to_json(results, env, meta))
@@ -102,107 +81,174 @@ def _write_outputs(args, results, references, env, meta, title):
         report.plot(args.plot, results, references)
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    args = parse_args(argv)
-    import random
+class _Progress:
+    """A progress bar on a terminal (per-case lines written above it), plain per-case lines elsewhere."""
 
+    def __init__(self, total: int, enabled: bool):
+        self.bar = None
+        if enabled and sys.stderr.isatty():
+            try:
+                from tqdm import tqdm
+                self.bar = tqdm(total=total, desc="scoring", unit="case", file=sys.stderr, dynamic_ncols=True)
+            except ImportError:
+                self.bar = None
+
+    def status(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.set_description_str(text)
+
+    def line(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.write(text[:report.TERMINAL_WIDTH], file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def case_done(self, res: CaseResult) -> None:
+        verdict = "ok" if res.correct else f"FAIL {res.why}"
+        refs = " ".join(f"{k}={v.ms:.4g}" if v.ok else f"{k}=ERR" for k, v in res.refs.items())
+        ours = f" ours={res.ours.ms:.4g}ms" if res.ours.ok and res.correct else ""
+        secs = f" ({res.seconds:.1f} s)" if res.seconds is not None else ""
+        self.line(f"{res.case_id}: {verdict}{ours} {refs}{secs}")
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def main(argv: Optional[List[str]] = None, parsed=None) -> int:
+    """get_score.py. ``parsed``: (parser, args) already parsed by get_score.py."""
+    ap, args = parsed if parsed is not None else cli_args.parse_args(argv)
+    if args.plot:
+        why_not = report.plot_available()
+        if why_not:
+            ap.error(why_not)
+    argv_shown = sys.argv[1:] if argv is None else argv
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     if args.from_json:
         env, references, results = merge_saved(args.from_json)
-        grade_all(results, report.load_tiers(args.tiers) if args.tiers else None)
-        meta = {"date": stamp, "argv": sys.argv[1:] if argv is None else argv, "seed": "as saved",
-                "impl": args.impl, "references": references, "tiers": args.tiers or "as measured",
-                "merged_from": args.from_json}
+        stored = report.load_tiers(args.tiers)[0] if args.tiers else None
+        grade_all(results, stored, "this run (missing in --tiers)")
+        meta = {"date": stamp, "argv": argv_shown, "seed": "as saved", "impl": args.impl, "references": references,
+                "tiers": args.tiers or "as measured", "merged_from": args.from_json}
         _write_outputs(args, results, references, env, meta,
                        f"get_score.py results merged from {len(args.from_json)} run(s), {stamp}")
         return 0
 
-    import signal
+    try:
+        families = load_families(args.op)
+    except ValueError as err:
+        ap.error(str(err))
+    stored, tiers_device = report.load_tiers(args.tiers) if args.tiers else (None, None)
 
     from .. import has_cuda
+    from .worker import device_name
     # jittor's core installs a SIGCHLD handler that exits this process when any child dies; here children
     # are grading workers, and one killed for hanging must not take the grader down with it.
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    device = args.device or ("cuda" if has_cuda() else "cpu")
+    if device == "cuda" and not has_cuda():
+        ap.error("--device cuda, but jittor has no CUDA here")
+    items = [(f, c) for f in families for c in f.all_cases() if device in c.devices
+             and _matches(c.id, args.keyword) and (args.direction is None or c.direction == args.direction)]
+    if args.list:
+        print("\n".join(c.id for _, c in items))
+        return 0
+    if not items:
+        ap.error("no case matches")
+    references = ["naive", "jittor"]
+    notes = []
+    if args.references is not None:
+        references = list(args.references)
+        if any(r in ("torch", "compile") for r in references) and not _torch_importable():
+            notes.append("no PyTorch column: PyTorch is not installed (pip install '.[torch]')")
+            references = [r for r in references if r not in ("torch", "compile")]
+    elif args.no_torch:
+        notes.append("PyTorch references off (--no-torch)")
+    elif not _torch_importable():
+        notes.append("no PyTorch column: PyTorch is not installed (pip install '.[torch]')")
+    else:
+        references.append("torch")
+        if args.compile:
+            references.append("compile")
+    if stored is not None:
+        warnings, _ = report.tier_warnings(args.tiers, stored, tiers_device, device_name_for(device, device_name),
+                                           [c.id for _, c in items])
+        notes += warnings
+    for note in notes:
+        print(f"get_score.py: {note}", file=sys.stderr, flush=True)
 
-    # `timeout` (or Ctrl-C) stops the run, not the report: the cases measured so far are written out and
-    # the rest are marked not run.
+    # `timeout` (or Ctrl-C) stops the run, not the report: the cases measured so far are written out and the
+    # rest are marked not run. Only the first signal interrupts; later ones are ignored while the report is
+    # written (a second Ctrl-C must not lose it).
     def stop(signum, _frame):
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, signal.SIG_IGN)
         raise Interrupted(signal.Signals(signum).name)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    device = args.device or ("cuda" if has_cuda() else "cpu")
-    if device == "cuda" and not has_cuda():
-        print("get_score.py: --device cuda, but jittor has no CUDA here", file=sys.stderr)
-        return 2
-    families = load_families(args.op)
-    cases = [c for f in families for c in f.cases if device in c.devices
-             and _matches(c.id, args.keyword)
-             and (args.direction is None or c.direction == args.direction)]
-    if args.list:
-        print("\n".join(c.id for c in cases))
-        return 0
-    if not cases:
-        print("get_score.py: no case matches", file=sys.stderr)
-        return 2
-    references = ["naive", "jittor"]
-    if not args.no_torch and _torch_importable():
-        references.append("torch")
-        if args.compile:
-            references.append("compile")
-    stored = report.load_tiers(args.tiers) if args.tiers else None
-    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-    nbytes = {c.id: f.bytes_moved(c) for f in families for c in f.cases}
-
-    bar = None
-    if not args.no_progress:
-        try:
-            from tqdm import tqdm
-            bar = tqdm(total=len(cases), desc="scoring", unit="case", file=sys.stderr)
-        except ImportError:
-            bar = None
-
-    def progress(res):
-        line = f"{res.case_id}: {'ok' if res.correct else 'FAIL ' + res.why} ours={res.ours.ms} " + " ".join(
-            f"{k}={v.ms if v.ok else 'ERR'}" for k, v in res.refs.items())
-        if res.seconds is not None:
-            line += f" ({res.seconds:.1f} s)"
-        print(line, file=sys.stderr, flush=True)  # a record even if the run is cut short
-        if bar is not None:
-            bar.set_postfix_str(res.case_id[-40:])
-            bar.update(1)
-
-    import time
-    deadline = time.monotonic() + args.budget if args.budget is not None else None
-    by_family = {}
-    for c in cases:
-        by_family.setdefault(c.family, []).append(c.id)
-    lanes = list(by_family.values())
-    warm_stop = None
-    if device == "cuda" and not args.no_warm:
-        print(f"compiling kernels of {len(cases)} cases ({len(lanes)} families in parallel)...", file=sys.stderr)
-        try:
-            warm_compile(lanes, device=device, impl=args.impl, seed=seed,
-                         timeout_s=args.budget / 2 if args.budget is not None else 900)
-        except Interrupted as why:
-            warm_stop = why
+    started = time.monotonic()
+    deadline = started + args.budget if args.budget is not None else None
+    progress = _Progress(len(items), not args.no_progress)
+    nbytes = {c.id: f.bytes_moved(c) for f, c in items}
     # Run the families' cases interleaved, so that a --budget cut-off leaves every family partly covered.
-    run_order = [lane[i] for i in range(max(map(len, lanes))) for lane in lanes if i < len(lane)]
-    if warm_stop is None:
-        env, results = run_cases(run_order, device=device, impl=args.impl, seed=seed,
-                                 references=references, timeout_s=args.timeout, on_result=progress,
-                                 nbytes_of=nbytes.get, deadline=deadline, repeats=args.repeats)
-    else:
-        env = {}
-        results = [CaseResult(cid, nbytes[cid], why=f"not run: interrupted ({warm_stop})") for cid in run_order]
-    if bar is not None:
-        bar.close()
+    lanes = {}
+    for f, c in items:
+        lanes.setdefault(c.family, []).append((f, c))
+    order = [lane[i] for i in range(max(map(len, lanes.values()))) for lane in lanes.values() if i < len(lane)]
+    interrupted = None
+    env, results = {}, []
+    scratch = None
+    try:
+        import tempfile
+        scratch = tempfile.mkdtemp(prefix="get_score-", dir=scratch_root())
+        if not args.no_warm:
+            progress.status("compiling")
+            warm_budget = WARM_BUDGET_S if args.budget is None else min(WARM_BUDGET_S, args.budget / 3)
+            warm_compile([c.id for _, c in order], device=device, impl=args.impl, budget_s=warm_budget,
+                         limit_bytes=WARM_BATCH_BYTES[device], scratch=scratch)
+        progress.status("scoring")
+        env, results = run_cases(order, device=device, impl=args.impl, references=references, seed=args.seed,
+                                 timeout_s=args.timeout, reference_timeout_s=args.reference_timeout,
+                                 repeats=args.repeats, stored_tiers=stored, deadline=deadline,
+                                 nbytes_of=nbytes.get, on_result=progress.case_done, scratch=scratch)
+    except Interrupted as why:
+        interrupted = why
+    finally:
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, signal.SIG_IGN)
+        progress.close()
+        if scratch:
+            import shutil
+            shutil.rmtree(scratch, ignore_errors=True)
+    if interrupted is not None:
+        done = {r.case_id: r for r in results}
+        results = [done.get(c.id) or CaseResult(c.id, nbytes[c.id], why=f"not run: interrupted ({interrupted})")
+                   for _, c in order]
     by_id = {r.case_id: r for r in results}
-    results = [by_id[c.id] for c in cases]
-    grade_all(results, stored)
-
+    results = [by_id[c.id] for _, c in items]
+    grade_all(results, stored, "this run (missing in --tiers)")
+    env.setdefault("device", device)
+    env.setdefault("name", device_name_for(device, device_name))
     title = f"get_score.py on {env.get('name', device)}, {stamp}"
-    meta = {"date": stamp, "argv": sys.argv[1:] if argv is None else argv, "seed": seed, "impl": args.impl,
-            "references": references, "tiers": args.tiers or "this run"}
-    _write_outputs(args, results, references, env, meta, title)
+    meta = {"date": stamp, "argv": argv_shown, "seed": args.seed if args.seed is not None else "fresh",
+            "impl": args.impl, "references": references, "tiers": args.tiers or "this run",
+            "seconds": round(time.monotonic() - started, 1), "notes": notes}
+    _write_outputs(args, results, references, env, meta, title, notes)
+    if interrupted is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # nothing left to wait for: jittor's exit hooks must not keep an interrupted run alive
     return 0
+
+
+def device_name_for(device: str, device_name) -> str:
+    from .._jittor import jt
+    previous = jt.flags.use_cuda
+    try:
+        jt.flags.use_cuda = 1 if device == "cuda" else 0
+        return device_name(jt)
+    finally:
+        jt.flags.use_cuda = previous

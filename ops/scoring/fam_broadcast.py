@@ -13,7 +13,8 @@ from typing import List, Sequence, Tuple
 import numpy as np
 
 from .. import _codegen
-from .spec import DEFAULT_TOLERANCE, Case, Family, case, random_array
+from .judge import Expected, sum_bound
+from .spec import DEFAULT_TOLERANCE, EDGE, Case, Family, case, edge_array, is_edge, random_array
 
 NAME = "expand_as"
 
@@ -27,7 +28,38 @@ def _reduce_axes(x_shape, out_shape) -> Tuple[int, ...]:
 
 class ExpandAsFamily(Family):
     def make_inputs(self, case: Case, rng: np.random.Generator) -> List[np.ndarray]:
+        if is_edge(case):
+            return [edge_array(case.shapes[0], case.dtype, rng, self.edge_density(case))]
         return [random_array(case.shapes[0], case.dtype, rng)]
+
+    def output_shapes(self, case: Case):
+        return [tuple(case.p["out"])]
+
+    def edge_density(self, case: Case) -> float:
+        """Backward: about one special value in every other reduction, so that the gradient holds NaN, +-Inf
+        and finite sums side by side."""
+        if case.direction == "fwd":
+            return 0.02
+        return 0.5 / (4 * self._reduction_length(case))
+
+    @staticmethod
+    def _reduction_length(case: Case) -> int:
+        return math.prod(case.p["out"]) // max(1, math.prod(case.shapes[0]))
+
+    def expected(self, case: Case, arrays, grads_out=None):
+        """Forward: a copy, bit for bit with the sign of zero. Backward: per element, a sum of
+        ``_reduction_length`` output-gradient values (``sum_bound`` from the sum and its terms' 2-norm)."""
+        if case.direction == "fwd":
+            return [Expected(np.broadcast_to(arrays[0], case.p["out"]), (case.dtype,), signed_zero=True)]
+        g = np.asarray(grads_out[0], dtype=np.float64)
+        axes = _reduce_axes(case.shapes[0], case.p["out"])
+        with np.errstate(invalid="ignore"):
+            want = g.sum(axis=axes).reshape(case.shapes[0])
+            finite = np.where(np.isfinite(g), g, 0.0)
+            l2 = np.sqrt((finite * finite).sum(axis=axes)).reshape(case.shapes[0])
+        acc = "float64" if case.dtype == "float64" else "float32"
+        return [Expected(want, (case.dtype,), "rounded",
+                         sum_bound(want, l2, self._reduction_length(case), case.dtype, acc))]
 
     def reference_forward(self, case: Case, arrays: Sequence[np.ndarray]) -> List[np.ndarray]:
         return [np.broadcast_to(np.asarray(arrays[0], dtype=np.float64), case.p["out"]).copy()]
@@ -113,4 +145,21 @@ CASES = (
     + _both("ends-1x16x1-to-8x16x512", (1, 16, 1), (8, 16, 512), ("float32",), _CPU)
 )
 
-FAMILY = ExpandAsFamily(name=NAME, cases=list(CASES))
+def _edge(name, x_shape, out, dtype, devices, direction):
+    return case(NAME, f"{name}-{dtype}", direction, [x_shape], dtype, devices=devices, out=tuple(out), values=EDGE)
+
+
+# Ties, NaN, +-Inf and -0.0: copied bit for bit forward; summed as IEEE does backward (NaN or Inf where a
+# reduction meets one).
+EDGE_CASES = [
+    _edge("paddle0-edge-1785x1-to-1785x128", (1785, 1), (1785, 128), "float32", _CPU, "fwd"),
+    _edge("tile-edge-1x256-to-1024x256", (1, 256), (1024, 256), "float16", _CPU, "fwd"),
+    _edge("paddle0-edge-1785x1-to-1785x128", (1785, 1), (1785, 128), "float32", _CPU, "bwd"),
+    _edge("middle-edge-8x1x256-to-8x128x256", (8, 1, 256), (8, 128, 256), "float16", _CPU, "bwd"),
+    _edge("paddle2-edge-32x807x1-to-32x807x807", (32, 807, 1), (32, 807, 807), "float16", _GPU, "fwd"),
+    _edge("middle-edge-64x1x1024-to-64x1024x1024", (64, 1, 1024), (64, 1024, 1024), "float32", _GPU, "fwd"),
+    _edge("paddle2-edge-32x807x1-to-32x807x807", (32, 807, 1), (32, 807, 807), "float32", _GPU, "bwd"),
+    _edge("tile-edge-1x8192-to-8192x8192", (1, 8192), (8192, 8192), "float32", _GPU, "bwd"),
+]
+
+FAMILY = ExpandAsFamily(name=NAME, cases=list(CASES), edge_cases=EDGE_CASES)

@@ -9,7 +9,8 @@ from typing import Tuple
 import numpy as np
 
 from .._codegen import ITEMSIZE
-from .spec import DEFAULT_TOLERANCE, Family, case
+from .judge import Expected, ulp
+from .spec import DEFAULT_TOLERANCE, EDGE, Family, case
 
 
 def _impl():
@@ -58,6 +59,27 @@ class PermuteFamily(Family):
             grads[1] = g
         return [grads[i] for i in c.grad_of]
 
+    def output_shapes(self, c):
+        return [tuple(c.shapes[0][p] for p in _perm(c))]
+
+    def expected(self, c, arrays, grads_out=None):
+        """Moved values bit for bit, -0.0 told from 0.0 (a copy keeps the sign); transpose_add of floats within
+        one unit in the last place of the dtype (its one IEEE add rounds once: half a unit, or a whole one
+        for a conversion that truncates, as jittor's CPU bfloat16 does); of integers and bool exactly (ints
+        wrap, bool adds as logical or)."""
+        if c.direction == "bwd":
+            g = grads_out[0]
+            grads = {0: np.transpose(g, _inverse(_perm(c))), 1: g}
+            return [Expected(grads[i], (c.dtype,), signed_zero=True) for i in c.grad_of]
+        moved = np.transpose(arrays[0], _perm(c))
+        if not self._is_add(c):
+            return [Expected(moved, (c.dtype,), signed_zero=True)]
+        if moved.dtype.kind != "f":
+            return [Expected(moved + arrays[1], (c.dtype,))]
+        with np.errstate(invalid="ignore", over="ignore"):
+            want = moved.astype(np.float64) + arrays[1].astype(np.float64)
+        return [Expected(want, (c.dtype,), "rounded", ulp(want, c.dtype))]
+
     def tolerance(self, c):
         if c.dtype not in DEFAULT_TOLERANCE:
             return (0.0, 0.0)
@@ -104,15 +126,16 @@ class PermuteFamily(Family):
         return f"{cfg.variant}{extra} r{cfg.rank} {cfg.chunk}B"
 
 
-def _p(name, direction, shape, dtype, perm, devices=("cuda",)):
-    return case("permute", name, direction, [shape], dtype, devices=devices, op="permute", perm=tuple(perm))
+def _p(name, direction, shape, dtype, perm, devices=("cuda",), **extra):
+    return case("permute", name, direction, [shape], dtype, devices=devices, op="permute", perm=tuple(perm),
+                **extra)
 
 
-def _ta(name, direction, shape, dtype, dim0=0, dim1=1, devices=("cuda",), grad_of=(0,)):
+def _ta(name, direction, shape, dtype, dim0=0, dim1=1, devices=("cuda",), grad_of=(0,), **extra):
     y = list(shape)
     y[dim0], y[dim1] = y[dim1], y[dim0]
     return case("permute", name, direction, [shape, tuple(y)], dtype, devices=devices, grad_of=grad_of,
-                op="transpose_add", dim0=dim0, dim1=dim1)
+                op="transpose_add", dim0=dim0, dim1=dim1, **extra)
 
 
 CPU = ("cpu",)
@@ -175,4 +198,18 @@ CASES = [
     _ta("cpu_ta_f32", "bwd", (256, 192), "float32", devices=CPU, grad_of=(0, 1)),
 ]
 
-FAMILY = PermuteFamily(name="permute", cases=CASES)
+# Ties, NaN, +-Inf and -0.0: copies keep every bit (but NaN payloads), transpose_add adds them as IEEE does.
+EDGE_CASES = [
+    _p("cpu_021_f32_edge", "fwd", (8, 96, 80), "float32", (0, 2, 1), CPU, values=EDGE),
+    _p("cpu_odd_f16_edge", "fwd", (257, 191), "float16", (1, 0), CPU, values=EDGE),
+    _p("cpu_021_f32_edge", "bwd", (8, 96, 80), "float32", (0, 2, 1), CPU, values=EDGE),
+    _ta("cpu_ta_f32_edge", "fwd", (256, 192), "float32", devices=CPU, values=EDGE),
+    _ta("cpu_ta_bf16_edge", "fwd", (243, 116), "bfloat16", devices=CPU, values=EDGE),
+    _p("021_f32_edge_16MB", "fwd", (16, 512, 512), "float32", (0, 2, 1), values=EDGE),
+    _p("attn_bshd_edge_bf16", "fwd", (32, 512, 16, 64), "bfloat16", (0, 2, 1, 3), values=EDGE),
+    _p("5d_04213_edge_f32", "bwd", (16, 32, 16, 32, 32), "float32", (0, 4, 2, 1, 3), values=EDGE),
+    _ta("ta_odd_edge_4097x3071_f32", "fwd", (4097, 3071), "float32", values=EDGE),
+    _ta("ta_batched_edge_f16", "fwd", (32, 1024, 1024), "float16", 1, 2, values=EDGE),
+]
+
+FAMILY = PermuteFamily(name="permute", cases=CASES, edge_cases=EDGE_CASES)

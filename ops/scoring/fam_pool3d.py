@@ -13,7 +13,8 @@ from typing import Tuple
 
 import numpy as np
 
-from .spec import DEFAULT_TOLERANCE, Case, Family, case
+from .judge import Expected, sum_bound
+from .spec import DEFAULT_TOLERANCE, EDGE, Case, Family, ReferenceSkipped, case
 
 NAME = "max_pool3d"
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
@@ -28,6 +29,11 @@ def case_params(c: Case) -> dict:
     p = c.p
     return {"kernel_size": p["kernel_size"], "stride": p.get("stride"), "padding": p.get("padding", 0),
             "dilation": p.get("dilation", 1), "ceil_mode": p.get("ceil_mode", False)}
+
+
+def returns_indices(c: Case) -> bool:
+    """Forward cases that also return the argmax (int32 or int64 flat positions, as PyTorch's)."""
+    return bool(c.p.get("return_indices", False))
 
 
 def _out_size(n, k, s, p, d, ceil_mode):
@@ -137,6 +143,33 @@ class MaxPool3dFamily(Family):
         unit = 2.0 ** -53 if c.dtype == "float64" else 2.0 ** -24
         return rtol, atol + 4 * unit * windows_per_input(c)
 
+    def output_shapes(self, c):
+        shape = c.shapes[0]
+        kp = case_params(c)
+        k, p, dl = _triple(kp["kernel_size"]), _triple(kp["padding"]), _triple(kp["dilation"])
+        s = k if kp["stride"] is None else _triple(kp["stride"])
+        out = tuple(shape[:-3]) + tuple(_out_size(n, *a, kp["ceil_mode"]) for n, a in zip(shape[-3:], zip(k, s, p, dl)))
+        return [out, out] if returns_indices(c) else [out]
+
+    def expected(self, c, arrays, grads_out=None):
+        """Forward: values and indices bit for bit (a max selects; -0.0 and 0.0 differ, as the op copies the
+        chosen element). Backward: a copy of dy where no input element is in two windows, else sums of up to
+        ``windows_per_input`` dy values (``sum_bound`` per element)."""
+        values, arg = reference_pool(arrays[0], **case_params(c))
+        if c.direction == "fwd":
+            out = [Expected(values, (c.dtype,), signed_zero=True)]
+            if returns_indices(c):
+                out.append(Expected(arg, ("int64", "int32")))
+            return out
+        dy = np.asarray(grads_out[0], dtype=np.float64)
+        want = reference_grad(arrays[0].shape, arg, dy)
+        n = windows_per_input(c)
+        if n == 1:
+            return [Expected(want, (c.dtype,))]
+        l2 = np.sqrt(reference_grad(arrays[0].shape, arg, dy * dy))
+        acc = "float64" if c.dtype == "float64" else "float32"
+        return [Expected(want, (c.dtype,), "rounded", sum_bound(want, l2, n, c.dtype, acc))]
+
     def make_inputs(self, c, rng):
         arrays = super().make_inputs(c, rng)
         # float64 values that float32 holds exactly: jt.array(float64 array) rounds to float32 before the
@@ -151,6 +184,8 @@ class MaxPool3dFamily(Family):
         return [reference_grad(arrays[0].shape, arg, grads_out[0])]
 
     def forward(self, c, api, xs):
+        if returns_indices(c):
+            return list(api.max_pool3d(xs[0], **case_params(c), return_indices=True))
         return [api.max_pool3d(xs[0], **case_params(c))]
 
     def naive_forward(self, c, xs):
@@ -165,7 +200,23 @@ class MaxPool3dFamily(Family):
         idx = [f"i{a}" for a in range(lead)]
         idx += [f"i{lead + a}*{s[a]}-{p[a]}+i{lead + 3 + a}*{dl[a]}" for a in range(3)]
         windows = x.reindex(shape, idx, overflow_value=float("-inf"))
-        return [windows.max(dims=[lead + 3, lead + 4, lead + 5])]
+        if not returns_indices(c):
+            return [windows.max(dims=[lead + 3, lead + 4, lead + 5])]
+        from .._jittor import jt
+
+        # argmax over the flattened window, then the chosen element's flat position in its plane
+        kvol = k[0] * k[1] * k[2]
+        flat = windows.reshape(list(x.shape[:lead]) + list(out) + [kvol])
+        j, m = jt.argmax(flat, dim=lead + 3)
+        D, H, W = x.shape[lead:]
+        plane = jt.index((D, H, W), dim=0) * (H * W) + jt.index((D, H, W), dim=1) * W + jt.index((D, H, W), dim=2)
+        window = [f"i3/{k[1] * k[2]}", f"(i3/{k[2]})%{k[1]}", f"i3%{k[2]}"]  # (jd, jh, jw) of element i3
+        pos = plane.reindex(list(out) + [kvol], [f"i{a}*{s[a]}-{p[a]}+({window[a]})*{dl[a]}" for a in range(3)],
+                            overflow_value=-1)
+        lead_idx = [f"i{a}" for a in range(lead)]
+        out_idx = lead_idx + [f"i{lead + a}" for a in range(3)]
+        chosen = pos.reindex(list(j.shape), out_idx[lead:] + [f"@e0({','.join(out_idx)})"], extras=[j])
+        return [m, chosen]
 
     def jittor_forward(self, c, xs):
         from .._jittor import jt
@@ -173,12 +224,16 @@ class MaxPool3dFamily(Family):
         kp = case_params(c)
         if kp["dilation"] not in (1, (1, 1, 1)):
             raise RuntimeError("jittor's max_pool3d has no dilation")
+        if returns_indices(c):
+            raise ReferenceSkipped("jittor's max_pool3d hangs with return_indices=True")
         return [jt.nn.max_pool3d(xs[0], kp["kernel_size"], kp["stride"], kp["padding"],
                                  ceil_mode=kp["ceil_mode"])]
 
     def torch_forward(self, c, ts):
         import torch
 
+        if returns_indices(c):
+            return list(torch.nn.functional.max_pool3d(ts[0], **case_params(c), return_indices=True))
         return [torch.nn.functional.max_pool3d(ts[0], **case_params(c))]
 
     def bytes_moved(self, c):
@@ -190,8 +245,8 @@ class MaxPool3dFamily(Family):
         n_in = int(np.prod(shape))
         n_out = int(np.prod(shape[:-3])) * int(np.prod(out))
         size = _ITEMSIZE[c.dtype]
-        if c.direction == "fwd":
-            return (n_in + n_out) * size
+        if c.direction == "fwd":  # indices, where asked for, as int32 (the fewest bytes that hold them)
+            return (n_in + n_out) * size + (4 * n_out if returns_indices(c) else 0)
         # The backward from the forward's saved int32 argmax (PyTorch's and ours): dy and the indices in, dx out.
         return n_in * size + n_out * (size + 4)
 
@@ -200,7 +255,7 @@ class MaxPool3dFamily(Family):
             return "-"
         from ..pool3d import normalize_params, select_config
         params = normalize_params(**case_params(c))
-        fwd = select_config(c.shapes[0], c.dtype, params, "fwd")
+        fwd = select_config(c.shapes[0], c.dtype, params, "fwd", indices=returns_indices(c))
         if c.direction == "fwd":
             return fwd.name
         return select_config(c.shapes[0], c.dtype, params, "bwd").name
@@ -252,6 +307,8 @@ _CUDA_FWD = [
     _c("k2s2_256MB_4x32x32x128x128", "fwd", (4, 32, 32, 128, 128), kernel_size=2, stride=2),
     _c("k2s2_bf16_256MB_8x32x32x128x128", "fwd", (8, 32, 32, 128, 128), "bfloat16", kernel_size=2, stride=2),
     _c("k3s2p1_256MB_4x32x32x128x128", "fwd", (4, 32, 32, 128, 128), kernel_size=3, stride=2, padding=1),
+    # values and argmax indices
+    _c("k2s2_idx_8x32x32x64x64", "fwd", (8, 32, 32, 64, 64), kernel_size=2, stride=2, return_indices=True),
 ]
 
 _CUDA_BWD = [
@@ -291,6 +348,7 @@ _CPU_CASES = [
        padding=(0, 1, 1), dilation=(1, 2, 1)),
     _c("cpu_ceil", "fwd", (2, 3, 7, 9, 11), devices=_CPU, kernel_size=3, stride=2, ceil_mode=True),
     _c("cpu_k2s2_f16", "fwd", (2, 3, 8, 10, 12), "float16", devices=_CPU, kernel_size=2, stride=2),
+    _c("cpu_k3s1_idx", "fwd", (2, 3, 9, 9, 9), devices=_CPU, kernel_size=3, stride=1, return_indices=True),
     _c("cpu_k3s2p1_bf16", "fwd", (2, 4, 9, 12, 11), "bfloat16", devices=_CPU, kernel_size=3, stride=2, padding=1),
     _c("cpu_k2s2", "bwd", (2, 3, 8, 10, 12), devices=_CPU, kernel_size=2, stride=2),
     _c("cpu_k3s1", "bwd", (2, 3, 9, 9, 9), devices=_CPU, kernel_size=3, stride=1),
@@ -300,4 +358,27 @@ _CPU_CASES = [
     _c("cpu_gaps_scatter", "bwd", (2, 3, 8, 9, 11), devices=_CPU, kernel_size=2, stride=3),
 ]
 
-FAMILY = MaxPool3dFamily(NAME, _CUDA_FWD + _CUDA_BWD + _CPU_CASES)
+# Ties, NaN (its value wins, at the last NaN's index), +-Inf and -0.0 (the first of equal maxima is kept, with
+# its sign).
+_EDGE = [
+    _c("cpu_k2s2_edge_idx", "fwd", (2, 3, 8, 10, 12), devices=_CPU, kernel_size=2, stride=2, return_indices=True,
+       values=EDGE),
+    _c("cpu_k3s2p1_edge_idx", "fwd", (2, 4, 9, 12, 11), devices=_CPU, kernel_size=3, stride=2, padding=1,
+       return_indices=True, values=EDGE),
+    _c("cpu_ceil_edge_f16", "fwd", (2, 3, 7, 9, 11), "float16", devices=_CPU, kernel_size=3, stride=2,
+       ceil_mode=True, values=EDGE),
+    _c("cpu_k2s2_edge_bf16", "fwd", (2, 3, 8, 10, 12), "bfloat16", devices=_CPU, kernel_size=2, stride=2,
+       values=EDGE),
+    _c("cpu_k3s1_edge", "bwd", (2, 3, 9, 9, 9), devices=_CPU, kernel_size=3, stride=1, values=EDGE),
+    _c("cpu_k2s2_edge", "bwd", (2, 3, 8, 10, 12), devices=_CPU, kernel_size=2, stride=2, values=EDGE),
+    _c("k2s2_edge_idx_8x32x32x64x64", "fwd", (8, 32, 32, 64, 64), kernel_size=2, stride=2, return_indices=True,
+       values=EDGE),
+    _c("k3s2p1_edge_f16_8x64x16x56x56", "fwd", (8, 64, 16, 56, 56), "float16", kernel_size=3, stride=2, padding=1,
+       values=EDGE),
+    _c("k2s2ceil_edge_bf16_8x32x31x63x63", "fwd", (8, 32, 31, 63, 63), "bfloat16", kernel_size=2, stride=2,
+       ceil_mode=True, values=EDGE),
+    _c("k3s1_edge_4x32x32x32x32", "bwd", (4, 32, 32, 32, 32), kernel_size=3, stride=1, values=EDGE),
+    _c("k2s2_edge_8x32x32x64x64", "bwd", (8, 32, 32, 64, 64), kernel_size=2, stride=2, values=EDGE),
+]
+
+FAMILY = MaxPool3dFamily(NAME, _CUDA_FWD + _CUDA_BWD + _CPU_CASES, _EDGE)

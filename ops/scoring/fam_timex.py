@@ -17,7 +17,8 @@ from typing import Tuple
 
 import numpy as np
 
-from .spec import Family, ReferenceSkipped, case
+from .judge import Expected
+from .spec import EDGE, Family, ReferenceSkipped, case, is_edge
 
 NAME = "timex"
 
@@ -80,6 +81,55 @@ def reference_timex_grads(w: np.ndarray, k: np.ndarray, g: np.ndarray) -> Tuple[
     return gwr[:, ::-1].copy(), grad_k
 
 
+# ---- direct float64 references: the causal sums term by term, for inputs with NaN or Inf ----------------------
+#
+# The FFT spreads one NaN or Inf over every output. Evaluated directly, a term w * k enters out[t] only for
+# u <= t: a NaN or Inf at step u reaches the outputs at steps >= u, and 0 * Inf = NaN only inside a sum that
+# holds that term. O(B C T^2): for the edge cases, whose T is small.
+
+def _lags(T: int):
+    """(lag t - u for every (t, u), mask u <= t)."""
+    t = np.arange(T)
+    lag = t[:, None] - t[None, :]
+    return np.where(lag >= 0, lag, 0), lag >= 0
+
+
+def _terms(a: np.ndarray, b: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """a * b where ``mask``, else 0 (the product is never formed where it is not a term)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.where(mask, a * b, 0.0)
+
+
+def direct_timex(w: np.ndarray, k: np.ndarray, eps: float = 0.0) -> np.ndarray:
+    """out[b, c, t] = eps + sum_{u<=t} w[c, T-1-(t-u)] k[b, c, u], term by term in float64."""
+    w, k = np.asarray(w, dtype=np.float64), np.asarray(k, dtype=np.float64)
+    T = k.shape[-1]
+    lag, causal = _lags(T)
+    out = np.empty(k.shape)
+    for c in range(k.shape[1]):
+        wt = w[c, T - 1 - lag]  # wt[t, u] = w[c, T-1-(t-u)]
+        with np.errstate(invalid="ignore"):
+            out[:, c] = _terms(wt[None], k[:, c, None, :], causal[None]).sum(axis=2) + eps
+    return out
+
+
+def direct_timex_grads(w: np.ndarray, k: np.ndarray, g: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """(grad_w, grad_k) term by term: grad_k[b, c, u] = sum_{t>=u} w[c, T-1-(t-u)] g[b, c, t];
+    grad_w[c, T-1-s] = sum_b sum_{t>=s} g[b, c, t] k[b, c, t-s]."""
+    w, k, g = (np.asarray(a, dtype=np.float64) for a in (w, k, g))
+    B, C, T = k.shape
+    lag, causal = _lags(T)
+    grad_k, grad_w = np.empty(k.shape), np.empty(w.shape)
+    for c in range(C):
+        wt = w[c, T - 1 - lag]
+        with np.errstate(invalid="ignore"):
+            grad_k[:, c] = _terms(wt[None], g[:, c, :, None], causal[None]).sum(axis=1)
+            pairs = _terms(g[:, c, :, None], k[:, c, None, :], causal[None]).sum(axis=0)  # [t, u]
+            gwr = np.array([np.trace(pairs, offset=-s) for s in range(T)])
+        grad_w[c] = gwr[::-1]
+    return grad_w, grad_k
+
+
 def timex_tolerance(dtype: str, terms: int) -> Tuple[float, float]:
     """(rtol, atol) for a result that sums ``terms`` products of O(1) values.
 
@@ -94,10 +144,30 @@ def timex_tolerance(dtype: str, terms: int) -> Tuple[float, float]:
 
 class TimexFamily(Family):
     def reference_forward(self, c, arrays):
+        if is_edge(c):
+            return [direct_timex(arrays[0], arrays[1], c.p.get("eps", 0.0))]
         return [reference_timex(arrays[0], arrays[1], c.p.get("eps", 0.0))]
 
     def reference_backward(self, c, arrays, grads_out):
+        if is_edge(c):
+            return list(direct_timex_grads(arrays[0], arrays[1], grads_out[0]))
         return list(reference_timex_grads(arrays[0], arrays[1], grads_out[0]))
+
+    def output_shapes(self, c):
+        return [tuple(c.shapes[1])]
+
+    def edge_density(self, c):
+        """About one special value of each kind per row of T steps: most outputs stay finite, and the steps
+        before a special one show whether it leaked backwards."""
+        return 1.0 / (2 * c.shapes[1][2])
+
+    def expected(self, c, arrays, grads_out=None):
+        """Within ``tolerance`` per finite element; NaN and infinities where the causal sums put them."""
+        rtol, atol = self.tolerance(c)
+        wants = (self.reference_forward(c, arrays) if c.direction == "fwd"
+                 else self.reference_backward(c, arrays, grads_out))
+        return [Expected(w, (c.dtype,), "rounded", atol + rtol * np.abs(np.where(np.isfinite(w), w, 0.0)))
+                for w in wants]
 
     def tolerance(self, c):
         B, _, T = c.shapes[1]
@@ -135,6 +205,9 @@ class TimexFamily(Family):
 
     def torch_forward(self, c, ts):
         import torch.nn.functional as F
+
+        if c.dtype in ("float16", "bfloat16") and ts[1].device.type == "cpu":
+            raise ReferenceSkipped(f"PyTorch's {c.dtype} conv1d on the CPU can take minutes per call")
 
         w, k = ts
         T = k.shape[-1]
@@ -191,9 +264,25 @@ _CPU_SHAPES = [
 ]
 _CPU_BWD = ("cpu_B3_C4_T37", "cpu_B16_C2_T96", "cpu_B2_C2_T1100", "cpu_B4_C2_T200_bf16")
 
+def _edge(name, direction, B, C, T, dtype="float32", devices=("cuda",), eps=0.0):
+    return case(NAME, name, direction, [(C, T), (B, C, T)], dtype, devices=devices, grad_of=(0, 1), eps=eps,
+                values=EDGE)
+
+
+# NaN, +-Inf, -0.0 and ties in w and k (forward) or in the output gradient (backward): a special value at
+# step u reaches only the outputs at steps >= u (forward) or <= u (grad_k); references by direct summation.
+EDGE_CASES = [
+    _edge("cpu_B3_C4_T37_edge", "fwd", 3, 4, 37, devices=("cpu",), eps=0.25),
+    _edge("cpu_B2_C3_T130_edge_bf16", "fwd", 2, 3, 130, "bfloat16", devices=("cpu",)),
+    _edge("cpu_B3_C4_T37_edge", "bwd", 3, 4, 37, devices=("cpu",)),
+    _edge("B4_C64_T256_edge", "fwd", 4, 64, 256, eps=0.01),
+    _edge("B4_C64_T256_edge_bf16", "fwd", 4, 64, 256, "bfloat16"),
+    _edge("B4_C64_T256_edge", "bwd", 4, 64, 256),
+]
+
 FAMILY = TimexFamily(NAME, (
     [_c(n, "fwd", B, C, T, dt, eps=e) for n, B, C, T, dt, e in _GPU_SHAPES]
     + [_c(n, "bwd", B, C, T, dt, eps=e) for n, B, C, T, dt, e in _GPU_SHAPES]
     + [_c(n, "fwd", B, C, T, dt, devices=("cpu",), eps=e) for n, B, C, T, dt, e in _CPU_SHAPES]
     + [_c(n, "bwd", B, C, T, dt, devices=("cpu",), eps=e) for n, B, C, T, dt, e in _CPU_SHAPES if n in _CPU_BWD]
-))
+), EDGE_CASES)

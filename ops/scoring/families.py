@@ -3,12 +3,10 @@ import importlib
 import os
 from typing import List, Optional, Sequence
 
-from .spec import Case, Family, family_cases
+from .args import FAMILY_MODULES_ENV  # comma-separated modules, each defining FAMILY, to grade instead of the
+from .spec import Case, Family, family_cases  # built-in table (a course's own cases, the tests' toy family)
 
 FAMILY_MODULES = ("fam_pool3d", "fam_permute", "fam_broadcast", "fam_timex")
-# Comma-separated importable modules, each defining FAMILY, to grade instead of the built-in table
-# (e.g. a course's own cases, or the tests' toy family).
-FAMILY_MODULES_ENV = "OPS_SCORING_FAMILY_MODULES"
 
 
 def _modules():

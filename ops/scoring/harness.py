@@ -1,33 +1,60 @@
-"""Running one case: inputs, correctness against the float64 reference, kernel timing of each implementation.
+"""The grading worker's side of one case: run each implementation on the inputs the parent made, hand the
+outputs back, and time what a user pays.
 
-Timing: jittor code (ours, the naive composite, jittor's built-in) is timed with jittor's profiler, which
-re-runs each kernel of the graph back to back and reports kernel time without Python overhead; PyTorch with
-CUDA events around back-to-back calls. Both: warm-up first, then the median of ``REPEATS`` measurements.
-Backward cases time only the backward: the forward outputs are computed first, and the output gradient is
-injected (``_InjectGrad``) so that the op's own gradient code is all that runs.
+Nothing here judges: the worker writes the outputs of our implementation as files and the parent compares them
+with its float64 references (``ops.scoring.judge``).
+
+Inputs: a check set (the untimed first call; reproducible with ``--seed``) and ``N`` timed sets of fresh values.
+Every timed call gets fresh Var objects (zero-copy views made before the clock starts) of the next set in
+turn, so an implementation that caches by input, or replays stored answers, returns a stale output; the last
+output of each timed set, from the last round, goes back to the parent with the check call's.
+
+Three measures per implementation, measured in interleaved rounds (ours, then each reference, in every round,
+so that a slow spell of the machine touches all of them alike); the fastest round counts, since other
+processes only ever slow a round down:
+* ``kernel_ms``: kernel time, jittor's profiler (it re-runs each kernel of the graph; no host work) or, for
+  PyTorch on a GPU, CUDA events around back-to-back calls;
+* ``wall_ms``: pipelined wall time per call: back-to-back calls over the rotated sets, each call's outputs
+  synced without waiting for the device, the device waited for once at the end;
+* ``call_ms``: wall time of one call synced to the device, as a training step pays it.
+Points use ``ms = max(kernel_ms, wall_ms)``: work done outside jittor's kernels (on the host, in Python)
+shows in the wall time, and launch overhead hidden by pipelining does not count against a fast kernel. On the
+CPU device (one thread) ``wall_ms`` and ``call_ms`` are CPU time unless the call waited (``Meter._pipelined``),
+and ``ms = wall_ms``.
+Backward cases time only the backward: the forward outputs of each set are computed first, and the output
+gradient is injected (``_InjectGrad``) so that the op's own gradient code is all that runs.
 """
 from __future__ import annotations
 
+import json
+import os
 import re
+import resource
 import statistics
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from .._jittor import jt
-from .grading import CaseResult, Timing
+from .grading import Timing
 from .spec import Case, Family, ReferenceSkipped, random_array
 
-REPEATS = 5
 TARGET_MS = 10.0  # each measurement runs the op about this long: 10 ms amortizes a ~5 us launch to 0.05%
+MAX_CALLS = 2048
 MAX_RERUN = 256
-SLOW_MS = 100.0  # a single call slower than this is measured fewer times
-VERY_SLOW_MS = 1000.0  # a single call slower than this is measured once: its median would cost seconds
+SLOW_MS = 100.0  # a call slower than this is timed once more after its warm-up, not in rounds
+SLOW_CALLS = 1
+WINDOWS = 4  # timed windows per round (see Meter.round)
+def _voluntary_switches() -> int:
+    """Times this thread gave up the CPU to wait (not counting preemption by other processes)."""
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
 
 
-_COMPILE_FAILURES: dict = {}
-_COMPILE_FAILURE_MARKS = ("Compile operator", "compilation of", "Check failed: ret")
+def cpu_clock() -> bool:
+    """Time by this process's CPU time: on the CPU device with one thread (the grader's default there)."""
+    return not jt.flags.use_cuda and os.environ.get("OMP_NUM_THREADS") == "1"
+NEAR_TIER = 0.06  # ours within this fraction of a tier's 0.95 boundary: more rounds (up to 3x)
 
 
 class _InjectGrad(jt.Function):
@@ -49,285 +76,422 @@ def to_jittor(arr: np.ndarray, dtype: str):
 
 
 def to_numpy64(v) -> np.ndarray:
-    if str(v.dtype) == "bfloat16":
-        v = v.float32()
-    a = v.numpy()
+    a = to_numpy(v)
     return a.astype(np.float64) if a.dtype.kind in "fc" else a
 
 
-def compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float):
-    """(ok, max abs error, why). NaN must match NaN; shapes must match exactly."""
-    if tuple(got.shape) != tuple(want.shape):
-        return False, None, f"shape {tuple(got.shape)} != expected {tuple(want.shape)}"
-    if want.dtype.kind not in "fc":
-        bad = int(np.count_nonzero(got != want))
-        return bad == 0, float(bad), "" if bad == 0 else f"{bad} elements differ"
-    nan_want, nan_got = np.isnan(want), np.isnan(got)
-    if not np.array_equal(nan_want, nan_got):
-        return False, None, f"NaN mismatch at {int(np.count_nonzero(nan_want != nan_got))} elements"
-    g, w = np.where(nan_got, 0, got), np.where(nan_want, 0, want)
-    err = np.abs(g - w)
-    max_err = float(err.max()) if err.size else 0.0
-    bad = err > atol + rtol * np.abs(w)
-    if bad.any():
-        idx = tuple(int(i) for i in np.argwhere(bad)[0])
-        return False, max_err, f"{int(bad.sum())} elements off, first at {idx}: got {g[idx]!r}, want {w[idx]!r}"
-    return True, max_err, ""
+def to_numpy(v) -> np.ndarray:
+    """The Var's values in its own NumPy dtype (bfloat16: float32, which holds each value exactly)."""
+    if str(v.dtype) == "bfloat16":
+        v = v.float32()
+    return v.numpy()
 
 
-# --- timing ------------------------------------------------------------------------------------------------
-
-def _profile(builder: Callable[[], list], rerun: int) -> float:
-    """Kernel time in ms of one call of ``builder``'s graph."""
-    with jt.profile_scope(1, rerun) as report:
-        jt.sync(builder(), device_sync=True)
-    rows = report[1:]
-    if not rows:
-        raise RuntimeError("no kernel ran")
-    reps = min(int(float(r[2])) for r in rows)  # every kernel ran at least once per call
-    return sum(float(r[3]) for r in rows) / reps / 1e6
-
-
-def _plan(estimate_ms: float):
-    """(calls per measurement, measurements) for an op that takes about ``estimate_ms``."""
-    reps = max(1, min(MAX_RERUN, int(TARGET_MS / max(estimate_ms, 1e-4))))
-    return reps, (2 if estimate_ms > SLOW_MS else REPEATS)
-
-
-def time_jittor(builder: Callable[[], list]) -> float:
-    jt.sync(builder(), device_sync=True)  # compile and warm
-    estimate = _profile(builder, 0)
-    if estimate > VERY_SLOW_MS:
-        return estimate
-    reps, count = _plan(estimate)
-    rerun = (1 << (reps.bit_length() - 1)) - 1  # jittor re-runs 2^k times
-    return statistics.median(_profile(builder, rerun) for _ in range(count))
-
-
-def time_torch(call: Callable[[], object]) -> float:
-    import torch
-
-    on_gpu = torch.cuda.is_available() and jt.flags.use_cuda
-
-    def run(n):
-        if on_gpu:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(n):
-                call()
-            end.record()
-            torch.cuda.synchronize()
-            return start.elapsed_time(end) / n
-        t0 = time.perf_counter()
-        for _ in range(n):
-            call()
-        return (time.perf_counter() - t0) * 1e3 / n
-
-    for _ in range(3):
-        call()
-    estimate = run(1)
-    if estimate > VERY_SLOW_MS:
-        return estimate
-    reps, count = _plan(estimate)
-    return statistics.median(run(reps) for _ in range(count))
-
-
-# --- one case ----------------------------------------------------------------------------------------------
-
-class CaseRunner:
-    """Everything about one case for one process: inputs, results, timings."""
-
-    def __init__(self, fam: Family, case: Case, api, seed: int):
-        self.fam, self.case, self.api = fam, case, api
-        self.rng = np.random.default_rng(seed)
-        self.arrays = fam.make_inputs(case, self.rng)
-        self.xs = [to_jittor(a, case.dtype if a.dtype.kind == "f" else str(a.dtype)) for a in self.arrays]
-        jt.sync(self.xs)
-        self.dys = None
-
-    # jittor graphs -------------------------------------------------------------------------------------
-    def _targets(self):
-        return [self.xs[i] for i in self.case.grad_of]
-
-    def builder(self, forward: Callable) -> Callable[[], list]:
-        """A function building the graph to time: the forward, or (bwd cases) only the backward."""
-        if self.case.direction == "fwd":
-            def forward_only():  # as PyTorch is timed: no autograd bookkeeping (e.g. saved argmax indices)
-                with jt.no_grad():
-                    return list(forward(self.case, self.xs))
-            return forward_only
-        outs = list(forward(self.case, self.xs))
-        jt.sync(outs)
-        if self.dys is None:
-            self.dy_arrays = [random_array(tuple(o.shape), self.case.dtype, self.rng) for o in outs]
-            self.dys = [to_jittor(a, self.case.dtype) for a in self.dy_arrays]
-            jt.sync(self.dys)
-
-        def backward():
-            loss = sum(_InjectGrad.apply(o, d).sum() for o, d in zip(outs, self.dys))
-            return jt.grad(loss, self._targets())
-        return backward
-
-    def check(self, result: CaseResult) -> None:
-        """Run ours once and compare with the float64 reference; fills ``correct``/``why``/``max_error``."""
-        got = [to_numpy64(v) for v in self.builder(self.ours_forward)()]
-        if self.case.direction == "fwd":
-            want = self.fam.reference_forward(self.case, self.arrays)
-        else:
-            want = self.fam.reference_backward(self.case, self.arrays, self.dy_arrays)
-        rtol, atol = self.fam.tolerance(self.case)
-        if len(got) != len(want):
-            result.correct, result.why = False, f"{len(got)} outputs, expected {len(want)}"
-            return
-        worst = 0.0
-        for i, (g, w) in enumerate(zip(got, want)):
-            ok, err, why = compare(g, np.asarray(w), rtol, atol)
-            if err is not None:
-                worst = max(worst, err)
-            if not ok:
-                result.correct, result.why, result.max_error = False, f"output {i}: {why}", err
-                return
-        result.correct, result.max_error = True, worst
-
-    def ours_forward(self, case, xs):
-        return self.fam.forward(case, self.api, xs)
-
-    # references --------------------------------------------------------------------------------------------
-    def time_reference(self, name: str) -> Timing:
-        # A reference whose kernel failed to compile fails the same way for every case of its family, dtype
-        # and direction; each retry costs seconds of nvcc (jittor's fp16 max_pool3d on CUDA 13, say).
-        key = (self.case.family, name, self.case.dtype, self.case.direction)
-        if key in _COMPILE_FAILURES:
-            return Timing(error=_COMPILE_FAILURES[key])
-        timing = self._time_reference(name)
-        if timing.error and any(m in timing.error for m in _COMPILE_FAILURE_MARKS):
-            _COMPILE_FAILURES[key] = f"as {self.case.id}: {timing.error}"
-        return timing
-
-    def _time_reference(self, name: str) -> Timing:
-        try:
-            if name == "naive":
-                return Timing(time_jittor(self.builder(self.fam.naive_forward)))
-            if name == "jittor":
-                probe = self.fam.jittor_forward(self.case, self.xs)
-                if probe is None:
-                    return Timing(error="no built-in")
-                return Timing(time_jittor(self.builder(self.fam.jittor_forward)))
-            if name in ("torch", "compile"):
-                return Timing(self._time_torch(compiled=name == "compile"))
-            raise ValueError(name)
-        except ReferenceSkipped as why:
-            return Timing(error=f"skipped: {why}")
-        except Exception as err:  # a failing reference is a result, not a crash
-            return Timing(error=_short(err))
-
-    def _time_torch(self, compiled: bool) -> float:
-        import torch
-
-        device = "cuda" if jt.flags.use_cuda else "cpu"
-        tdtype = getattr(torch, self.case.dtype)
-        ts = [torch.from_numpy(np.ascontiguousarray(a)).to(device) for a in self.arrays]
-        ts = [t.to(tdtype) if t.is_floating_point() else t for t in ts]
-        if self.fam.torch_forward(self.case, ts) is None:
-            raise RuntimeError("no PyTorch counterpart")
-
-        def fn(*tensors):
-            return self.fam.torch_forward(self.case, list(tensors))
-        if compiled:
-            fn = torch.compile(fn, dynamic=False)
-        if self.case.direction == "fwd":
-            with torch.no_grad():
-                return time_torch(lambda: fn(*ts))
-        for i in self.case.grad_of:
-            ts[i].requires_grad_()
-        outs = list(fn(*ts))
-        dys = [torch.from_numpy(np.ascontiguousarray(a)).to(device).to(tdtype) for a in self.dy_arrays]
-        targets = [ts[i] for i in self.case.grad_of]
-        # Gradients are made dense, as ours are: PyTorch's permute backward returns a strided view of dy, which
-        # would otherwise be timed as free and leave the copy to whoever uses the gradient (a no-op for a
-        # gradient that is already contiguous).
-        return time_torch(lambda: [g.contiguous() for g in
-                                   torch.autograd.grad(outs, targets, dys, retain_graph=True)])
-
-
-def _short(err: BaseException, limit: int = 160) -> str:
+def short_error(err: BaseException, limit: int = 160) -> str:
     text = re.sub(r"\x1b\[[0-9;]*m", "", f"{type(err).__name__}: {err}").replace("\n", " ")
     for marker in ("Reason:", "Failed reason:"):
         if marker in text:
             text = text.split(marker, 1)[1].strip()
-    return text[:limit]
+    return re.sub(r"\s+", " ", text)[:limit]
 
 
-def run_case(fam: Family, case: Case, api, seed: int, references: Sequence[str],
-             variant: Optional[str] = None, on_ours: Optional[Callable[[CaseResult], None]] = None) -> CaseResult:
-    """Check and time ours, then time each reference. ``on_ours`` sees the result before the references run,
-    so that a reference that hangs or crashes cannot take our verdict with it."""
-    result = CaseResult(case.id, fam.bytes_moved(case), fam.flops(case))
-    try:
-        result.variant = variant if variant is not None else fam.variant(case, api)
-    except Exception as err:
-        result.variant = f"? ({_short(err, 40)})"
-    try:
-        runner = CaseRunner(fam, case, api, seed)
-        runner.check(result)
-        if result.correct:
-            result.ours = Timing(time_jittor(runner.builder(runner.ours_forward)))
-    except Exception as err:
-        result.correct, result.why = False, "crashed: " + _short(err)
-        return result
-    if on_ours is not None:
-        on_ours(result)
-    for name in references:
-        result.refs[name] = runner.time_reference(name)
-        if on_ours is not None:
-            on_ours(result)
-    return result
+# --- input sets ----------------------------------------------------------------------------------------------
+
+def load_sets(case_dir: str) -> dict:
+    """The parent's manifest: {"sets": [{"inputs": [[file, dtype], ...], "grads": [...]}, ...]}; set 0 is the
+    check set."""
+    with open(os.path.join(case_dir, "manifest.json")) as f:
+        return json.load(f)
 
 
-def warm_cases(items, api, seed: int) -> int:
-    """Build every case's graphs (ours, naive, jittor's built-in; forward, then backward) and sync them in two
-    batches, so that jittor compiles their kernels in parallel instead of one by one during timing.
+class InputSet:
+    """One set of inputs (and output gradients, for backward cases) as jittor Vars."""
 
-    Best effort: a graph that fails here fails again, with its reason, in the timed run. Returns how many
-    graphs were built.
-    """
-    def sync_all(vs):
-        """Sync in one batch (jittor compiles its new kernels in parallel); on a failure, bisect, so that
-        one kernel that does not compile costs log2(n) batches, not n single compiles."""
-        if not vs:
+    def __init__(self, arrays: Sequence[np.ndarray], dtypes: Sequence[str], grads=(), grad_dtype=None):
+        self.arrays = list(arrays)
+        self.xs = [to_jittor(a, d) for a, d in zip(arrays, dtypes)]
+        self.grad_arrays = list(grads)
+        self.dys = [to_jittor(g, grad_dtype) for g in grads]
+        jt.sync(self.xs + self.dys)
+
+    @classmethod
+    def from_files(cls, case_dir: str, entry: dict) -> "InputSet":
+        arrays = [np.load(os.path.join(case_dir, f)) for f, _ in entry["inputs"]]
+        grads = [np.load(os.path.join(case_dir, f)) for f, _ in entry.get("grads", [])]
+        grad_dtype = entry["grads"][0][1] if entry.get("grads") else None
+        return cls(arrays, [d for _, d in entry["inputs"]], grads, grad_dtype)
+
+
+def input_dtypes(case: Case, arrays: Sequence[np.ndarray]) -> List[str]:
+    return [case.dtype if a.dtype.kind == "f" else str(a.dtype) for a in arrays]
+
+
+# --- graphs --------------------------------------------------------------------------------------------------
+
+class JittorImpl:
+    """An implementation in jittor (ours, the naive composite, jittor's built-in): builds the graph of one call
+    on one input set, forward under no_grad (as PyTorch is timed: no autograd bookkeeping), or only the
+    backward."""
+
+    def __init__(self, case: Case, forward: Callable, sets: Sequence[InputSet]):
+        self.case, self.forward, self.sets = case, forward, sets
+        self._fwd_outs: Dict[int, list] = {}
+
+    def _views(self, vs):
+        return [v.reshape(v.shape) for v in vs]  # new Vars, same memory: nothing to recognize them by
+
+    def prepare(self, k: int):
+        """Per-call inputs of set ``k``, made before any clock starts."""
+        s = self.sets[k]
+        if self.case.direction == "fwd":
+            return self._views(s.xs)
+        if k not in self._fwd_outs:
+            outs = list(self.forward(self.case, s.xs))
+            jt.sync(outs)
+            self._fwd_outs[k] = outs
+        return self._views(s.dys)
+
+    def call(self, k: int, prepared) -> list:
+        if self.case.direction == "fwd":
+            with jt.no_grad():
+                return list(self.forward(self.case, prepared))
+        s = self.sets[k]
+        loss = sum(_InjectGrad.apply(o, d).sum() for o, d in zip(self._fwd_outs[k], prepared))
+        return list(jt.grad(loss, [s.xs[i] for i in self.case.grad_of]))
+
+
+class TorchImpl:
+    """PyTorch eager (or torch.compile) on the same input sets."""
+
+    def __init__(self, fam: Family, case: Case, sets: Sequence[InputSet], compiled: bool):
+        import torch
+
+        self.torch = torch
+        self.case = case
+        self.on_gpu = torch.cuda.is_available() and bool(jt.flags.use_cuda)
+        device = "cuda" if self.on_gpu else "cpu"
+        tdtype = getattr(torch, case.dtype)
+
+        def tensor(a):
+            t = torch.from_numpy(np.ascontiguousarray(a)).to(device)
+            return t.to(tdtype) if t.is_floating_point() else t
+
+        self.inputs = [[tensor(a) for a in s.arrays] for s in sets]
+        if fam.torch_forward(case, self.inputs[0]) is None:
+            raise RuntimeError("no PyTorch counterpart")
+
+        def fn(*ts):
+            return fam.torch_forward(case, list(ts))
+        self.fn = torch.compile(fn, dynamic=False) if compiled else fn
+        self.grads = []
+        if case.direction == "bwd":
+            for k, s in enumerate(sets):
+                for i in case.grad_of:
+                    self.inputs[k][i].requires_grad_()
+                outs = list(self.fn(*self.inputs[k]))
+                self.grads.append((outs, [tensor(g) for g in s.grad_arrays]))
+
+    def prepare(self, k: int):
+        return None
+
+    def call(self, k: int, _prepared):
+        torch = self.torch
+        if self.case.direction == "fwd":
+            with torch.no_grad():
+                return self.fn(*self.inputs[k])
+        outs, dys = self.grads[k]
+        targets = [self.inputs[k][i] for i in self.case.grad_of]
+        # Gradients are made dense, as ours are: PyTorch's permute backward returns a strided view of dy, which
+        # would otherwise be timed as free and leave the copy to whoever uses the gradient.
+        return [g.contiguous() for g in torch.autograd.grad(outs, targets, dys, retain_graph=True)]
+
+    def sync(self):
+        if self.on_gpu:
+            self.torch.cuda.synchronize()
+
+
+# --- timing --------------------------------------------------------------------------------------------------
+
+def _profile(impl: JittorImpl, k: int, rerun: int) -> float:
+    """Kernel time in ms of one call on set ``k`` (jittor's profiler re-runs each kernel 2^j times)."""
+    prepared = impl.prepare(k)
+    jt.sync_all(True)
+    with jt.profile_scope(1, rerun) as report:
+        jt.sync(impl.call(k, prepared), device_sync=True)
+    rows = report[1:]
+    if not rows:
+        return 0.0  # no kernel ran: all of the call's cost is in its wall time
+    reps = min(int(float(r[2])) for r in rows)  # every kernel ran at least once per call
+    return sum(float(r[3]) for r in rows) / reps / 1e6
+
+
+class Meter:
+    """Times one implementation: a warm call, then one measurement per round; keeps the last output of each
+    timed set from the latest round (``keep_outputs``)."""
+
+    def __init__(self, name: str, impl, n_sets: int, keep_outputs: bool = False):
+        self.name, self.impl, self.n_sets, self.keep = name, impl, n_sets, keep_outputs
+        self.cpu_clock = cpu_clock()
+        self.is_jittor = isinstance(impl, JittorImpl)
+        self.kernel: List[float] = []
+        self.wall: List[float] = []
+        self.per_call: List[float] = []
+        self.last_outputs: Dict[int, list] = {}
+        self.calls = 0
+        self.estimate_ms = None
+        self.slow = False
+        self.next_set = 1  # set 0 is the check set: never timed
+
+    def _sync(self, outs, device: bool):
+        if self.is_jittor:
+            jt.sync(outs, device_sync=device)
+        elif device:
+            self.impl.sync()
+
+    def _idle(self) -> None:
+        """Wait until the device has nothing queued, so that a measurement starts clean."""
+        if self.is_jittor:
+            jt.sync_all(True)
+        else:
+            self.impl.sync()
+
+    def _sets(self, n: int) -> List[int]:
+        ks = []
+        for _ in range(n):
+            ks.append(self.next_set)
+            self.next_set = self.next_set % (self.n_sets - 1) + 1 if self.n_sets > 1 else 0
+        return ks
+
+    def warm(self) -> None:
+        """Compile and run once; the second call's synced wall time is the estimate that plans the rounds."""
+        for _ in range(2):
+            k = self._sets(1)[0]
+            prepared = self.impl.prepare(k)
+            started = time.perf_counter()
+            self._sync(self.impl.call(k, prepared), True)
+            self.estimate_ms = (time.perf_counter() - started) * 1e3
+        self.slow = self.estimate_ms > SLOW_MS
+
+    def _count(self) -> int:
+        if self.slow:
+            return SLOW_CALLS
+        return int(max(2, min(MAX_CALLS, TARGET_MS / max(self.estimate_ms, 1e-3))))
+
+    def round(self) -> None:
+        n = self._count()
+        ks = self._sets(max(n, self.n_sets - 1 if self.keep else 0))
+        prepared = [self.impl.prepare(k) for k in ks]
+        kept = {}
+        walls, cpus, waits = [], [], []
+        # WINDOWS back-to-back windows of the round's calls, each timed on its own; the fastest counts: a
+        # window that another process interrupted is slower, never faster.
+        step = max(1, -(-len(ks) // WINDOWS))
+        for start in range(0, len(ks), step):
+            window = list(zip(ks[start:start + step], prepared[start:start + step]))
+            self._idle()
+            started, cpu_started, blocked = time.perf_counter(), time.process_time(), _voluntary_switches()
+            outs = None
+            for k, p in window:
+                outs = self.impl.call(k, p)
+                self._sync(outs, False)
+                if self.keep:
+                    kept[k] = outs
+            self._sync(outs, True)
+            walls.append((time.perf_counter() - started) * 1e3 / len(window))
+            cpus.append((time.process_time() - cpu_started) * 1e3 / len(window))
+            waits.append(_voluntary_switches() - blocked)
+            del outs
+        self.wall.append(self._pipelined(walls, cpus, waits))
+        self.calls += len(ks)
+        if self.keep:
+            self.last_outputs = kept
+        del prepared, kept
+        if self.slow:  # each call costs seconds: the timed call stands for the per-call and kernel figures too
+            self.per_call.append(self.wall[-1])
+            self.kernel.append(self.wall[-1])
             return
-        try:
-            jt.sync(vs)
-        except Exception:
-            if len(vs) > 1:
-                sync_all(vs[:len(vs) // 2])
-                sync_all(vs[len(vs) // 2:])
+        per_call = []
+        for k in self._sets(max(1, min(n, 64))):
+            p = self.impl.prepare(k)
+            started, cpu_started, blocked = time.perf_counter(), time.process_time(), _voluntary_switches()
+            self._sync(self.impl.call(k, p), True)
+            wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+            per_call.append(1e3 * (cpu if self.cpu_clock and _voluntary_switches() == blocked else wall))
+        self.per_call.append(statistics.median(per_call))
+        # On the CPU clock the kernel time is shown, not graded: profile it in the first round only.
+        self.kernel.append(self.kernel[0] if self.cpu_clock and self.kernel else self._kernel_ms(n))
 
-    runners, built = [], 0
-    forwards = []
+    def _pipelined(self, walls: List[float], cpus: List[float], waits: List[int]) -> float:
+        """The round's time per call: the fastest window's wall time; on the CPU device (one thread) its CPU
+        time, which other processes taking turns on the machine do not inflate, except in a window where the
+        thread gave up the CPU on its own (it waited: for another process doing its work, say): there the wall
+        time counts, waiting included."""
+        if not self.cpu_clock:
+            return min(walls)
+        return min(w if waited else c for w, c, waited in zip(walls, cpus, waits))
+
+    def _kernel_ms(self, n: int) -> float:
+        if self.is_jittor:
+            k = self._sets(1)[0]
+            reps = max(1, min(MAX_RERUN, n))
+            return _profile(self.impl, k, (1 << (reps.bit_length() - 1)) - 1)
+        if self.impl.on_gpu:
+            torch = self.impl.torch
+            ks = self._sets(n)
+            prepared = [self.impl.prepare(k) for k in ks]
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            start.record()
+            for k, p in zip(ks, prepared):
+                self.impl.call(k, p)
+            end.record()
+            torch.cuda.synchronize()
+            return start.elapsed_time(end) / n
+        return self.wall[-1]  # PyTorch on the CPU: its kernels are its calls
+
+    def measure(self) -> List[float]:
+        """The points measure of each round: max(kernel, pipelined time); on the CPU device the pipelined time
+        alone (the kernels run in the calling thread: their time is in it, and the profiler's wall-clock
+        figure would only add other processes' noise)."""
+        if self.cpu_clock:
+            return list(self.wall)
+        return [max(k, w) for k, w in zip(self.kernel, self.wall)]
+
+    def best(self) -> Optional[float]:
+        rounds = self.measure()
+        return min(rounds) if rounds else None
+
+    def timing(self) -> Timing:
+        rounds = self.measure()
+        if not rounds:
+            return Timing(error="not measured")
+        return Timing(ms=min(rounds), kernel_ms=min(self.kernel), wall_ms=min(self.wall),
+                      call_ms=statistics.median(self.per_call), rounds=[round(r, 6) for r in rounds],
+                      calls=self.calls, slow=self.slow)
+
+
+def near_a_tier(ours: Meter, refs: Sequence[Meter], nbytes: int, stored: Optional[Sequence[float]],
+                fraction: float) -> bool:
+    """Is our best time within NEAR_TIER of a tier's boundary (``fraction`` x the tier's throughput)?"""
+    mine = ours.best()
+    if stored:
+        tier_ms = [nbytes / (g * 1e9) * 1e3 for g in stored if g]
+    else:
+        tier_ms = [m.best() for m in refs if m.best()]
+    return mine is not None and any(abs(mine * fraction / t - 1.0) < NEAR_TIER for t in tier_ms if t)
+
+
+def save_outputs(case_dir: str, tag: str, outs) -> List[List[str]]:
+    """Each output as ``<tag>_<i>.npy`` in its own NumPy dtype; returns [[file, jittor dtype], ...]."""
+    listed = []
+    for i, v in enumerate(outs):
+        name = f"{tag}_{i}.npy"
+        np.save(os.path.join(case_dir, name), to_numpy(v))
+        listed.append([name, str(v.dtype)])
+    return listed
+
+
+class ReferenceFailed(Exception):
+    pass
+
+
+def build_reference(fam: Family, case: Case, name: str, sets):
+    """The implementation object of reference ``name``; raises ``ReferenceSkipped`` or any error."""
+    if name == "naive":
+        return JittorImpl(case, lambda c, xs: fam.naive_forward(c, xs), sets)
+    if name == "jittor":
+        probe = fam.jittor_forward(case, sets[0].xs)
+        if probe is None:
+            raise ReferenceFailed("no built-in")
+        return JittorImpl(case, lambda c, xs: fam.jittor_forward(c, xs), sets)
+    if name in ("torch", "compile"):
+        return TorchImpl(fam, case, sets, compiled=name == "compile")
+    raise ValueError(f"unknown reference {name!r}")
+
+
+def warm_graphs(items, api, limit_bytes: int) -> int:
+    """Build, exactly as the timed calls do, every implementation's graph of each case (ours, the naive
+    composite, jittor's built-in; backward graphs for backward cases) and sync them in batches of at most
+    ``limit_bytes`` of inputs, so that jittor compiles each batch's new kernels in parallel. Best effort: a
+    graph that fails here fails again, with its reason, when timed. Returns how many graphs ran."""
+    batch, held, built = [], 0, 0
+
+    def flush():
+        nonlocal batch, held, built
+        outs = []
+        for make in batch:
+            try:
+                outs += make()
+                built += 1
+            except Exception:
+                pass
+        _sync_bisect(outs)
+        batch, held = [], 0
+        jt.gc()
+
+    rng = np.random.default_rng(0)
     for fam, case in items:
         try:
-            runner = CaseRunner(fam, case, api, seed)
+            arrays = fam.make_inputs(case, rng)
+            grads = fam.make_grads(case, rng) if case.direction == "bwd" else []
+            sets = [InputSet(arrays, input_dtypes(case, arrays), grads, case.dtype)]
         except Exception:
             continue
-        impls = [runner.ours_forward, fam.naive_forward, fam.jittor_forward]
-        runners.append((runner, impls))
-        for impl in impls:
-            try:
-                forwards += [v for v in (impl(case, runner.xs) or [])]
-                built += 1
-            except Exception:
-                pass
-    sync_all(forwards)
-    backwards = []
-    for runner, impls in runners:
-        if runner.case.direction != "bwd":
-            continue
-        for impl in impls:
-            try:
-                backwards += list(runner.builder(impl)())
-                built += 1
-            except Exception:
-                pass
-    sync_all(backwards)
+        size = sum(a.nbytes for a in arrays) + sum(g.nbytes for g in grads)
+        if batch and held + size > limit_bytes:
+            flush()
+        for forward in (lambda c, xs: fam.forward(c, api, xs), fam.naive_forward, fam.jittor_forward):
+            impl = JittorImpl(case, forward, sets)
+            batch.append(lambda impl=impl: impl.call(0, impl.prepare(0)))
+        held += size
+    flush()
     return built
+
+
+def _sync_bisect(vs) -> None:
+    """Sync in one batch (jittor compiles its new kernels in parallel); on a failure, bisect, so that one
+    kernel that does not compile costs log2(n) batches, not n single compiles."""
+    if not vs:
+        return
+    try:
+        jt.sync(vs)
+    except Exception:
+        if len(vs) > 1:
+            _sync_bisect(vs[:len(vs) // 2])
+            _sync_bisect(vs[len(vs) // 2:])
+
+
+# --- in-process helpers for A/B scripts (docs/benchmarking.md): kernel time of one graph, no judging ---------------
+
+def time_jittor(builder: Callable[[], list], repeats: int = 5) -> float:
+    """Median kernel ms of ``builder()``'s graph over ``repeats`` profiles (after a warm call)."""
+    class _Built:
+        def prepare(self, k):
+            return None
+
+        def call(self, k, _):
+            return builder()
+    built = _Built()
+    jt.sync(builder(), device_sync=True)
+    estimate = _profile(built, 0, 0)
+    reps = max(1, min(MAX_RERUN, int(TARGET_MS / max(estimate, 1e-4))))
+    return statistics.median(_profile(built, 0, (1 << (reps.bit_length() - 1)) - 1) for _ in range(repeats))
+
+
+class CaseRunner:
+    """One case's random inputs in this process: ``builder(forward)`` builds the graph the grader times
+    (the forward under no_grad, or only the backward)."""
+
+    def __init__(self, fam: Family, case: Case, api, seed: int):
+        self.fam, self.case, self.api = fam, case, api
+        rng = np.random.default_rng(seed)
+        arrays = fam.make_inputs(case, rng)
+        grads = fam.make_grads(case, rng) if case.direction == "bwd" else []
+        self.sets = [InputSet(arrays, input_dtypes(case, arrays), grads, case.dtype)]
+
+    def ours_forward(self, case, xs):
+        return self.fam.forward(case, self.api, xs)
+
+    def builder(self, forward: Callable) -> Callable[[], list]:
+        impl = JittorImpl(self.case, forward, self.sets)
+        return lambda: impl.call(0, impl.prepare(0))

@@ -1,165 +1,464 @@
-"""The grader's parent process: runs cases in worker subprocesses, survives hangs and crashes, grades."""
+"""The grader's parent process: makes each case's inputs, has a worker run and time the implementations, judges
+the outputs the worker hands back against float64 references, survives hangs and crashes, grades.
+
+The graded module runs only in the worker (``ops.scoring.worker``). The parent makes the inputs (fresh random
+values every run; the check call's reproducible with ``--seed``), writes them as .npy files to a folder under
+/dev/shm (or the system's temporary folder), and reads our outputs back from there: the verdict is computed
+here, where nothing the graded module does can reach it.
+"""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import queue
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 from .grading import CaseResult, Timing, grade
+from .judge import judge
+from .spec import Case, Family
 
-DEFAULT_TIMEOUT_S = 600  # per case: first-time kernel compiles and torch.compile are slow
+DEFAULT_TIMEOUT_S = 600.0  # per case: first-time kernel compiles and torch.compile are slow
+DEFAULT_REFERENCE_TIMEOUT_S = 60.0
+START_TIMEOUT_S = 300.0  # a worker imports jittor, ops and the graded module, and measures the copy bandwidth
+SMALL_CASE_BYTES = 64 << 20  # cases whose inputs are at most this get 3 timed sets, larger ones 2
+LOG_TAIL = 4000  # characters of a failing reference's compiler output kept in the JSON
 
 
 class Interrupted(Exception):
     """Raised by get_score.py's SIGTERM/SIGINT handler: stop, and report what has been measured so far."""
 
 
+class _Timeout(Exception):
+    pass
+
+
 def _result_from_json(d: dict) -> CaseResult:
     d = dict(d)  # runs saved before a field existed lack it: its default applies
-    d["ours"] = Timing(**d["ours"])
-    d["refs"] = {k: Timing(**v) for k, v in d["refs"].items()}
-    return CaseResult(**d)
+    known = {f.name for f in dataclasses.fields(Timing)}
+    d["ours"] = Timing(**{k: v for k, v in d["ours"].items() if k in known})
+    d["refs"] = {k: Timing(**{f: x for f, x in v.items() if f in known}) for k, v in d["refs"].items()}
+    fields = {f.name for f in dataclasses.fields(CaseResult)}
+    return CaseResult(**{k: v for k, v in d.items() if k in fields})
 
 
-def _stop(proc) -> None:
-    """Kill a worker that is still running and reap it."""
-    if proc is not None and proc.poll() is None:
-        proc.kill()
-        proc.wait()
+def scratch_root() -> str:
+    """/dev/shm where it exists (the inputs and outputs never touch a disk), else the temporary folder."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
 
 
-def _reader(stream, q):
-    for line in stream:
-        q.put(line)
-    q.put(None)
+def compile_error(reason: str, log: Optional[str]) -> str:
+    """A failed compile's one-line reason: the compiler's first error line rather than jittor's "Run cmd
+    failed: <the whole command>"."""
+    if not log or not any(m in reason for m in ("Check failed", "Compile", "compil")):
+        return reason
+    first = re.search(r"\berror\b:? *(.*)", log)
+    return f"compile failed: {first.group(1).strip()}"[:160] if first else reason
 
 
-def run_cases(case_ids: Sequence[str], *, device: str, impl: str, seed: int, references: Sequence[str],
-              timeout_s: float = DEFAULT_TIMEOUT_S, on_result: Optional[Callable[[CaseResult], None]] = None,
-              nbytes_of: Optional[Callable[[str], int]] = None, deadline: Optional[float] = None,
-              repeats: int = 5):
-    """Run every case; returns (env, results in case order). A hang or crash fails that case only.
+class Worker:
+    """One grading worker process: JSON commands in, ``@@`` lines out, stderr to a log file."""
 
-    ``deadline`` (a time.monotonic() value): no case starts after it; the rest are reported as not run.
-    :class:`Interrupted` raised while waiting (a signal handler) ends the run the same way: the worker is
-    killed and the cases without a result are reported as not run.
+    def __init__(self, *, device: str, impl: str, log_path: str, copy: bool):
+        job = {"device": device, "impl": impl, "copy": copy}
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if device == "cpu":
+            # Single-threaded CPU timing: the CPU cases are small, and with two thread pools (jittor's and
+            # PyTorch's) or another busy process, one preempted thread stalls a whole parallel region; that
+            # noise moved cases across tier boundaries from run to run.
+            env.setdefault("OMP_NUM_THREADS", "1")
+        self.log_path = log_path
+        self.log = open(log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ops.scoring.worker", "--job", json.dumps(job)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1,
+            env=env, start_new_session=True)
+        self.lines: "queue.Queue[Optional[str]]" = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def send(self, cmd: dict) -> None:
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+
+    def next(self, wait: float) -> Optional[Tuple[str, str]]:
+        """The next protocol message (kind, payload); None when the worker exited; _Timeout after ``wait`` s.
+        Lines that are not protocol (the graded module's prints) go to the log."""
+        end = time.monotonic() + max(wait, 0.0)
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.05, min(1.0, end - time.monotonic())))
+            except queue.Empty:
+                if time.monotonic() >= end:
+                    raise _Timeout()
+                continue
+            if line is None:
+                return None
+            if line.startswith("@@"):
+                kind, _, payload = line[2:].rstrip("\n").partition(" ")
+                return kind, payload
+            self.log.write(line.encode(errors="replace"))
+            self.log.flush()
+
+    def log_size(self) -> int:
+        try:
+            return os.path.getsize(self.log_path)
+        except OSError:
+            return 0
+
+    def log_since(self, offset: int) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(offset)
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return ""
+        return re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text)[-LOG_TAIL:]
+
+    def exit_code(self) -> Optional[int]:
+        try:
+            return self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self) -> None:
+        """Kill the worker (and anything it started) and reap it."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, 9)
+            except OSError:
+                self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+    def close(self) -> None:
+        """Let an idle worker exit (end of input), killing it if it does not."""
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        self.stop()
+
+
+# --- inputs ------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Prepared:
+    """A case's input sets as the parent made them (set 0: the check call's)."""
+
+    folder: str
+    sets: List[Tuple[List[np.ndarray], List[np.ndarray]]]  # (inputs, output gradients)
+
+
+def timed_sets(fam: Family, case: Case) -> int:
+    size = sum(int(np.prod(s)) for s in case.shapes) * 8
+    return 3 if size <= SMALL_CASE_BYTES else 2
+
+
+def prepare_case(fam: Family, case: Case, folder: str, check_seed: Optional[int], fresh_seed: int) -> Prepared:
+    """Write the check set (from ``check_seed``: reproducible with --seed) and the timed sets (always fresh)."""
+    os.makedirs(folder, exist_ok=True)
+    rngs = [np.random.default_rng(check_seed if check_seed is not None else fresh_seed)]
+    rngs += [np.random.default_rng([fresh_seed, k]) for k in range(1, timed_sets(fam, case) + 1)]
+    sets, manifest = [], []
+    for k, rng in enumerate(rngs):
+        arrays = fam.make_inputs(case, rng)
+        grads = fam.make_grads(case, rng) if case.direction == "bwd" else []
+        entry = {"inputs": [], "grads": []}
+        for role, group in (("inputs", arrays), ("grads", grads)):
+            for i, a in enumerate(group):
+                name = f"in{k}_{role}{i}.npy"
+                np.save(os.path.join(folder, name), a)
+                dtype = case.dtype if a.dtype.kind == "f" else str(a.dtype)
+                entry[role].append([name, dtype])
+        manifest.append(entry)
+        sets.append((arrays, grads))
+    with open(os.path.join(folder, "manifest.json"), "w") as f:
+        json.dump({"sets": manifest}, f)
+    return Prepared(folder, sets)
+
+
+def judge_outputs(fam: Family, case: Case, prepared: Prepared, files: Dict[str, list]) -> Tuple[bool, str, Optional[float], int]:
+    """(correct, why, max error, outputs checked) over every output group the worker wrote: ``check`` (set 0)
+    and ``set<k>`` (the last timed call on set k)."""
+    worst, checked = 0.0, 0
+    if "check" not in files:
+        return False, "no output of the checked call", None, 0
+    for tag, listed in files.items():
+        k = 0 if tag == "check" else int(tag[3:])
+        arrays, grads = prepared.sets[k]
+        expected = fam.expected(case, arrays, grads if case.direction == "bwd" else None)
+        if len(listed) != len(expected):
+            return False, f"{tag}: {len(listed)} outputs, expected {len(expected)}", None, checked
+        for i, ((name, dtype), exp) in enumerate(zip(listed, expected)):
+            got = np.load(os.path.join(prepared.folder, name))
+            ok, err, why = judge(got, dtype, exp)
+            checked += 1
+            if err is not None and ok:
+                worst = max(worst, err)
+            if not ok:
+                where = "checked call" if tag == "check" else f"timed call on input set {k}"
+                return False, f"{where}, output {i}: {why}", err, checked
+    expected_groups = 1 + timed_sets(fam, case)
+    if len(files) < expected_groups:
+        return False, f"only {len(files)} of {expected_groups} output groups came back", None, checked
+    return True, "", worst, checked
+
+
+# --- running -----------------------------------------------------------------------------------------------
+
+class Runner:
+    """Runs cases one by one in a worker, restarting it after a hang or crash."""
+
+    def __init__(self, *, device: str, impl: str, references: Sequence[str], timeout_s: float,
+                 reference_timeout_s: float, repeats: int, seed: Optional[int], scratch: str,
+                 stored_tiers: Optional[dict] = None, deadline: Optional[float] = None):
+        self.device, self.impl, self.references = device, impl, list(references)
+        self.timeout_s, self.reference_timeout_s, self.repeats = timeout_s, reference_timeout_s, repeats
+        self.seed, self.scratch, self.stored, self.deadline = seed, scratch, stored_tiers or {}, deadline
+        self.env: dict = {}
+        self.worker: Optional[Worker] = None
+        self.start_failure: Optional[str] = None
+        self.fresh = np.random.SeedSequence().entropy
+        self.logs: List[str] = []
+
+    def _start(self) -> Worker:
+        log = os.path.join(self.scratch, f"worker{len(self.logs)}.log")
+        self.logs.append(log)
+        w = Worker(device=self.device, impl=self.impl, log_path=log, copy=not self.env)
+        try:
+            msg = w.next(max(START_TIMEOUT_S, self.timeout_s))
+        except _Timeout:
+            w.stop()
+            raise RuntimeError(f"the grading worker did not start within {max(START_TIMEOUT_S, self.timeout_s):.0f} s"
+                               f"\n(importing jittor, ops and the graded module)")
+        if msg is None or msg[0] != "env":
+            code = w.exit_code()
+            tail = w.log_since(0)[-1500:]
+            w.stop()
+            raise RuntimeError(f"the grading worker exited with code {code} before running a case\n{tail.strip()}")
+        self.env.update(json.loads(msg[1]))  # a restarted worker does not measure the copy again
+        return w
+
+    def _budget_left(self) -> float:
+        return float("inf") if self.deadline is None else self.deadline - time.monotonic()
+
+    def stop(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+            self.worker = None
+
+    def prepare(self, fam: Family, case: Case, index: int) -> Prepared:
+        folder = os.path.join(self.scratch, f"case{index}")
+        shutil.rmtree(folder, ignore_errors=True)
+        return prepare_case(fam, case, folder, self.seed, self.fresh + index)
+
+    def run_case(self, fam: Family, case: Case, nbytes: int, prepared: Prepared) -> CaseResult:
+        started = time.monotonic()
+        result = CaseResult(case.id, nbytes, fam.flops(case))
+        try:
+            result.variant = fam.variant(case, self._api())
+        except Exception as err:
+            result.variant = f"? ({str(err)[:40]})"
+        folder = prepared.folder
+        skipped: Dict[str, Timing] = {}
+        try:
+            while True:
+                refs = [r for r in self.references if r not in skipped]
+                outcome = self._attempt(case, folder, refs, nbytes)
+                kind = outcome[0]
+                if kind == "reference hung":
+                    skipped[outcome[1]] = outcome[2]
+                    continue
+                break
+            if kind in ("hung", "crashed", "budget"):
+                result.why = outcome[1]
+                result.refs.update(skipped)
+                return result
+            files, timings = outcome[1], outcome[2]
+            result.ours = timings.pop("ours", Timing(error="no timing"))
+            result.refs = {r: timings.get(r, skipped.get(r, Timing(error="no result"))) for r in self.references}
+            if not result.ours.ok and "check" not in files:
+                result.why, result.refs = f"raised: {result.ours.error}", {}
+                return result
+            result.correct, result.why, result.max_error, result.checked = judge_outputs(fam, case, prepared, files)
+            if result.correct and not result.ours.ok:
+                result.correct, result.why = False, f"raised: {result.ours.error}"
+            return result
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+            result.seconds = round(time.monotonic() - started, 2)
+
+    def _api(self):
+        import importlib
+        return importlib.import_module(self.impl) if self.impl == "ops" else None
+
+    def _attempt(self, case: Case, folder: str, refs: List[str], nbytes: int):
+        """Send the case to a worker and collect its messages. Returns ("ok", files, timings),
+        ("reference hung", name, Timing), ("hung"|"crashed"|"budget", why)."""
+        if self.start_failure:
+            return ("crashed", self.start_failure)
+        if self.worker is None:
+            try:
+                self.worker = self._start()
+            except RuntimeError as err:  # the graded module does not import, say: every case fails alike
+                self.start_failure = f"crashed: {str(err).splitlines()[0]} ({str(err).splitlines()[-1][:200]})"
+                return ("crashed", self.start_failure)
+        w = self.worker
+        stored = self.stored.get(case.id)
+        w.send({"case": case.id, "dir": folder, "references": refs, "nbytes": nbytes,
+                "tiers": stored, "repeats": self.repeats})
+        files, timings = {}, {}
+        phase, phase_start, log_mark = "start", time.monotonic(), w.log_size()
+        case_start = time.monotonic()
+        while True:
+            if phase in refs:
+                limit = phase_start + self.reference_timeout_s
+            else:
+                limit = case_start + self.timeout_s
+            wait = min(limit - time.monotonic(), self._budget_left())
+            try:
+                msg = w.next(wait)
+            except _Timeout:
+                self.stop()
+                if self._budget_left() <= 0:
+                    return ("budget", "not run: time budget spent")
+                if phase in refs:
+                    return ("reference hung", phase,
+                            Timing(error=f"skipped: no result in {self.reference_timeout_s:.0f} s",
+                                   log=w.log_since(log_mark) or None))
+                return ("hung", f"hung: no result in {self.timeout_s:.0f} s (in {phase})")
+            if msg is None:
+                code = w.exit_code()
+                self.stop()
+                if phase in refs:
+                    return ("reference hung", phase, Timing(error=f"crashed: worker exited with code {code}",
+                                                            log=w.log_since(log_mark) or None))
+                return ("crashed", f"crashed: worker exited with code {code}")
+            kind, payload = msg
+            if kind == "phase":
+                phase, phase_start, log_mark = payload, time.monotonic(), w.log_size()
+            elif kind == "outputs":
+                files.update(json.loads(payload))
+            elif kind == "timing":
+                d = json.loads(payload)
+                t = _result_from_json({"case_id": "", "nbytes": 0, "ours": d["timing"], "refs": {}}).ours
+                if t.error and d["name"] != "ours":
+                    t.log = w.log_since(log_mark) or None
+                    t.error = compile_error(t.error, t.log)
+                timings[d["name"]] = t
+            elif kind == "done":  # the worker's "@@ready" that follows is read (and ignored) with the next case
+                return ("ok", files, timings)
+
+
+def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, references: Sequence[str],
+              seed: Optional[int], timeout_s: float = DEFAULT_TIMEOUT_S,
+              reference_timeout_s: float = DEFAULT_REFERENCE_TIMEOUT_S, repeats: int = 5,
+              stored_tiers: Optional[dict] = None, deadline: Optional[float] = None,
+              nbytes_of: Optional[Callable[[str], int]] = None,
+              on_result: Optional[Callable[[CaseResult], None]] = None, scratch: Optional[str] = None):
+    """Run every case; returns (env, results in the given order). A hang or crash fails that case only.
+
+    ``deadline`` (a time.monotonic() value): the case running then is stopped and it and the rest are reported
+    as not run. :class:`Interrupted` (a signal handler) ends the run the same way.
     """
-    pending = list(case_ids)
     results: Dict[str, CaseResult] = {}
-    env: dict = {}
+    own_scratch = scratch is None
+    scratch = scratch or tempfile.mkdtemp(prefix="get_score-", dir=scratch_root())
+    runner = Runner(device=device, impl=impl, references=references, timeout_s=timeout_s,
+                    reference_timeout_s=reference_timeout_s, repeats=repeats, seed=seed, scratch=scratch,
+                    stored_tiers=stored_tiers, deadline=deadline)
 
-    def give_up_rest(why="not run: time budget spent"):
-        for cid in pending:
-            res = CaseResult(cid, nbytes_of(cid) if nbytes_of else 0, why=why)
-            results[cid] = res
+    def not_run(why):
+        for fam, case in items:
+            if case.id not in results:
+                res = CaseResult(case.id, nbytes_of(case.id) if nbytes_of else fam.bytes_moved(case), why=why)
+                results[case.id] = res
+                if on_result:
+                    on_result(res)
+
+    # On a GPU the next case's inputs are made while the worker runs this one (the host has cores to spare);
+    # on the CPU that would slow the timed calls down.
+    ahead = ThreadPoolExecutor(1) if device == "cuda" else None
+    upcoming = None
+    try:
+        for index, (fam, case) in enumerate(items):
+            if runner._budget_left() <= 0:
+                break
+            prepared = upcoming.result() if upcoming is not None else runner.prepare(fam, case, index)
+            upcoming = None
+            if ahead is not None and index + 1 < len(items):
+                upcoming = ahead.submit(runner.prepare, *items[index + 1], index + 1)
+            res = runner.run_case(fam, case, nbytes_of(case.id) if nbytes_of else fam.bytes_moved(case), prepared)
+            if res.why == "not run: time budget spent":
+                break
+            results[case.id] = res
             if on_result:
                 on_result(res)
-        pending.clear()
-
-    proc = None
-    try:
-        while pending:
-            job = {"device": device, "impl": impl, "seed": seed, "cases": pending, "references": list(references),
-                   "copy": not env, "repeats": repeats}
-            proc = subprocess.Popen([sys.executable, "-m", "ops.scoring.worker", "--job", json.dumps(job)],
-                                    stdout=subprocess.PIPE, stderr=None, text=True, bufsize=1,
-                                    env=dict(os.environ, PYTHONUNBUFFERED="1"))
-            lines: "queue.Queue[Optional[str]]" = queue.Queue()
-            threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
-            current, started, partial = None, time.monotonic(), None
-            while True:
-                wait = timeout_s - (time.monotonic() - started) if current else timeout_s * 2
-                try:
-                    line = lines.get(timeout=max(wait, 0.1))
-                except queue.Empty:
-                    line = "@@timeout"
-                if line is None or line == "@@timeout":
-                    if line == "@@timeout":
-                        proc.kill()
-                    code = proc.wait()
-                    if not env and current is None:
-                        raise RuntimeError(f"the grading worker exited with code {code} before running a case "
-                                           f"(its error is printed above)")
-                    failed = current or (pending[0] if pending else None)
-                    if failed is not None:
-                        why = (f"hung: no result in {timeout_s:.0f} s" if line == "@@timeout"
-                               else f"crashed: worker exited with code {code}")
-                        if partial is not None and partial.case_id == failed:
-                            # ours finished; a reference hung or crashed: it fails, our verdict stands
-                            res = partial
-                            for name in references:
-                                if name not in res.refs:
-                                    res.refs[name] = Timing(error=why)
-                                    break
-                        else:
-                            res = CaseResult(failed, nbytes_of(failed) if nbytes_of else 0, why=why)
-                        results[failed] = res
-                        if on_result:
-                            on_result(res)
-                        pending = [c for c in pending if c != failed]
-                    break
-                if not line.startswith("@@"):
-                    sys.stderr.write(line)
-                    continue
-                kind, _, payload = line[2:].rstrip("\n").partition(" ")
-                if kind == "env":
-                    env.update(json.loads(payload))  # a restarted worker does not measure the copy again
-                elif kind == "start":
-                    if deadline is not None and time.monotonic() > deadline:
-                        _stop(proc)
-                        give_up_rest()
-                        break
-                    current, started = payload, time.monotonic()
-                elif kind == "partial":
-                    partial = _result_from_json(json.loads(payload))
-                elif kind == "result":
-                    res = _result_from_json(json.loads(payload))
-                    results[res.case_id] = res
-                    pending = [c for c in pending if c != res.case_id]
-                    current = None
-                    if on_result:
-                        on_result(res)
-            _stop(proc)
+        not_run("not run: time budget spent")
     except Interrupted as stop:
-        _stop(proc)
-        give_up_rest(f"not run: interrupted ({stop})")
-    return env, [results[c] for c in case_ids]
+        runner.stop()
+        not_run(f"not run: interrupted ({stop})")
+    finally:
+        if ahead is not None:
+            ahead.shutdown(wait=False, cancel_futures=True)
+        if runner.worker is not None:
+            runner.worker.close()
+            runner.worker = None
+        if own_scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return runner.env, [results[c.id] for _, c in items]
 
 
-def warm_compile(groups: Sequence[Sequence[str]], *, device: str, impl: str, seed: int,
-                 timeout_s: float = 900) -> None:
-    """Compile every case's kernels before timing: one worker per group (op family), all at once.
-
-    jittor compiles a new kernel in 2-6 s of nvcc and, within one process, one sync at a time; the workers
-    sync each family's graphs in two batches and run side by side (jittor's file lock off, since they
-    compile different kernels), so the timed run finds every kernel in the cache.
-    """
-    env = dict(os.environ, disable_lock="1", PYTHONUNBUFFERED="1")
-    procs = []
-    for ids in groups:
-        job = {"device": device, "impl": impl, "seed": seed, "cases": list(ids), "references": [], "warm": True}
-        procs.append(subprocess.Popen([sys.executable, "-m", "ops.scoring.worker", "--job", json.dumps(job)],
-                                      stdout=subprocess.DEVNULL, env=env))
-    deadline = time.monotonic() + timeout_s
+def warm_compile(case_ids: Sequence[str], *, device: str, impl: str, budget_s: float, limit_bytes: int,
+                 scratch: str) -> Optional[dict]:
+    """Compile every case's kernels before timing, in one worker: jittor compiles the new kernels of each
+    batch of graphs in parallel, and one process never races another over jittor's generated files.
+    Best effort within ``budget_s``: the worker is killed then, and timing compiles what is left."""
+    w = Worker(device=device, impl=impl, log_path=os.path.join(scratch, "warm.log"), copy=False)
     try:
-        for p in procs:
-            try:
-                p.wait(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                _stop(p)
-    except Interrupted:
-        for p in procs:
-            _stop(p)
-        raise
+        deadline = time.monotonic() + budget_s
+        msg = w.next(budget_s)
+        if msg is None or msg[0] != "env":
+            return None
+        w.next(max(0.0, deadline - time.monotonic()))
+        w.send({"warm": list(case_ids), "limit_bytes": limit_bytes})
+        while True:
+            msg = w.next(max(0.0, deadline - time.monotonic()))
+            if msg is None:
+                return None
+            if msg[0] == "warmed":
+                return json.loads(msg[1])
+    except _Timeout:
+        return None
+    finally:
+        w.stop()
 
 
-def grade_all(results: List[CaseResult], stored: Optional[dict] = None) -> List[CaseResult]:
-    stored = stored or {}
+def grade_all(results: List[CaseResult], stored: Optional[dict] = None,
+              fallback_note: Optional[str] = None) -> List[CaseResult]:
+    """Grade each result: against its stored tiers where ``stored`` has them, else this run's (noted with
+    ``fallback_note`` when stored tiers were given but lack the case)."""
     for r in results:
-        grade(r, stored.get(r.case_id))
+        tiers = (stored or {}).get(r.case_id)
+        if tiers is not None:
+            grade(r, tiers, "stored")
+        else:
+            grade(r, None, fallback_note if stored is not None else None)
     return results

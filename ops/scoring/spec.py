@@ -12,6 +12,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .judge import Expected
+
 Shape = Tuple[int, ...]
 
 # Default per-dtype tolerances (rtol, atol) for a result compared with its float64 reference. Families with
@@ -88,6 +90,31 @@ def round_to_bfloat16(x: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(x), x, out).astype(np.float32)
 
 
+def edge_array(shape: Shape, dtype: str, rng: np.random.Generator, density: float = 0.02) -> np.ndarray:
+    """Inputs that exercise semantics: integer-valued floats in [-4, 4] (ties everywhere, +0.0 among them),
+    with NaN, +Inf, -Inf and -0.0 each at about ``density`` of the places (at least one of each where the
+    array has room). Integer and bool dtypes: ``random_array`` (their small ranges tie already)."""
+    if dtype == "bool" or not (dtype.startswith("float") or dtype == "bfloat16"):
+        return random_array(shape, dtype, rng)
+    work = "float64" if dtype == "float64" else "float32"
+    x = rng.integers(-4, 5, size=shape).astype(work)
+    flat = x.reshape(-1)
+    count = max(1, int(round(density * flat.size))) if flat.size >= 8 else 0
+    places = rng.permutation(flat.size)[:4 * count]
+    for j, v in enumerate((np.nan, np.inf, -np.inf, -0.0)):
+        flat[places[j * count:(j + 1) * count]] = v
+    if dtype in ("float16",):
+        return x.astype(np.float16)
+    return x  # bfloat16 carried as float32: every value above is a bfloat16
+
+
+EDGE = "edge"  # the ``values`` parameter of a case whose inputs come from ``edge_array``
+
+
+def is_edge(c: "Case") -> bool:
+    return c.p.get("values") == EDGE
+
+
 class ReferenceSkipped(Exception):
     """Raised by a family's reference to say it is deliberately not timed for this case (the message says
     why); the table shows "skipped: <why>" instead of an error."""
@@ -102,10 +129,54 @@ class Family:
 
     name: str
     cases: List[Case] = field(default_factory=list)
+    # Cases whose inputs hold ties, NaN, +-Inf and -0.0 (``edge_array``), graded like the others. Kept out of
+    # ``cases``, which the operator test files replay with assert_allclose on random data.
+    edge_cases: List[Case] = field(default_factory=list)
+
+    def all_cases(self) -> List[Case]:
+        return list(self.cases) + list(self.edge_cases)
 
     # --- inputs and references -------------------------------------------------------------------------
     def make_inputs(self, case: Case, rng: np.random.Generator) -> List[np.ndarray]:
+        if is_edge(case):
+            return [edge_array(s, case.dtype, rng, self.edge_density(case)) for s in case.shapes]
         return [random_array(s, case.dtype, rng) for s in case.shapes]
+
+    def output_shapes(self, case: Case) -> List[Shape]:
+        """Shapes of the forward's outputs (the output gradients of a backward case have these)."""
+        arrays = [np.zeros(s, dtype=np.float32) for s in case.shapes]
+        return [tuple(np.shape(o)) for o in self.reference_forward(case, arrays)]
+
+    def edge_density(self, case: Case) -> float:
+        """How often each special value (NaN, +Inf, -Inf, -0.0) appears in an edge case's arrays."""
+        return 0.02
+
+    def make_grads(self, case: Case, rng: np.random.Generator) -> List[np.ndarray]:
+        """The output gradients a backward case injects: random in the case dtype (``edge_array`` for edge
+        cases)."""
+        if is_edge(case):
+            return [edge_array(s, case.dtype, rng, self.edge_density(case)) for s in self.output_shapes(case)]
+        return [random_array(s, case.dtype, rng) for s in self.output_shapes(case)]
+
+    def expected(self, case: Case, arrays: Sequence[np.ndarray],
+                 grads_out: Optional[Sequence[np.ndarray]] = None) -> List[Expected]:
+        """What each output (forward) or gradient (backward) must be. The default: the reference, exact for
+        integer and bool results, within ``tolerance`` (rtol, atol) per element for floats. Families
+        override it with exact comparisons and per-element bounds."""
+        if case.direction == "fwd":
+            wants = self.reference_forward(case, arrays)
+        else:
+            wants = self.reference_backward(case, arrays, grads_out)
+        rtol, atol = self.tolerance(case)
+        out = []
+        for w in wants:
+            w = np.asarray(w)
+            if w.dtype.kind in "fc":
+                out.append(Expected(w.astype(np.float64), (case.dtype,), "rounded",
+                                    atol + rtol * np.abs(np.where(np.isfinite(w), w, 0.0))))
+            else:
+                out.append(Expected(w, (str(w.dtype),)))
+        return out
 
     def reference_forward(self, case: Case, arrays: Sequence[np.ndarray]) -> List[np.ndarray]:
         """float64 outputs of the op on ``arrays``."""
@@ -153,5 +224,5 @@ class Family:
 def family_cases(families: Sequence[Family], device: Optional[str] = None) -> List[Case]:
     out = []
     for fam in families:
-        out.extend(c for c in fam.cases if device is None or device in c.devices)
+        out.extend(c for c in fam.all_cases() if device is None or device in c.devices)
     return out

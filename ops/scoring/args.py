@@ -1,0 +1,88 @@
+"""get_score.py's command line, standard library only.
+
+get_score.py loads this file by its path and parses the arguments before anything imports jittor: importing
+``ops`` imports jittor, whose first import builds its core (minutes on a fresh machine), which ``--help`` or a
+mistyped option must not wait for.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+# The built-in families' names (a test keeps this in step with ops/scoring/fam_*.py).
+FAMILY_NAMES = ("max_pool3d", "permute", "expand_as", "timex")
+REFERENCE_NAMES = ("naive", "jittor", "torch", "compile")
+FAMILY_MODULES_ENV = "OPS_SCORING_FAMILY_MODULES"
+DEFAULT_TIMEOUT_S = 600.0
+DEFAULT_REFERENCE_TIMEOUT_S = 60.0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="get_score.py", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Score every operator case: correctness against float64 references (checked in this "
+                    "process, on outputs the grading worker hands back), time per call against the naive "
+                    "jittor composite, jittor's built-in and PyTorch, tier points.")
+    custom = bool(os.environ.get(FAMILY_MODULES_ENV))
+    ap.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                    help="cuda where jittor has CUDA, else cpu (CPU-sized cases); default: the GPU if there is one")
+    ap.add_argument("--op", action="append", default=None, metavar="FAMILY",
+                    choices=None if custom else FAMILY_NAMES,
+                    help=f"only this op family ({', '.join(FAMILY_NAMES)}); repeatable")
+    ap.add_argument("-k", dest="keyword", default=None,
+                    help="only cases whose id contains this substring (several: comma-separated, any one matches)")
+    ap.add_argument("--direction", choices=("fwd", "bwd"), default=None, help="only forward or backward cases")
+    ap.add_argument("--compile", action="store_true", help="also time torch.compile")
+    ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch references")
+    ap.add_argument("--references", default=None, metavar="LIST",
+                    help="the references to time, comma-separated from naive,jittor,torch,compile (default: "
+                         "naive,jittor and, where PyTorch is installed, torch; compile with --compile)")
+    ap.add_argument("--impl", default="ops", help="module to grade, exposing ops' functions")
+    ap.add_argument("--tiers", metavar="F", help="grade against tiers stored in F (from --save-tiers); cases "
+                    "missing there, or a file from another device, are reported and flagged")
+    ap.add_argument("--save-tiers", metavar="F", help="write this run's tiers to F")
+    ap.add_argument("--markdown", metavar="F", help="also write the full table as markdown to F")
+    ap.add_argument("--json", metavar="F", help="also write all results as JSON to F")
+    ap.add_argument("--plot", metavar="F.png", help="also draw the speedup chart (needs matplotlib: "
+                    "pip install '.[plot]')")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="seed of the checked call's inputs, to reproduce a failure (the timed calls' inputs are "
+                         "always fresh); default: fresh")
+    ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                    help="seconds one case may take before it is 'hung'")
+    ap.add_argument("--reference-timeout", type=float, default=DEFAULT_REFERENCE_TIMEOUT_S,
+                    help="seconds a reference may take to compile and run once before it is skipped")
+    ap.add_argument("--repeats", type=int, default=5,
+                    help="interleaved timing rounds per implementation (median; more near a tier boundary)")
+    ap.add_argument("--budget", type=float, default=None, metavar="S",
+                    help="stop after S seconds: cases not finished by then are reported as not run (0 points)")
+    ap.add_argument("--no-warm", action="store_true", help="skip the kernel-compile pass before timing")
+    ap.add_argument("--wide", action="store_true", help="the full table on the terminal (default: at most 120 "
+                    "columns; markdown and JSON always have every column)")
+    ap.add_argument("--from-json", nargs="+", metavar="F", default=None,
+                    help="run nothing: merge the results saved by earlier --json runs (later files win, a "
+                         "measured case beats one not run) and report them, e.g. one run per --op")
+    ap.add_argument("--list", action="store_true", help="list the selected cases and exit")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return ap
+
+
+def parse_args(argv=None):
+    """(parser, namespace); the parser is kept to report errors found later (e.g. an unknown family of a
+    custom family module)."""
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    for name in ("timeout", "reference_timeout"):
+        if getattr(args, name) <= 0:
+            ap.error(f"--{name.replace('_', '-')} must be positive")
+    if args.repeats < 1:
+        ap.error("--repeats must be at least 1")
+    if args.references is not None:
+        names = [r for r in args.references.split(",") if r]
+        unknown = [r for r in names if r not in REFERENCE_NAMES]
+        if unknown:
+            ap.error(f"--references: unknown {', '.join(unknown)}; choose from {', '.join(REFERENCE_NAMES)}")
+        args.references = names
+    if args.budget is not None and args.budget < 0:
+        ap.error("--budget must not be negative")
+    return ap, args

@@ -1,0 +1,137 @@
+"""The verdict: one output compared with what the float64 reference says it must be. NumPy only.
+
+The grading worker never runs this: it hands its outputs back as files and the parent process judges them, so
+nothing a graded module changes in its own process reaches the verdict.
+
+Rules (``Expected.kind``):
+* ``exact``: the dtype's values bit for bit (NaN matches any NaN). Used where the op copies or selects values
+  (permute, broadcast, max_pool3d values and indices) and for integer and bool results. ``signed_zero``: -0.0
+  and 0.0 differ, for ops that copy values (a copy keeps the sign).
+* ``rounded``: NaN where the reference has NaN, the same infinities, and every finite value within
+  ``bound`` (a scalar or a per-element array) of the reference. Families derive the bound from the arithmetic:
+  one unit in the last place of the output dtype plus the accumulated rounding of a sum, scaled per element
+  by the sum's own terms (see ``sum_bound``).
+Shape and dtype must match exactly (``dtypes`` lists the accepted dtypes).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple, Union
+
+import numpy as np
+
+# Significand bits (with the implicit one) of each float dtype; unit roundoff u = 2^-p.
+SIGNIFICAND_BITS = {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 53}
+# A sum of n terms accumulated one after another in a float with unit roundoff u has a rounding error that
+# behaves like a random walk: each step rounds by up to u |partial sum|, so its standard deviation is about
+# u sqrt(n) sqrt(S^2 / 9 + L^2 / 18) for a final sum S and terms of 2-norm L (partial sums of random data
+# follow a Brownian bridge from 0 to S). A bridge that strays far before it comes back to a small S rounds
+# more than that average: ``sum_bound`` allows SUM_SIGMAS x u sqrt(n) sqrt(S^2 / 9 + L^2 / 6) (a plain
+# float32 loop over 128 to 4096 random terms stayed within half of it in 2 x 10^5 sums, where 6 x the
+# average deviation was exceeded), with n capped at SUM_BLOCK: a plain float32 loop passes up to 4096
+# terms; longer reductions must accumulate in blocks, pairwise or in a tree (as PyTorch, NumPy and these
+# ops do), whose error stays within that of 4096 terms. A 1e-2 error in one element of a float32 sum of
+# 10^5 to 2.6 x 10^5 terms in [-1, 1] is outside the bound.
+SUM_SIGMAS = 8.0
+SUM_BLOCK = 4096
+
+
+@dataclass
+class Expected:
+    value: np.ndarray  # float64 for floats (NaN/Inf as the reference says), the exact dtype otherwise
+    dtypes: Tuple[str, ...]  # accepted output dtypes; the first is the one reported as expected
+    kind: str = "exact"  # "exact" or "rounded"
+    bound: Union[float, np.ndarray, None] = None  # rounded: allowed |error| per finite element
+    signed_zero: bool = False  # exact floats: -0.0 and 0.0 differ
+
+    def __post_init__(self):
+        if self.kind not in ("exact", "rounded"):
+            raise ValueError(f"kind must be 'exact' or 'rounded', got {self.kind!r}")
+        if self.kind == "rounded" and self.bound is None:
+            raise ValueError("a rounded expectation needs a bound")
+
+
+def unit_roundoff(dtype: str) -> float:
+    return 2.0 ** -SIGNIFICAND_BITS[dtype]
+
+
+def ulp(values: np.ndarray, dtype: str) -> np.ndarray:
+    """The spacing of ``dtype``'s floats at |values| (at least the smallest normal's spacing)."""
+    p = SIGNIFICAND_BITS[dtype]
+    min_exp = {"float16": -14, "bfloat16": -126, "float32": -126, "float64": -1022}[dtype]
+    a = np.abs(np.asarray(values, dtype=np.float64))
+    usable = np.isfinite(a) & (a > 0)
+    _, e = np.frexp(np.where(usable, a, 1.0))
+    return np.ldexp(1.0, np.maximum(np.where(usable, e - 1, min_exp), min_exp) - (p - 1))
+
+
+def sum_bound(want: np.ndarray, l2: np.ndarray, n: int, dtype: str, acc_dtype: str = "float32",
+              out_ulps: float = 1.0) -> np.ndarray:
+    """The allowed error of a sum of ``n`` terms (per output element: final value ``want``, 2-norm of its
+    terms ``l2``) accumulated in ``acc_dtype`` and stored in ``dtype``: ``out_ulps`` units in the last place
+    of the output plus the accumulation's random walk (see SUM_SIGMAS)."""
+    want = np.where(np.isfinite(want), want, 0.0)
+    l2 = np.where(np.isfinite(l2), l2, 0.0)
+    walk = np.sqrt(want * want / 9.0 + l2 * l2 / 6.0)
+    acc = SUM_SIGMAS * unit_roundoff(acc_dtype) * np.sqrt(min(max(n, 1), SUM_BLOCK)) * walk
+    return out_ulps * ulp(want, dtype) + acc
+
+
+def _as_float64(got: np.ndarray) -> np.ndarray:
+    return got.astype(np.float64, copy=False)
+
+
+def judge(got: np.ndarray, got_dtype: str, exp: Expected) -> Tuple[bool, Optional[float], str]:
+    """(ok, max abs error over comparable elements or a count of differing elements, why)."""
+    want = np.asarray(exp.value)
+    if tuple(got.shape) != tuple(want.shape):
+        return False, None, f"shape {tuple(got.shape)} != expected {tuple(want.shape)}"
+    if got_dtype not in exp.dtypes:
+        return False, None, f"dtype {got_dtype} != expected {exp.dtypes[0]}"
+    if want.dtype.kind not in "fc":
+        bad = np.count_nonzero(got != want)
+        return _verdict_count(bad, got, want)
+    g, w = _as_float64(got), want.astype(np.float64, copy=False)
+    nan_g, nan_w = np.isnan(g), np.isnan(w)
+    if not np.array_equal(nan_g, nan_w):
+        return _first(nan_g != nan_w, g, w, "NaN where the reference has none" if (nan_g & ~nan_w).any()
+                      else "a number where the reference has NaN")
+    if exp.kind == "exact":
+        differ = (g != w) & ~nan_w
+        if exp.signed_zero:
+            differ |= (np.signbit(g) != np.signbit(w)) & ~nan_w
+        bad = int(np.count_nonzero(differ))
+        if bad:
+            return _first(differ, g, w, f"{bad} elements differ (exact op)", err=_max_err(g, w))
+        return True, 0.0, ""
+    inf_w = np.isinf(w)
+    inf_differ = (np.isinf(g) | inf_w) & (g != w)
+    if inf_differ.any():
+        return _first(inf_differ, g, w, f"{int(inf_differ.sum())} infinities differ")
+    finite = ~(nan_w | inf_w)
+    err = np.where(finite, np.abs(g - np.where(finite, w, 0.0)), 0.0)
+    bad = err > exp.bound
+    max_err = float(err.max()) if err.size else 0.0
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        bound = exp.bound[idx] if np.ndim(exp.bound) else exp.bound
+        return False, max_err, (f"{int(bad.sum())} elements off, first at {idx}: got {g[idx]!r}, want {w[idx]!r} "
+                                f"(allowed {float(bound):.3g})")
+    return True, max_err, ""
+
+
+def _max_err(g, w) -> Optional[float]:
+    finite = np.isfinite(g) & np.isfinite(w)
+    return float(np.abs(g[finite] - w[finite]).max()) if finite.any() else None
+
+
+def _verdict_count(bad: int, got, want):
+    if bad == 0:
+        return True, 0.0, ""
+    idx = tuple(int(i) for i in np.argwhere(got != want)[0])
+    return False, float(bad), f"{bad} elements differ, first at {idx}: got {got[idx]!r}, want {want[idx]!r}"
+
+
+def _first(mask, g, w, why, err=None):
+    idx = tuple(int(i) for i in np.argwhere(mask)[0])
+    return False, err, f"{why}, first at {idx}: got {g[idx]!r}, want {w[idx]!r}"

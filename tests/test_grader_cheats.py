@@ -1,0 +1,97 @@
+"""Modules that re-export ops and change one thing, graded on small case subsets on the CPU: each scores 0 on
+every case it affects. The verdicts come from the parent process, on outputs of the checked call and of the
+timed calls, with fresh inputs for every timed call."""
+import json
+import os
+import subprocess
+import sys
+
+from ops.scoring import grading
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def grade(impl, *args, env_extra=None, tmp_path):
+    out = tmp_path / f"{impl}.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "tests"), ROOT,
+                                                       os.environ.get("PYTHONPATH", "")]), **(env_extra or {}))
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "get_score.py"), "--device", "cpu", "--impl", impl,
+                           "--no-progress", "--no-warm", "--repeats", "1", "--references", "naive", "--json",
+                           str(out), *args], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {r["case_id"]: r for r in json.loads(out.read_text())["results"]}
+
+
+def assert_all_zero(results, why):
+    assert results
+    for case_id, r in results.items():
+        assert r["points"] == 0 and not r["correct"], (case_id, r["why"])
+        assert why in r["why"], (case_id, r["why"])
+
+
+def test_cached_outputs_fail_on_the_timed_calls(tmp_path):
+    results = grade("cheat_cache", "-k", "cpu_k2s2,cpu_10_int8,paddle0-1785x1-to-1785x128-float32", "--direction",
+                    "fwd", tmp_path=tmp_path)
+    assert_all_zero(results, "timed call on input set")
+
+
+def test_replayed_answers_of_a_seeded_run_fail_on_the_fresh_timed_inputs(tmp_path):
+    store = tmp_path / "answers"
+    store.mkdir()
+    args = ("-k", "cpu_k2s2_f16,cpu_odd_f16", "--direction", "fwd", "--seed", "5")
+    grade("cheat_replay", *args, env_extra={"CHEAT_REPLAY_DIR": str(store)}, tmp_path=tmp_path)
+    assert list(store.iterdir())  # the first run recorded its answers
+    results = grade("cheat_replay", *args, env_extra={"CHEAT_REPLAY_DIR": str(store)}, tmp_path=tmp_path)
+    plain = {k: v for k, v in results.items() if "edge" not in k}
+    assert_all_zero(plain, "timed call on input set")  # the seeded checked call itself was answered right
+
+
+def test_a_module_that_patches_the_judge_in_its_process_is_still_judged(tmp_path):
+    results = grade("cheat_judge", "--op", "permute", "-k", "cpu_021_f32,cpu_10_int8", tmp_path=tmp_path)
+    assert_all_zero(results, "checked call")
+
+
+def test_wrong_output_dtypes_fail(tmp_path):
+    results = grade("cheat_dtype", "-k", "cpu_k2s2_f16,cpu_k3s2p1_bf16,cpu_10_int8", "--direction", "fwd",
+                    tmp_path=tmp_path)
+    assert_all_zero(results, "dtype")
+    assert results["permute/fwd/cpu_10_int8"]["why"].endswith("dtype int64 != expected int8")
+
+
+def test_max_pool3d_values_a_unit_off_fail(tmp_path):
+    results = grade("cheat_ulp", "--op", "max_pool3d", "--direction", "fwd", "-k",
+                    "cpu_k2s2,cpu_k3s1_idx,cpu_k3s2p1_bf16,cpu_ceil_edge_f16", tmp_path=tmp_path)
+    assert_all_zero(results, "elements differ (exact op)")
+
+
+def test_a_gradient_off_by_1e_2_in_one_element_fails_even_in_long_sums(tmp_path):
+    results = grade("cheat_grad", "--op", "expand_as", "--direction", "bwd", "-k",
+                    "paddle0-1785x1-to-1785x128-float,small2,small6,scalar,ends,paddle1-5x1x1-to-5x128x128-float32",
+                    tmp_path=tmp_path)
+    assert len(results) == 7
+    assert_all_zero(results, "first at (0")
+
+
+def test_work_on_the_host_shows_in_the_time_that_earns_points(tmp_path):
+    """A module that computes on the host and hands the result through one trivial kernel: its kernel time is
+    that kernel's, its wall time holds the host work, and the points use the larger (whether it then earns
+    points depends on the references' speed on this machine: not asserted)."""
+    results = grade("cheat_host", "-k", "cpu_k2s2,cpu_021_f32,cpu_ta_f32", "--direction", "fwd", "--op",
+                    "max_pool3d", "--op", "permute", tmp_path=tmp_path)
+    plain = {k: v for k, v in results.items() if k.split("/")[-1] in ("cpu_k2s2", "cpu_021_f32", "cpu_ta_f32")}
+    assert len(plain) == 3
+    for case_id, r in plain.items():
+        ours = r["ours"]
+        assert r["correct"], (case_id, r["why"])
+        assert ours["wall_ms"] > ours["kernel_ms"] and ours["ms"] == ours["wall_ms"], (case_id, ours)
+        assert r["points"] == grading.points_for(grading.gbps(r["nbytes"], ours["ms"]), r["tiers"], True)
+
+
+def test_waiting_for_work_done_elsewhere_counts(tmp_path):
+    """On the CPU the grader times by the worker's CPU time (other processes do not inflate it); a call that
+    waits instead of computing is timed by the wall clock, its wait included."""
+    results = grade("cheat_wait", "--op", "permute", "--direction", "fwd", "-k", "cpu_021_f32,cpu_10_int8",
+                    tmp_path=tmp_path)
+    for case_id, r in results.items():
+        assert r["correct"], (case_id, r["why"])
+        assert r["ours"]["ms"] >= 2.0 and r["ours"]["call_ms"] >= 2.0, (case_id, r["ours"])

@@ -1,0 +1,83 @@
+"""The grader's references and expectations on inputs with ties, NaN, +-Inf and -0.0."""
+import numpy as np
+import pytest
+
+import ops
+from ops._jittor import jt
+from ops.scoring import fam_broadcast, fam_permute, fam_pool3d, fam_timex
+from ops.scoring.harness import _InjectGrad, to_jittor, to_numpy
+from ops.scoring.judge import judge
+
+
+def test_direct_timex_matches_the_fft_reference_on_finite_data(rng):
+    w, k, g = rng.uniform(-1, 1, (3, 50)), rng.uniform(-1, 1, (2, 3, 50)), rng.uniform(-1, 1, (2, 3, 50))
+    np.testing.assert_allclose(fam_timex.direct_timex(w, k, 0.3), fam_timex.reference_timex(w, k, 0.3),
+                               rtol=0, atol=1e-12)
+    for direct, fft in zip(fam_timex.direct_timex_grads(w, k, g), fam_timex.reference_timex_grads(w, k, g)):
+        np.testing.assert_allclose(direct, fft, rtol=0, atol=1e-12)
+
+
+def test_direct_timex_is_causal_and_ieee():
+    T = 12
+    w, k = np.ones((1, T)), np.ones((1, 1, T))
+    k[0, 0, 5] = np.nan
+    out = fam_timex.direct_timex(w, k)[0, 0]
+    assert not np.isnan(out[:5]).any() and np.isnan(out[5:]).all()
+    k[0, 0, 5], w[0, T - 1 - 2] = np.inf, 0.0  # the term at lag 2 is 0 * Inf = NaN, only where it is a term
+    out = fam_timex.direct_timex(w, k)[0, 0]
+    assert np.isfinite(out[:5]).all() and np.isposinf(out[5:7]).all() and np.isnan(out[7]) and np.isposinf(out[8:]).all()
+    g = np.zeros((1, 1, T))
+    g[0, 0, 7] = np.nan
+    grad_w, grad_k = fam_timex.direct_timex_grads(w, np.ones((1, 1, T)), g)
+    assert np.isnan(grad_k[0, 0, :8]).all() and np.isfinite(grad_k[0, 0, 8:]).all()  # grad_k[u] sums t >= u
+    assert np.isnan(grad_w[0, T - 8:]).all() and np.isfinite(grad_w[0, :T - 8]).all()  # lags 0..7
+
+
+def test_max_pool3d_reference_on_ties_nan_and_signed_zero():
+    x = np.array([[[[[-0.0, 0.0], [1.0, 1.0]], [[np.nan, 2.0], [np.nan, 3.0]]]]])  # (1,1,2,2,2)
+    values, arg = fam_pool3d.reference_pool(x, (1, 2, 2))
+    assert np.signbit(values[0, 0, 0, 0, 0]) is np.False_ or values[0, 0, 0, 0, 0] == 1.0
+    assert values[0, 0, 0, 0, 0] == 1.0 and arg[0, 0, 0, 0, 0] == 2  # ties keep the first maximum
+    assert np.isnan(values[0, 0, 1, 0, 0]) and arg[0, 0, 1, 0, 0] == 6  # the last NaN
+    v, a = fam_pool3d.reference_pool(np.array([[[[[-0.0, 0.0]]]]]), (1, 1, 2))
+    assert np.signbit(v[0, 0, 0, 0, 0]) and a[0, 0, 0, 0, 0] == 0  # -0.0 == 0.0: the first one, with its sign
+
+
+def _grade_in_process(fam, c, rng):
+    arrays = fam.make_inputs(c, rng)
+    xs = [to_jittor(a, c.dtype if a.dtype.kind == "f" else str(a.dtype)) for a in arrays]
+    if c.direction == "fwd":
+        outs, expected = fam.forward(c, ops, xs), fam.expected(c, arrays)
+    else:
+        ys, grads = fam.forward(c, ops, xs), fam.make_grads(c, rng)
+        loss = sum(_InjectGrad.apply(y, to_jittor(g, c.dtype)).sum() for y, g in zip(ys, grads))
+        outs, expected = jt.grad(loss, [xs[i] for i in c.grad_of]), fam.expected(c, arrays, grads)
+    assert len(outs) == len(expected)
+    return [judge(to_numpy(o), str(o.dtype), e) for o, e in zip(outs, expected)]
+
+
+@pytest.mark.parametrize("c", [c for fam in (fam_pool3d, fam_permute, fam_broadcast) for c in fam.FAMILY.edge_cases
+                               if "cpu" in c.devices], ids=lambda c: c.id)
+def test_ops_passes_the_edge_cases_on_the_cpu(c, rng):
+    """ops' CPU paths keep NaN, infinities, ties and the sign of zero as the references define them (timex's
+    edge cases are graded by get_score.py only)."""
+    fam = {"max_pool3d": fam_pool3d, "permute": fam_permute, "expand_as": fam_broadcast}[c.family].FAMILY
+    for ok, err, why in _grade_in_process(fam, c, rng):
+        assert ok, why
+
+
+def test_every_family_has_edge_cases_on_both_devices():
+    for fam in (fam_pool3d, fam_permute, fam_broadcast, fam_timex):
+        edge = fam.FAMILY.edge_cases
+        assert any("cpu" in c.devices for c in edge) and any("cuda" in c.devices for c in edge)
+        assert all(c.p.get("values") == "edge" for c in edge)
+        edge_ids = [c.id for c in edge]
+        assert len(edge_ids) == len(set(edge_ids)) and not set(edge_ids) & {c.id for c in fam.FAMILY.cases}
+
+
+def test_the_naive_max_pool3d_with_indices_matches_the_reference(rng):
+    c = next(c for c in fam_pool3d.FAMILY.cases if c.name == "cpu_k3s1_idx")
+    arrays = fam_pool3d.FAMILY.make_inputs(c, rng)
+    outs = fam_pool3d.FAMILY.naive_forward(c, [to_jittor(arrays[0], c.dtype)])
+    for (ok, _, why) in [judge(to_numpy(o), str(o.dtype), e) for o, e in zip(outs, fam_pool3d.FAMILY.expected(c, arrays))]:
+        assert ok, why
