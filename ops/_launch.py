@@ -81,17 +81,13 @@ def wants_grad(*vs) -> bool:
 
 
 def _freeze(value):
-    """``value`` with every unhashable sequence (a list, a jittor NanoVector; at any depth) turned into a tuple,
-    so that it can be a dict key; TypeError where that cannot be done."""
-    if isinstance(value, (str, bytes)):
-        return value
-    try:
-        hash(value)
-        if not isinstance(value, tuple):
-            return value
-    except TypeError:
-        pass
-    return tuple(_freeze(v) for v in value)
+    """``value`` with every list, tuple and jittor NanoVector (at any depth) turned into a tuple, so that it can
+    be a dict key; TypeError for anything else unhashable (a jittor Var: iterating one yields Vars without end,
+    so only these sequence types are walked)."""
+    if isinstance(value, (tuple, list, jt.NanoVector)):
+        return tuple(_freeze(v) for v in value)
+    hash(value)
+    return value
 
 
 class PlanCache:

@@ -430,9 +430,16 @@ def _cpu_header() -> str:
     return _codegen.include(("cpu_common.h", "broadcast_cpu.h"))
 
 
+# jittor's code-op template cannot take a Var of 10 dims (its macros write a rank in hex and then fail on
+# `out0_dim-1` = `a-1`; seen on the H100, 2026-11-25): such a Var goes through the launch flat.
+CODE_MAX_RANK = 9
+
+
 def forward_launch(cfg: KernelConfig, dtype: str, cuda: bool, out_shape: Shape) -> _launch.Launch:
-    """The forward: x (any shape: the kernel reads its elements in order) to the output of ``out_shape``; the
-    simplified groups through ``data``."""
+    """The forward: x (any shape: the kernel reads its elements in order) to the output of ``out_shape`` (flat
+    past ``CODE_MAX_RANK`` dims); the simplified groups through ``data``."""
+    if len(out_shape) > CODE_MAX_RANK:
+        out_shape = (cfg.numel,)
     data = cfg.data()
     if cuda:
         data["v"] = FWD_MENU.index((cfg.nd, cfg.inner_bcast))
@@ -479,17 +486,23 @@ _reshape = jt.ops.reshape
 
 class _Plan:
     """A broadcast of one signature: x into the forward launch (no reshape: its kernel reads x's elements in
-    order and writes the output's); when a backward may follow, recorded for autograd (``_launch.taped``) with the reduction passes as its backward, made on the
+    order and writes the output's, but for Vars of more than ``CODE_MAX_RANK`` dims); when a backward may
+    follow, recorded for autograd (``_launch.taped``) with the reduction passes as its backward, made on the
     first backward."""
 
-    __slots__ = ("launch", "need_grad", "grad_key", "_passes")
+    __slots__ = ("launch", "need_grad", "grad_key", "_passes", "flat_in", "out_shape")
 
     def __init__(self, launch, need_grad, grad_key):
         self.launch = launch
         self.need_grad, self.grad_key, self._passes = need_grad, grad_key, None
+        x_shape, out_shape = grad_key[0], grad_key[1]
+        self.flat_in = (math.prod(x_shape),) if len(x_shape) > CODE_MAX_RANK else None
+        self.out_shape = out_shape if len(out_shape) > CODE_MAX_RANK else None
 
     def forward(self, inputs):
-        return self.launch(inputs)
+        x = inputs[0] if self.flat_in is None else _reshape(inputs[0], self.flat_in)
+        y = self.launch([x])
+        return y if self.out_shape is None else _reshape(y, self.out_shape)
 
     def grad(self, dy):
         x_shape, out_shape, dtype, cuda = self.grad_key

@@ -320,7 +320,7 @@ def test_rows_kernel_math_matches_the_reference(shape, dtype, kw, rng):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_rows_values_on_gpu(dtype, rng):
     """fwd_rows (values only, no grad) on the GPU, with NaNs, against the reference."""
-    cases = [((2, 3, 12, 10, 16), _kw(3, 1)), ((2, 3, 9, 8, 12), _kw((2, 3, 1), (2, 1, 1))),
+    cases = [((2, 3, 12, 10, 16), _kw(3, 1)), ((2, 3, 9, 8, 12), _kw((2, 3, 2), (2, 1, 1))),
              ((64, 32, 8, 9, 16), _kw((3, 2, 8), (1, 2, 2), d=(2, 3, 1))), ((2, 16, 32, 32, 32), _kw(8, 1)),
              ((4, 32, 32, 32, 32), _kw(5, 2)), ((4, 32, 16, 16, 24), _kw(3, 1)),
              ((8, 16, 16, 28, 32), _kw(3, 2, 1)), ((2, 8, 7, 9, 16), _kw(3, 2, ceil=True)),
@@ -380,7 +380,7 @@ SELECT_TABLE = [
     ((8, 32, 31, 64, 64), "bfloat16", _kw(2, ceil=True), "fwd", True, "fwd_rows", dict(vec=8, sw=2, nopad=False)),
     ((4, 32, 16, 16, 16), "float64", _kw((1, 1, 7), (1, 1, 2), (0, 0, 3)), "fwd", True, "fwd_flat",
      dict(nopad=False)),  # W padding 3 > vec 2
-    ((2, 16, 32, 32, 32), "float32", _kw(8, 1), "fwd_idx", True, "fwd_flat", dict(k=(0, 0, 0), opt=1)),
+    ((2, 16, 32, 32, 32), "float32", _kw(8, 1), "fwd_idx", True, "fwd_flat", dict(k=(8, 8, 8), opt=1)),
     ((2, 16, 32, 32, 32), "float32", _kw(8, 1), "fwd", True, "fwd_rows", dict(k=(0, 0, 8), vec=4)),
     ((4, 32, 32, 32, 32), "float32", _kw(5, 2), "fwd_idx", True, "fwd_flat", dict(k=(0, 0, 0), nopad=True)),
     ((4, 32, 32, 32, 32), "float32", _kw(5, 2), "fwd", True, "fwd_rows", dict(k=(0, 0, 5), sw=2, vec=4)),
@@ -391,7 +391,7 @@ SELECT_TABLE = [
      dict(k=(1, 3, 3), nopad=False)),
     ((64, 64, 8, 8, 8), "float32", _kw(8), "fwd", True, "fwd_warp", dict(k=(8, 8, 8), nopad=True)),
     ((2, 64, 32, 32, 32), "float32", _kw(8), "fwd", True, "fwd_warp", dict(k=(8, 8, 8))),  # 8192 outputs
-    ((8, 64, 32, 32, 32), "float32", _kw(8), "fwd", True, "fwd_flat", dict(k=(0, 0, 0))),  # 32768: flat, k8 not unrolled
+    ((8, 64, 32, 32, 32), "float32", _kw(8), "fwd", True, "fwd_flat", dict(k=(8, 8, 8))),  # 32768: flat
     ((16, 32, 32, 8, 8), "float32", _kw((2, 8, 8)), "fwd", True, "fwd_warp", dict(k=(2, 8, 8))),
     ((64, 32, 64, 4, 4), "float32", _kw((3, 4, 4), (1, 4, 4)), "fwd", True, "fwd_warp", dict(k=(0, 0, 0))),
     ((1, 2, 12, 12, 12), "float32", _kw(5, 1, 2), "fwd", True, "fwd_warp", dict(k=(0, 0, 0), nopad=False)),

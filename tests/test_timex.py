@@ -511,10 +511,10 @@ NONFINITE_GPU_CASES = [("0", 3, 2, 37, "fwd_single"), ("0", 2, 2, 1100, "fwd_til
 @pytest.mark.parametrize("where", ["k,g", "w"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("switch, B, C, T, variant", NONFINITE_GPU_CASES)
-def test_gpu_nonfinite_values_stay_causal(rng, monkeypatch, switch, B, C, T, variant, dtype, where):
+def test_gpu_nonfinite_values_stay_causal(rng, switches, switch, B, C, T, variant, dtype, where):
     if switch != "0" and min(jt.flags.cuda_archs) < 80:
         pytest.skip("the tensor-core kernels need sm_80+")
-    monkeypatch.setenv(X.MMA_SWITCH, switch)
+    switches.setenv(X.MMA_SWITCH, switch)
     previous = jt.flags.use_cuda
     jt.flags.use_cuda = 1
     try:
