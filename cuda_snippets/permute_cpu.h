@@ -17,11 +17,12 @@
 // ~20 ns; the former per-call snprintf'd keys cost ~1.5 us): m mode, r row, a A, b B, i isb, o osa, k the outer
 // or batch rank; dims k: 'A' + k sizes, 'I' + k input strides, 'Q' + k output strides (batch dims).
 #pragma once
-#include <cstdint>
-#include <cstring>
 #if defined(__SSE2__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
+// the last include stays unconditional: jittor's defines follow it
+#include <cstdint>
+#include <cstring>
 
 namespace permute_cpu {
 
