@@ -1,11 +1,98 @@
-// cpu_common.h: helpers every CPU source of this package may use (the jt.code cpu_header side of common.cuh).
-// jittor inserts its float16/bfloat16 include only after the last #include of the source, so it comes first.
+// cpu_common.h: helpers of every family's CPU path (the jt.code cpu_src of ops/*.py; the jt.code cpu_header side
+// of common.cuh), included before the family's own CPU header: NaN and finiteness tests on the bits, integer
+// views of element bits, float16/bfloat16 conversions that vectorize, and per-thread scratch buffers.
+//
+// jittor compiles CPU code with -Ofast (no NaN or signed-zero semantics in float compares, isnan/isinf may be
+// folded to false), so NaN is tested on the bits. jittor's own float16 conversions are branchy software routines
+// (~20 instructions each, not vectorized) and its bfloat16 conversion from float truncates (half of all results
+// one ulp toward zero); the conversions here are branch-free, exact from the 16-bit types, and round to nearest
+// even to them (as jittor's float16 and the GPU's __float2bfloat16_rn do), so loops over arrays of them
+// vectorize. jittor inserts its float16/bfloat16 include only after the last #include of the source, so it
+// comes first.
 #pragma once
 #include "type/fp16_compute.h"
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
-// jittor compiles CPU code with -Ofast, where isnan/isinf may be folded to false: these read the bits.
+namespace ops_cpu {
+
+// Views of element bits that may alias any type: jittor's float16/bfloat16 are structs holding a uint16, and
+// -Ofast includes -fstrict-aliasing.
+typedef int16_t __attribute__((may_alias)) alias_i16;
+typedef uint16_t __attribute__((may_alias)) alias_u16;
+typedef int32_t __attribute__((may_alias)) alias_i32;
+typedef uint32_t __attribute__((may_alias)) alias_u32;
+typedef int64_t __attribute__((may_alias)) alias_i64;
+typedef uint64_t __attribute__((may_alias)) alias_u64;
+typedef float __attribute__((may_alias)) alias_f32;
+
+inline float float_of_bits(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline uint32_t bits_of_float(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+
+// float16 bits -> float, exact. Subnormal halves are renormalized by one float subtraction whose operands and
+// result are normal floats (so flush-to-zero modes leave it exact); infinities and NaN keep their class.
+inline float half_bits_to_float(uint16_t h) {
+  const uint32_t em = (uint32_t)(h & 0x7fffu) << 13;
+  const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  const uint32_t exp = em & (0x1fu << 23);
+  const uint32_t normal = em + ((127u - 15u) << 23) + (exp == (0x1fu << 23) ? ((128u - 16u) << 23) : 0u);
+  const float sub = float_of_bits(em + (113u << 23)) - float_of_bits(113u << 23);
+  return float_of_bits((exp == 0 ? bits_of_float(sub) : normal) | sign);
+}
+
+// float -> float16 bits, rounded to nearest even (overflow to infinity, NaN to a quiet NaN). Results in the
+// subnormal range are rounded by one float addition of 0.5 (the hardware's round to nearest even).
+inline uint16_t float_to_half_bits(float f) {
+  uint32_t u = bits_of_float(f);
+  const uint32_t sign = u & 0x80000000u;
+  u ^= sign;
+  const uint32_t big = u > 0x7f800000u ? 0x7e00u : 0x7c00u;
+  const uint32_t sub = bits_of_float(float_of_bits(u) + float_of_bits(126u << 23)) - (126u << 23);
+  const uint32_t normal = (u + ((uint32_t)(15 - 127) << 23) + 0xfffu + ((u >> 13) & 1u)) >> 13;
+  const uint32_t h = u >= (143u << 23) ? big : (u < (113u << 23) ? sub : normal);
+  return (uint16_t)(h | (sign >> 16));
+}
+
+inline float bfloat_bits_to_float(uint16_t b) { return float_of_bits((uint32_t)b << 16); }
+
+// float -> bfloat16 bits, rounded to nearest even; NaN stays a (quiet) NaN.
+inline uint16_t float_to_bfloat_bits(float f) {
+  const uint32_t u = bits_of_float(f);
+  const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+  return (uint16_t)(nan ? ((u >> 16) | 0x40u) : ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
+}
+
+// Element <-> accumulator (float for the 16-bit types and float, double for double).
+template <typename T> struct Acc { typedef float type; };
+template <> struct Acc<double> { typedef double type; };
+inline float to_acc(float v) { return v; }
+inline double to_acc(double v) { return v; }
+inline float to_acc(jittor::float16 v) { return half_bits_to_float(v.x); }
+inline float to_acc(jittor::bfloat16 v) { return bfloat_bits_to_float(v.x); }
+template <typename T> inline T from_acc(typename Acc<T>::type v) { return (T)v; }
+template <> inline jittor::float16 from_acc<jittor::float16>(float v) {
+  jittor::float16 r(0.0f);
+  r.x = float_to_half_bits(v);
+  return r;
+}
+template <> inline jittor::bfloat16 from_acc<jittor::bfloat16>(float v) {
+  jittor::bfloat16 r(0.0f);
+  r.x = float_to_bfloat_bits(v);
+  return r;
+}
+
+// A per-thread buffer of at least n elements of T, kept between calls (no allocation per call once it has
+// grown); `slot` tells apart the buffers one kernel uses at the same time.
+template <typename T, int SLOT> inline T* scratch(size_t n) {
+  static thread_local std::vector<T> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+}  // namespace ops_cpu
+
 static inline bool ops_isnan_bits(float v) {
   uint32_t b;
   std::memcpy(&b, &v, 4);
@@ -22,15 +109,9 @@ static inline bool ops_isfinite_bits(float v) {
   return (b & 0x7f800000u) != 0x7f800000u;
 }
 
-// float -> bfloat16 rounded to nearest even, as the GPU's __float2bfloat16_rn: jittor's CPU conversion
-// truncates (half of all results one ulp toward zero). A NaN stays a (quiet) NaN whatever its payload.
-static inline jittor::bfloat16 ops_cpu_bfloat16(float v) {
-  uint32_t b;
-  std::memcpy(&b, &v, 4);
-  jittor::bfloat16 r(0.0f);
-  r.x = ops_isnan_bits(v) ? (uint16_t)((b >> 16) | 0x40u) : (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
-  return r;
-}
+// float -> bfloat16 rounded to nearest even, as the GPU's __float2bfloat16_rn. A NaN stays a (quiet) NaN
+// whatever its payload.
+static inline jittor::bfloat16 ops_cpu_bfloat16(float v) { return ops_cpu::from_acc<jittor::bfloat16>(v); }
 
 // An accumulator (float or double) -> T, as the GPU's ops_from_float stores it: a plain conversion (float16's
 // rounds to nearest even), bfloat16 through ops_cpu_bfloat16.

@@ -889,6 +889,81 @@ void timex_fwd_host(const T* w, const T* k, T* out, const TimexFwdParams& p) {
   }
 }
 
+// The CPU forward of ops' calls (the host emulation above is the GPU's index math, kept for the tests that check
+// it): each output is a dot product of two contiguous runs, out[t] = eps + sum_{u<=t} w[c, T-1-t+u] * k[u], in
+// float32 with 32 partial sums (four 8-lane FMA chains: the FMA latency is hidden, and the order is fixed, so
+// results are bit-identical run to run). The sum stops at u = t, so a NaN or Inf at step u reaches only
+// outputs t >= u. `data` holds two entries, eps ("e") and reverse ("r", grad_k: k read and out written
+// time-reversed); they are told apart by their keys' first letters while walking the map once (no key built
+// and hashed per call: ~20 ns each, the whole of a (1, 1, 1) call).
+template <typename T, class Map>
+void timex_fwd_direct(const T* w, const T* k, T* out, int B, int C, int T_, Map& data) {
+  float eps = 0.f;
+  int reverse = 0;
+  for (const auto& kv : data) {
+    if (kv.first[0] == 'e') eps = (float)kv.second;
+    else reverse = (int)kv.second;
+  }
+  float* wf = ops_cpu::scratch<float, 0>(T_);
+  float* kf = ops_cpu::scratch<float, 1>(T_);
+  for (int c = 0; c < C; ++c) {
+    const T* wrow = w + (long long)c * T_;
+    for (int i = 0; i < T_; ++i) wf[i] = ops_cpu::to_acc(wrow[i]);
+    for (int b = 0; b < B; ++b) {
+      const long long row = ((long long)b * C + c) * T_;
+      for (int u = 0; u < T_; ++u) kf[u] = ops_cpu::to_acc(k[row + (reverse ? T_ - 1 - u : u)]);
+      for (int t = 0; t < T_; ++t) {
+        const float* wp = wf + (T_ - 1 - t);  // wp[u] = w[c, T-1-t+u]
+        const int n = t + 1;
+        float part[32] = {};
+        int u = 0;
+        for (; u + 32 <= n; u += 32)
+          for (int j = 0; j < 32; ++j) part[j] += wp[u + j] * kf[u + j];
+        for (int j = 0; j < 16; ++j) part[j] += part[j + 16];
+        for (int j = 0; j < 8; ++j) part[j] += part[j + 8];
+        float sum = ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
+        for (; u < n; ++u) sum += wp[u] * kf[u];
+        timex_store(out + row + (reverse ? T_ - 1 - t : t), sum + eps);
+      }
+    }
+  }
+}
+
+// The CPU grad_w of ops' calls: gw[c, T-1-s] = sum_b sum_{t>=s} g[b,c,t] * k[b,c,t-s], each lag's sum as dot
+// products of contiguous runs of g and k, batch rows in order into the same 32 float32 partial sums (fixed
+// order: bit-identical run to run).
+template <typename T>
+void timex_gw_direct(const T* k, const T* g, T* gw, int B, int C, int T_) {
+  float* kf = ops_cpu::scratch<float, 0>((size_t)B * T_);
+  float* gf = ops_cpu::scratch<float, 1>((size_t)B * T_);
+  for (int c = 0; c < C; ++c) {
+    for (int b = 0; b < B; ++b) {
+      const long long row = ((long long)b * C + c) * T_;
+      for (int t = 0; t < T_; ++t) {
+        kf[(long long)b * T_ + t] = ops_cpu::to_acc(k[row + t]);
+        gf[(long long)b * T_ + t] = ops_cpu::to_acc(g[row + t]);
+      }
+    }
+    for (int s = 0; s < T_; ++s) {
+      const int n = T_ - s;
+      float part[32] = {};
+      float tail = 0.f;
+      for (int b = 0; b < B; ++b) {
+        const float* gp = gf + (long long)b * T_ + s;  // gp[i] = g[b, c, s + i], kp[i] = k[b, c, i]
+        const float* kp = kf + (long long)b * T_;
+        int i = 0;
+        for (; i + 32 <= n; i += 32)
+          for (int j = 0; j < 32; ++j) part[j] += gp[i + j] * kp[i + j];
+        for (; i < n; ++i) tail += gp[i] * kp[i];
+      }
+      for (int j = 0; j < 16; ++j) part[j] += part[j + 16];
+      for (int j = 0; j < 8; ++j) part[j] += part[j + 8];
+      const float sum = ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
+      timex_store(gw + (long long)c * T_ + (T_ - 1 - s), sum + tail);
+    }
+  }
+}
+
 template <typename T, typename IT>
 void timex_gw_host(const T* k, const T* g, T* gw, float* partial, const TimexGwParams& p) {
   const int nt = p.threads;

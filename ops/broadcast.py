@@ -9,9 +9,10 @@ boundaries) dy's address modulo 16 bytes, so the same ``dy`` gives bit-identical
 
 Layers: shape algebra (``broadcast_shape``, ``simplify_broadcast``) -> ``select_config`` (forward) and
 ``select_grad_config`` (a chain of reduction passes) -> ``forward_launch`` / ``pass_launch`` (``jt.code``: CUDA
-kernels of ``cuda_snippets/broadcast.cuh`` through generated menus, and CPU sources following the same index
-math) -> a plan per call signature (``ops._launch.PlanCache``; the backward recorded with ``_launch.taped``) ->
-``broadcast_to`` / ``expand_as`` -> ``ExpandAs`` (jt.Module).
+kernels of ``cuda_snippets/broadcast.cuh`` through generated menus, the CPU path in
+``cuda_snippets/broadcast_cpu.h`` with the same index math) -> a plan per call signature
+(``ops._launch.PlanCache``; the backward recorded with ``_launch.taped``) -> ``broadcast_to`` / ``expand_as`` ->
+``ExpandAs`` (jt.Module).
 """
 from __future__ import annotations
 
@@ -359,7 +360,7 @@ def select_grad_config(x_shape: Shape, out_shape: Shape, dtype: str, grad_dtype:
 
 
 # ==============================================================================================================
-# Kernels: jt.code launches (CUDA from cuda_snippets/broadcast.cuh; CPU sources with the same index math)
+# Kernels: jt.code launches (CUDA from cuda_snippets/broadcast.cuh, CPU from cuda_snippets/broadcast_cpu.h)
 # ==============================================================================================================
 # ---- CUDA: menus -------------------------------------------------------------------------------------------
 # One translation unit per (dtype, index type) for the forward: a generated menu switches over the (groups,
@@ -394,103 +395,39 @@ ops_bcast_row_split<in0_type, out0_type, ${ACC}, ${INDEX_T}>(
     in0_p, out0_p, out1_p, (long long)data["C"], (long long)data["S"], (long long)data["L"], (long long)data["grid"]);
 """
 
-# The CPU forward moves elements as same-size unsigned integers (as the CUDA one moves OpsBytes): jittor's
-# float16/bfloat16 structs would otherwise be copied member-wise and not vectorized.
-_FWD_CPU_HEADER = r"""
-#include <cstdint>
-template <int S> struct ops_bcast_word;
-template <> struct ops_bcast_word<1> { typedef uint8_t type; };
-template <> struct ops_bcast_word<2> { typedef uint16_t type; };
-template <> struct ops_bcast_word<4> { typedef uint32_t type; };
-template <> struct ops_bcast_word<8> { typedef uint64_t type; };
-"""
+# ---- CPU: cuda_snippets/broadcast_cpu.h --------------------------------------------------------------------
+# One compile per dtype (and per accumulator/output type for the passes); shapes through `data`, in the one-letter
+# keys broadcast_cpu.h reads in one walk over the map.
 
-# Same decomposition as ops_bcast_src_offset: the outer index of each innermost run over dims[0..nd-2].
-_FWD_CPU = r"""
-const int nd = (int)data["nd"];
-int64_t dims[16], strides[16];
-for (int i = 0; i < nd; ++i) {
-    dims[i] = (int64_t)data["d" + std::to_string(i)];
-    strides[i] = (int64_t)data["s" + std::to_string(i)];
+_CPU_FWD = "bcast_cpu::forward(in0_p, out0_p, out0->num, bcast_cpu::params(data));"
+_CPU_PASS = {
+    "row": "bcast_cpu::row_reduce<${ACC}>(in0_p, out0_p, bcast_cpu::params(data));",
+    "row_split": "bcast_cpu::row_split_reduce<${ACC}>(in0_p, out0_p, out1_p, bcast_cpu::params(data));",
+    "col": "bcast_cpu::col_reduce<${ACC}>(in0_p, out0_p, bcast_cpu::params(data));",
 }
-typedef ops_bcast_word<sizeof(in0_type)>::type word;
-const word* src = (const word*)in0_p;
-const int64_t inner = dims[nd - 1], inner_stride = strides[nd - 1];
-const int64_t runs = out0->num / inner;
-for (int64_t o = 0; o < runs; ++o) {
-    int64_t q = o, off = 0;
-    for (int i = nd - 2; i >= 1; --i) {
-        off += (q % dims[i]) * strides[i];
-        q /= dims[i];
-    }
-    if (nd >= 2) off += q * strides[0];
-    word* dst = (word*)out0_p + o * inner;
-    if (inner_stride == 0) {
-        const word v = src[off];
-        for (int64_t k = 0; k < inner; ++k) dst[k] = v;
-    } else {
-        for (int64_t k = 0; k < inner; ++k) dst[k] = src[off + k];
-    }
-}
-"""
 
 
-_ROW_CPU = r"""
-const int64_t R = (int64_t)data["R"], C = (int64_t)data["C"], S = (int64_t)data["S"], L = (int64_t)data["L"];
-for (int64_t r = 0; r < R; ++r) {
-    for (int64_t s = 0; s < S; ++s) {
-        const int64_t lo = s * L, hi = std::min(lo + L, C);
-        const in0_type* src = in0_p + r * C;
-        ${ACC} acc = 0;
-        for (int64_t i = lo; i < hi; ++i) acc += (${ACC})src[i];
-        out0_p[r * S + s] = ops_cpu_from<out0_type>(acc);
-    }
-}
-"""
+def cpu_forward_data(cfg: KernelConfig) -> Dict[str, float]:
+    """The CPU forward's ``data``: the simplified groups (without the GPU's padding to a bucket) and x's strides."""
+    groups = [(n, st) for n, st in zip(cfg.dims, cfg.in_strides)]
+    while len(groups) > 1 and groups[0] == (1, 0):
+        groups.pop(0)
+    data = {"n": len(groups)}
+    for i, (n, st) in enumerate(groups):
+        data[chr(ord("A") + i)], data[chr(ord("a") + i)] = n, st
+    return data
 
 
-# out1 holds the segment sums, as on the GPU; out0[r] adds them in segment order.
-_ROW_SPLIT_CPU = r"""
-const int64_t R = (int64_t)data["R"], C = (int64_t)data["C"], S = (int64_t)data["S"], L = (int64_t)data["L"];
-for (int64_t r = 0; r < R; ++r) {
-    const in0_type* src = in0_p + r * C;
-    ${ACC} total = 0;
-    for (int64_t s = 0; s < S; ++s) {
-        const int64_t lo = s * L, hi = std::min(lo + L, C);
-        ${ACC} acc = 0;
-        for (int64_t i = lo; i < hi; ++i) acc += (${ACC})src[i];
-        out1_p[r * S + s] = acc;
-        total += acc;
-    }
-    out0_p[r] = ops_cpu_from<out0_type>(total);
-}
-"""
-
-
-_COL_CPU = r"""
-const int64_t N = (int64_t)data["N"], M = (int64_t)data["M"], J = (int64_t)data["J"];
-const int64_t S = (int64_t)data["S"], Ms = (int64_t)data["Ms"];
-${ACC}* acc = new ${ACC}[J];
-for (int64_t n = 0; n < N; ++n) {
-    for (int64_t s = 0; s < S; ++s) {
-        const int64_t lo = s * Ms, hi = std::min(lo + Ms, M);
-        for (int64_t j = 0; j < J; ++j) acc[j] = 0;
-        for (int64_t m = lo; m < hi; ++m) {
-            const in0_type* src = in0_p + (n * M + m) * J;
-            for (int64_t j = 0; j < J; ++j) acc[j] += (${ACC})src[j];
-        }
-        out0_type* dst = out0_p + (n * S + s) * J;
-        for (int64_t j = 0; j < J; ++j) dst[j] = ops_cpu_from<out0_type>(acc[j]);
-    }
-}
-delete[] acc;
-"""
+def cpu_pass_data(p: ReducePass) -> Dict[str, float]:
+    """A CPU reduction pass's ``data``."""
+    if p.kind in ("row", "row_split"):
+        return {"R": p.outer, "C": p.red, "S": p.segments, "L": p.seg_len}
+    return {"N": p.outer, "M": p.red, "J": p.inner, "S": p.segments, "T": p.seg_len}
 
 
 @functools.lru_cache(maxsize=None)
-def _pass_cpu(kind: str, acc_dtype: str) -> str:
-    acc = _ACC_CTYPE[acc_dtype]
-    return _codegen.render({"row": _ROW_CPU, "row_split": _ROW_SPLIT_CPU, "col": _COL_CPU}[kind], ACC=acc)
+def _cpu_header() -> str:
+    return _codegen.include(("cpu_common.h", "broadcast_cpu.h"))
 
 
 # jittor's code-op template cannot take a Var of 10 dims (its macros write a rank in hex and then fail on
@@ -508,7 +445,8 @@ def forward_launch(cfg: KernelConfig, dtype: str, cuda: bool, out_shape: Shape) 
         data["v"] = FWD_MENU.index((cfg.nd, cfg.inner_bcast))
         src = _codegen.render(_FWD_CUDA, INDEX_T=cfg.index_type)
         return _launch.Launch(out_shape, dtype, cuda=True, src=src, header=_cuda_header(), data=data)
-    return _launch.Launch(out_shape, dtype, cuda=False, src=_FWD_CPU, header=_FWD_CPU_HEADER, data=data)
+    return _launch.Launch(out_shape, dtype, cuda=False, src=_CPU_FWD, header=_cpu_header(),
+                          data=cpu_forward_data(cfg))
 
 
 def pass_launch(p: ReducePass, cuda: bool) -> _launch.Launch:
@@ -519,8 +457,8 @@ def pass_launch(p: ReducePass, cuda: bool) -> _launch.Launch:
         shapes, dtypes = [(p.out_numel,), (p.outer * p.segments,)], [p.out_dtype, p.acc_dtype]
     else:
         shapes, dtypes = (p.out_numel,), p.out_dtype
-    if not cuda:  # ops_cpu_from (cpu_common.h): bfloat16 sums rounded to nearest even, as on the GPU
-        src, header = _pass_cpu(p.kind, p.acc_dtype), _codegen.include(("cpu_common.h",))
+    if not cuda:
+        src, header, data = _codegen.render(_CPU_PASS[p.kind], ACC=acc), _cpu_header(), cpu_pass_data(p)
     elif p.kind == "row_split":
         src, header = _codegen.render(_ROW_SPLIT_CUDA, ACC=acc, INDEX_T=p.index_type), _cuda_header()
     else:

@@ -8,7 +8,8 @@ Layers (top to bottom):
 * dispatch: :func:`select_config` -> :class:`KernelConfig` (variant, template constants, launch geometry,
   index type, and the runtime values handed to the kernel through ``data``);
 * launch: :func:`render` (the few lines of ``cuda_src`` that call a launcher of ``cuda_snippets/permute.cuh``),
-  :data:`CPU_HEADER` (the CPU path: the same plan walked by a loop nest), :func:`_launch`;
+  :func:`cpu_plan_data` and ``cuda_snippets/permute_cpu.h`` (the CPU path: rows copied whole, or L1 tiles of
+  the transposed plane), :func:`launch`;
 * :class:`PermuteFunction`, :class:`TransposeAddFunction` (``jt.Function``, used through ``.apply``);
 * the functional API :func:`permute`, :func:`transpose`, :func:`transpose_add`, and the Modules
   :class:`Permute`, :class:`TransposeAdd`.
@@ -47,7 +48,7 @@ fallback   permute only: more than ``MAX_RANK`` dims remain after simplification
 Every integer written into the CUDA source text (rank, chunk bytes, pack, batch rank, index type, block
 shape, the shifted tile's unit, and the element type for transpose_add) changes the generated code; shapes
 and strides go through ``data`` so one compiled kernel serves every shape of a kind. The CPU source takes
-everything from ``data``: one CPU compile per dtype and op.
+everything from ``data`` (:func:`cpu_plan_data`): one CPU compile per dtype and op.
 """
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ from ._jittor import jt
 __all__ = ["permute", "transpose", "transpose_add", "Permute", "TransposeAdd", "KernelConfig", "PermutePlan",
            "normalize_dims", "simplify_permutation", "movement_size", "plan_permute", "pack_word_mode",
            "tile_order_mode", "align_out_mode", "loose_word_mode", "select_config", "render", "menu", "cuda_header",
-           "launch", "run_config", "VARIANTS"]
+           "launch", "run_config", "cpu_plan_data", "VARIANTS"]
 
 # ---- tuning constants -------------------------------------------------------------------------------------
 
@@ -174,15 +175,11 @@ _launch.register_switch(LOOSE_WORD_SWITCH, LOOSE_WORD_MODES)
 # G divides 32) when the a dim fills a tile row (32 / G groups) and the b dim at least TILE_MIN_DIM. Predicted
 # (1,0,2) on (2048,1024,16) float32 from 79% (general, 64-byte runs) to ~90% of copy on an H100.
 GROUPS = (2, 4, 8)
-# CPU tiled walk: 32x32 moved elements (at most 16 KB) stay in L1 while the input rows are re-read.
-CPU_TILE = 32
 
 VARIANTS = {
     "permute": ("copy", "general", "tiled", "tiled_packed", "tiled_grouped", "fallback"),
     "transpose_add": ("add", "general", "tiled", "tiled_packed", "tiled_grouped"),
 }
-# The CPU walker's variant codes: one memcpy, the N-d odometer walk, the tiled walk.
-_CPU_VARIANT = {"copy": 0, "add": 1, "general": 1, "tiled": 2, "tiled_packed": 2, "tiled_grouped": 1}
 
 # ---- shape algebra ----------------------------------------------------------------------------------------
 
@@ -460,7 +457,7 @@ def select_config(shape: Sequence[int], perm: Sequence[int], dtype: str, op: str
     plan = plan_permute(shape, perm, _codegen.ITEMSIZE[dtype])
     variant, pack, loose = _choose_variant(plan, op)
     count, rank = plan.count, plan.rank
-    params = {"count": count, "rank": rank, "chunk": plan.chunk, "bytes": count * plan.chunk, "tile": CPU_TILE}
+    params = {"count": count, "rank": rank, "chunk": plan.chunk, "bytes": count * plan.chunk}
     batch_rank, block, grid = 0, (), 0  # copy: cudaMemcpyAsync, no launch geometry
 
     out_dims = plan.out_dims
@@ -509,7 +506,6 @@ def select_config(shape: Sequence[int], perm: Sequence[int], dtype: str, op: str
             params[f"bi{i}"] = in_strides[plan.perm[k]]
             params[f"bo{i}"] = out_strides[k]
     if variant != "fallback":
-        params["variant"] = _CPU_VARIANT[variant]
         params["grid"] = grid
     return KernelConfig(op=op, variant=variant, dtype=dtype, rank=rank, chunk=plan.chunk, pack=pack,
                         batch_rank=batch_rank, index_type=_codegen.index_type(count), block=block, grid=grid,
@@ -607,28 +603,59 @@ _CUDA_SRC = {
     "transpose_add": "ops_transpose_add_menu<in0_type, {I}>((int)data[\"v\"], in0_p, in1_p, out0_p, data);",
 }
 _CPU_SRC = {
-    "permute": "OpsCpuPlan plan = ops_cpu_plan(data);\nops_cpu_permute((const char*)in0_p, (char*)out0_p, plan);",
-    "transpose_add": "OpsCpuPlan plan = ops_cpu_plan(data);\nops_cpu_transpose_add(in0_p, in1_p, out0_p, plan);",
+    "permute": "permute_cpu::permute(in0_p, out0_p, in0->num, permute_cpu::plan(data));",
+    "transpose_add": "permute_cpu::transpose_add(in0_p, in1_p, out0_p, in0->num, permute_cpu::plan(data));",
 }
+# The one-letter keys of the CPU plan's dims (permute_cpu.h): sizes, input strides, output strides.
+_CPU_DIM_KEYS = ("A", "I", "Q")
 
 
-def launch(cfg: KernelConfig, cuda: bool) -> _launch.Launch:
-    """The ``jt.code`` launch of ``cfg``: flat input(s) of the moved elements to a flat output."""
+def cpu_plan_data(shape: Sequence[int], perm: Sequence[int]) -> Dict[str, int]:
+    """The CPU path's plan of ``x.permute(perm)`` for ``x`` of ``shape`` (no zero), in elements, as ``data``
+    (see ``cuda_snippets/permute_cpu.h``): the identity (mode 0), rows that stay whole (mode 1: the last dim
+    stays; the outer output dims with their input strides), or tiles of the plane of the input's last dim (A)
+    and the output's last dim (B) for every index of the other output dims (mode 2)."""
+    dims, p = simplify_permutation(shape, perm)
+    rank = len(dims)
+    if rank == 1:
+        return {"m": 0}
+    in_strides, out_dims = _strides(dims), tuple(dims[k] for k in p)
+    out_strides = _strides(out_dims)
+    if p[-1] == rank - 1:  # rows: output dims 0 .. rank - 2 walk whole input rows
+        outer = range(rank - 1)
+        data = {"m": 1, "r": dims[-1], "k": rank - 1}
+    else:
+        a_pos = p.index(rank - 1)  # where the input's last dim lands in the output
+        outer = [k for k in range(rank - 1) if k != a_pos]
+        data = {"m": 2, "a": dims[-1], "b": dims[p[-1]], "i": in_strides[p[-1]], "o": out_strides[a_pos],
+                "k": len(outer)}
+    for n, k in enumerate(outer):
+        size, in_key, out_key = (chr(ord(c) + n) for c in _CPU_DIM_KEYS)
+        data[size], data[in_key] = out_dims[k], in_strides[p[k]]
+        if data["m"] == 2:
+            data[out_key] = out_strides[k]
+    return data
+
+
+def launch(cfg: KernelConfig, cuda: bool, shape: Sequence[int] = (), perm: Sequence[int] = ()) -> _launch.Launch:
+    """The ``jt.code`` launch of ``cfg``: flat input(s) to a flat output. The CPU path plans from the call's
+    ``shape`` and ``perm`` (:func:`cpu_plan_data`), the GPU from ``cfg``."""
     numel = cfg.data["bytes"] // _codegen.ITEMSIZE[cfg.dtype]
-    data = cfg.data
     if cuda:
+        data = cfg.data
         data["v"] = menu(cfg.op, _codegen.ITEMSIZE[cfg.dtype]).index(_entry(cfg))
         src = _CUDA_SRC[cfg.op].format(I=cfg.index_type)
         header = cuda_header(cfg.op, _codegen.ITEMSIZE[cfg.dtype])
     else:
+        data = cpu_plan_data(shape, perm)
         src, header = _CPU_SRC[cfg.op], _codegen.include(("cpu_common.h", "permute_cpu.h"))
     return _launch.Launch((numel,), cfg.dtype, cuda=cuda, src=src, header=header, data=data)
 
 
 def run_config(cfg: KernelConfig, inputs: Sequence) -> "jt.Var":
-    """Run ``cfg`` on ``inputs`` (x, and y for transpose_add) where jittor runs now; returns the flat output."""
+    """Run ``cfg`` on ``inputs`` (x, and y for transpose_add) on the GPU; returns the flat output."""
     numel = cfg.data["bytes"] // _codegen.ITEMSIZE[cfg.dtype]
-    return launch(cfg, _launch.on_cuda())([_reshape(v, (numel,)) for v in inputs])
+    return launch(cfg, True)([_reshape(v, (numel,)) for v in inputs])
 
 
 # ---- plans: one per call signature ------------------------------------------------------------------------
@@ -696,8 +723,8 @@ def _permute_plan(shape: Tuple[int, ...], dtype: str, perm: Tuple[int, ...], nee
     cfg = select_config(shape, perm, dtype, "permute")
     if cfg.variant == "fallback":
         return _FixedPlan(out_shape, dtype, perm)
-    return _Plan(launch(cfg, cuda), cfg.data["bytes"] // _codegen.ITEMSIZE[dtype], out_shape, 1, need_grad,
-                 (out_shape, dtype, _inverse(perm), cuda))
+    return _Plan(launch(cfg, cuda, shape, perm), cfg.data["bytes"] // _codegen.ITEMSIZE[dtype], out_shape, 1,
+                 need_grad, (out_shape, dtype, _inverse(perm), cuda))
 
 
 def _transpose_add_plan(shape: Tuple[int, ...], dtype: str, perm: Tuple[int, ...], need_grad: bool, cuda: bool):
@@ -705,8 +732,8 @@ def _transpose_add_plan(shape: Tuple[int, ...], dtype: str, perm: Tuple[int, ...
     if math.prod(shape) == 0:
         return _FixedPlan(out_shape, dtype)
     cfg = select_config(shape, perm, dtype, "transpose_add")
-    return _Plan(launch(cfg, cuda), cfg.data["bytes"] // _codegen.ITEMSIZE[dtype], out_shape, 2, need_grad,
-                 (out_shape, dtype, perm, cuda))  # a swap is its own inverse
+    return _Plan(launch(cfg, cuda, shape, perm), cfg.data["bytes"] // _codegen.ITEMSIZE[dtype], out_shape, 2,
+                 need_grad, (out_shape, dtype, perm, cuda))  # a swap is its own inverse
 
 
 _PERMUTE_PLANS = _launch.PlanCache("permute")

@@ -14,7 +14,8 @@ Layers (top to bottom):
 * dispatch: :func:`select_config` -> :class:`KernelConfig` (variant and its compile-time constants);
 * sources: :func:`menus` (the instantiations one translation unit holds), :func:`cuda_header` (the kernels of
   ``cuda_snippets/pool3d.cuh`` and the generated menus), :func:`cuda_forward_src` / :func:`cuda_backward_src`
-  (one line each), the CPU path ``cuda_snippets/pool3d_cpu.h`` (the same index math as loops);
+  (one line each), the CPU path ``cuda_snippets/pool3d_cpu.h`` (separable passes on integer keys, the backward
+  from the saved indices in output order);
 * :func:`plan`: one per call signature (kept by ``ops._launch.PlanCache``): a ``jt.code`` whose grad source is the
   backward, so a training step runs no Python in the backward;
 * the functional API :func:`max_pool3d` and the Module :class:`MaxPool3d`.
@@ -34,7 +35,8 @@ fwd_rows       values only (no indices wanted), dilation 1 along W, W stride <= 
                ``ROWS_MAX_KW``, W % VEC == 0, W padding <= VEC: one thread makes VEC adjacent outputs of a row; it
                loads each window row's span once as VEC-wide chunks, keeps the column-wise maximum over the
                kd * kh rows in registers (separable max, NaN-propagating), then reduces KW columns per output.
-fwd_cpu        the CPU loop nest.
+fwd_cpu        the CPU path: each plane's maximum in three separable passes (D, H, W) over integer keys of the
+               bits (NaN the largest key), positions carried and compared where indices are written.
 ============== ==============================================================================================
 
 Backward (dx; never atomics, bit-identical across runs):
@@ -56,14 +58,18 @@ bwd_tile_flat/warp  recompute, other tilings (kernel == stride, dilation 1, no p
                     (``BWD_SWITCH``'s note).
 bwd_scatter_flat/warp  recompute, disjoint windows that are no tiling (stride > dilation * (k - 1) + 1, or
                     padding): zero dx, recompute each window's argmax from x and write dy there.
-bwd_*_cpu           the same three algorithms (tile, scatter, gather) as CPU loop nests.
+bwd_gather_cpu      the CPU path from the saved indices: dx zeroed, then dy of each output added at its index in
+                    output order (each element sums its windows in the gather's order: the same dx bit for bit);
+                    a copy where windows are disjoint.
+bwd_tile/scatter_cpu  recompute on the CPU: each plane's indices from x by the forward, then the same copy.
 =================== =========================================================================================
 
 Compiles. A translation unit holds a menu: every instantiation the dispatcher can pick for one dtype, index type
 and direction (forward values, forward values and indices, gather backward, recompute backward); the entry runs
 through ``data`` with the sizes and pooling parameters, so every layer of a model shares one compile per dtype
 and direction. Windows outside the menus' compile-time ones take the runtime-window instantiations. The CPU
-source takes everything from ``data``: one CPU compile per dtype and algorithm.
+source takes the window from one ``data`` entry (:func:`cpu_geometry_data`): one CPU compile per dtype and
+algorithm.
 """
 from __future__ import annotations
 
@@ -82,7 +88,7 @@ __all__ = ["max_pool3d", "MaxPool3d", "PoolParams", "KernelConfig", "normalize_p
            "output_shape", "padding_free", "windows_disjoint", "windows_tile", "windows_cover_exactly",
            "layout_algorithm", "backward_mode", "backward_algorithm", "select_config", "menus", "menu_index",
            "cuda_header", "cuda_forward_src", "cuda_backward_src", "cpu_header", "cpu_forward_src",
-           "cpu_backward_src", "plan", "VARIANTS"]
+           "cpu_backward_src", "cpu_geometry_data", "plan", "VARIANTS"]
 
 Triple = Tuple[int, int, int]
 
@@ -405,7 +411,7 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
                              f"got {algo!r}")
         run = max(1, GATHER_RUN_BYTES // itemsize) if algo == "gather" else 1
         if not cuda:
-            return KernelConfig(f"bwd_{algo}_cpu", nopad=nopad, vec=run, index_type=itype)
+            return KernelConfig(f"bwd_{algo}_cpu", nopad=nopad, index_type=itype)
         if algo == "gather":
             window = (params.kernel, params.stride, params.dilation)
             return KernelConfig("bwd_gather", vec=run, block=BLOCK, index_type=itype,
@@ -585,24 +591,50 @@ def menu_index(cfg: KernelConfig, dtype, mode: int = MODE_VALUES) -> int:
 _CPU_GEOM = "pool3d_cpu::geom(in0_shape2, in0_shape3, in0_shape4, {o}_shape2, {o}_shape3, {o}_shape4, data)"
 _CPU_FWD = {MODE_VALUES: "pool3d_cpu::forward<in0_type, 1>(in0_p, out0_p, (int*)0, {P}, {G});",
             MODE_BOTH: "pool3d_cpu::forward<in0_type, 3>(in0_p, out0_p, out1_p, {P}, {G});"}
+# grad sources: in0 = x, in1 = dy, in2 = y, in3 = the indices (when the forward wrote them); the gather needs no
+# window, only the plane sizes
+_CPU_PLANE_IN, _CPU_PLANE_OUT = "(long long)in0_shape2 * in0_shape3 * in0_shape4", "(long long)in1_shape2 * " \
+    "in1_shape3 * in1_shape4"
 _CPU_BWD = {
-    "gather": "pool3d_cpu::backward_gather<in0_type, {RUN}>((const int*)in3_p, in1_p, out0_p, {P}, {G});",
-    "tile": "pool3d_cpu::backward_window<in0_type, true>(in0_p, in1_p, out0_p, {P}, {G});",
-    "scatter": "pool3d_cpu::backward_window<in0_type, false>(in0_p, in1_p, out0_p, {P}, {G});",
+    "gather": "pool3d_cpu::backward_indices<in0_type, {ADD}>((const int*)in3_p, in1_p, out0_p, {P}, {PI}, {PO});",
+    "recompute": "pool3d_cpu::backward_recompute<in0_type>(in0_p, in1_p, out0_p, {P}, {G});",
 }
+# A CPU kernel reads its window from data["g"]: the 12 parameters as 4-bit fields (each lookup of jittor's
+# `data` map builds and hashes a string key, ~20 ns: 12 lookups were 0.25 us, the whole of a tiny pooling), or,
+# when a parameter is 16 or more, -1 and four entries of three 17-bit fields.
+_CPU_FIELD_BITS, _CPU_WIDE_BITS = 4, 17
+
+
+def cpu_geometry_data(params: PoolParams) -> dict:
+    """The ``data`` of a CPU launch: the window packed as ``pool3d_cpu::geom`` unpacks it."""
+    groups = (params.kernel, params.stride, params.padding, params.dilation)
+    values = [v for group in groups for v in group]
+    if max(values) < 1 << _CPU_FIELD_BITS:
+        return {"g": sum(v << (_CPU_FIELD_BITS * i) for i, v in enumerate(values))}
+    if max(values) >= 1 << _CPU_WIDE_BITS:
+        raise ValueError(f"max_pool3d on the CPU takes window parameters below {1 << _CPU_WIDE_BITS}, got "
+                         f"{params}")
+    data = {"g": -1}
+    for key, group in zip(("gk", "gs", "gp", "gd"), groups):
+        data[key] = sum(v << (_CPU_WIDE_BITS * i) for i, v in enumerate(group))
+    return data
 
 
 def cpu_header() -> str:
-    return _codegen.include(("cpu_common.h", "pool3d_gather", "pool3d_cpu.h"))
+    return _codegen.include(("cpu_common.h", "pool3d_cpu.h"))
 
 
 def cpu_forward_src(mode: int) -> str:
     return _CPU_FWD[mode].format(P=_PLANES, G=_CPU_GEOM.format(o="out0"))
 
 
-def cpu_backward_src(cfg: KernelConfig) -> str:
-    algorithm = cfg.variant[len("bwd_"):-len("_cpu")]
-    return _CPU_BWD[algorithm].format(P=_PLANES, G=_CPU_GEOM.format(o="in1"), RUN=cfg.vec)
+def cpu_backward_src(cfg: KernelConfig, params: PoolParams) -> str:
+    """The CPU backward of ``cfg``: from the saved indices (a copy where windows are disjoint, a sum where they
+    overlap) or recomputing them from x."""
+    if cfg.variant == "bwd_gather_cpu":
+        add = _TF[not windows_disjoint(params)]
+        return _CPU_BWD["gather"].format(ADD=add, P=_PLANES, PI=_CPU_PLANE_IN, PO=_CPU_PLANE_OUT)
+    return _CPU_BWD["recompute"].format(P=_PLANES, G=_CPU_GEOM.format(o="in1"))
 
 
 # ---- plans: one per call signature ------------------------------------------------------------------------
@@ -667,7 +699,7 @@ def plan(x_shape: Tuple[int, ...], dtype: str, params: PoolParams, return_indice
     if with_indices:
         algorithm = "gather"  # the indices are there: the backward reads them
     fwd = select_config(shape5, dtype, params, "fwd", on_cuda=cuda, indices=with_indices)
-    data = params.data()
+    data = params.data() if cuda else cpu_geometry_data(params)
     grad = None
     if need_grad:
         bwd = select_config(shape5, dtype, params, "bwd", on_cuda=cuda, algorithm=algorithm)
@@ -675,7 +707,7 @@ def plan(x_shape: Tuple[int, ...], dtype: str, params: PoolParams, return_indice
             data["bv"] = menu_index(bwd, dtype)
             grad = [cuda_backward_src(bwd.index_type, algorithm)]
         else:
-            grad = [cpu_backward_src(bwd)]
+            grad = [cpu_backward_src(bwd, params)]
     if cuda:
         data["v"] = menu_index(fwd, dtype, mode)
         src, header = cuda_forward_src(fwd.index_type, mode), cuda_header(_codegen.ITEMSIZE[dtype])

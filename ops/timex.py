@@ -76,7 +76,8 @@ from ._jittor import jt
 from .broadcast import cast_rounded
 
 __all__ = ["timex", "TimeX", "KernelConfig", "select_config", "render_source", "forward_launch", "grad_w_launch",
-           "launch_forward", "launch_grad_w", "VARIANTS", "DTYPES"]
+           "launch_forward", "launch_grad_w", "direct_launch", "direct_grad_w_launch", "VARIANTS",
+           "DTYPES"]
 
 DTYPES = ("float32", "float16", "bfloat16")
 VARIANTS = ("fwd_mma", "fwd_mma2", "fwd_mma3", "fwd_single", "fwd_tiled", "gw_single", "gw_tiled")
@@ -367,6 +368,25 @@ def grad_w_launch(cfg: KernelConfig, shape, dtype: str, cuda: bool) -> _launch.L
                           src=render_source(cfg, device), header=_header(device), data=cfg.data())
 
 
+_DIRECT_SRC = "timex_fwd_direct<in0_type>(in0_p, in1_p, out0_p, in1_shape0, in1_shape1, in1_shape2, data);"
+
+
+def direct_launch(shape, dtype: str, eps: float, reverse: bool) -> _launch.Launch:
+    """The CPU forward of the plans (``reverse``: grad_k): each output's causal sum as one dot product of
+    contiguous runs (``timex_fwd_direct``); one compile per dtype, every shape."""
+    return _launch.Launch(tuple(shape), dtype, cuda=False, src=_DIRECT_SRC, header=_header("cpu"),
+                          data={"e": float(eps), "r": int(bool(reverse))})
+
+
+_DIRECT_GW_SRC = "timex_gw_direct<in0_type>(in0_p, in1_p, out0_p, in0_shape0, in0_shape1, in0_shape2);"
+
+
+def direct_grad_w_launch(shape, dtype: str) -> _launch.Launch:
+    """The CPU grad_w of the plans: each lag's sum as dot products of contiguous runs (``timex_gw_direct``)."""
+    B, C, T = shape
+    return _launch.Launch((C, T), dtype, cuda=False, src=_DIRECT_GW_SRC, header=_header("cpu"))
+
+
 def launch_forward(w, k, eps: float, reverse: bool = False, cfg: KernelConfig = None):
     """Run the forward (``reverse``: grad_k = launch_forward(w, g, 0, reverse=True)) where jittor runs now."""
     dtype = str(k.dtype)
@@ -399,12 +419,15 @@ class _Plan:
     def grad(self, w, k, dout):
         shape, dtype, cfg, cuda = self.grad_key
         if self._grad is None:
-            self._grad = (forward_launch(cfg, shape, dtype, 0.0, True, cuda),
-                          grad_w_launch(select_config(shape, "grad_w"), shape, dtype, cuda))
+            if cuda:
+                gw = grad_w_launch(select_config(shape, "grad_w"), shape, dtype, True)
+                self._grad = (forward_launch(cfg, shape, dtype, 0.0, True, True), lambda ins: gw(ins)[0])
+            else:
+                self._grad = (direct_launch(shape, dtype, 0.0, True), direct_grad_w_launch(shape, dtype))
         if str(dout.dtype) != dtype:  # bfloat16 rounded to nearest even (jittor's CPU cast truncates)
             dout = cast_rounded(dout, dtype)
         grad_k, grad_w = self._grad
-        return grad_w([k, dout])[0], grad_k([w, dout])
+        return grad_w([k, dout]), grad_k([w, dout])
 
     def __call__(self, w, k):
         if not self.need_grad:
@@ -415,7 +438,8 @@ class _Plan:
 def _plan(shape: Tuple[int, int, int], dtype: str, eps: float, need_grad: bool, cuda: bool) -> _Plan:
     cfg = select_config(shape, "forward", tensor_cores=tensor_cores_available(), dtype=dtype)
     select_config(shape, "grad_w")  # a T too long for the grid fails here, not inside a backward
-    return _Plan(forward_launch(cfg, shape, dtype, eps, False, cuda), need_grad, (shape, dtype, cfg, cuda))
+    forward = forward_launch(cfg, shape, dtype, eps, False, cuda) if cuda else direct_launch(shape, dtype, eps, False)
+    return _Plan(forward, need_grad, (shape, dtype, cfg, cuda))
 
 
 _PLANS = _launch.PlanCache("timex")

@@ -1,7 +1,7 @@
 """Compile a package kernel header with the local nvcc (no GPU needed) to catch CUDA errors in CI.
 
 jittor's CUDA build is only reachable on a GPU machine; this checks that every rendered header and launcher
-instantiation at least compiles for sm_90, with jittor's dtype names and CHECK macro stood in for.
+instantiation at least compiles (to PTX) for sm_90, with jittor's dtype names and CHECK macro stood in for.
 """
 import os
 import shutil
@@ -32,6 +32,9 @@ def compile_check(header: str, body: str = "", arch: str = "sm_90"):
         path = os.path.join(tmp, "check.cu")
         with open(path, "w") as f:
             f.write(source)
-        proc = subprocess.run([nvcc_path(), "-std=c++17", f"-arch={arch}", "--use_fast_math", "-c", path,
-                               "-o", os.path.join(tmp, "check.o")], capture_output=True, text=True)
+        # -ptx: nvcc's front end parses the whole unit (host launchers too) and instantiates every kernel, so
+        # every C++ error shows; ptxas and the host compiler are skipped (the GPU runs build the real thing).
+        # Half the time of -c: the pool3d float32 menus 23 s against 43 s on a 2-core machine (2026-11-25).
+        proc = subprocess.run([nvcc_path(), "-std=c++17", f"-arch={arch}", "--use_fast_math", "-ptx", path,
+                               "-o", os.path.join(tmp, "check.ptx")], capture_output=True, text=True)
     return proc.returncode == 0, proc.stdout + proc.stderr

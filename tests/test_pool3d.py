@@ -427,12 +427,12 @@ SELECT_TABLE = [
     ((8, 32, 32, 64, 64), "float32", _kw(2), "bwd", True, "bwd_gather", dict(vec=4, window=((2, 2, 2), (2, 2, 2), (1, 1, 1)))),
     ((4, 32, 32, 64, 64), "float32", _kw(4), "bwd", True, "bwd_gather", dict(vec=4, window=None)),  # k4s4: the runtime window
     ((8, 32, 32, 63, 63), "float32", _kw(2, 3), "bwd", True, "bwd_gather", dict(vec=4)),
-    ((2, 3, 8, 8, 9), "float32", _kw(2), "bwd", False, "bwd_gather_cpu", dict(vec=4)),
+    ((2, 3, 8, 8, 9), "float32", _kw(2), "bwd", False, "bwd_gather_cpu", dict(vec=1)),
     ((2, 3, 8, 8, 8), "float32", _kw(2), "bwd_re", False, "bwd_tile_cpu", dict()),
     ((2, 3, 8, 8, 9), "float32", _kw(2), "bwd_re", False, "bwd_tile_cpu", dict()),
     ((2, 3, 8, 8, 9), "float32", _kw(2, 3), "bwd_re", False, "bwd_scatter_cpu", dict()),
-    ((2, 3, 8, 8, 8), "float32", _kw(3, 1), "bwd", False, "bwd_gather_cpu", dict(vec=4)),
-    ((2, 3, 8, 8, 8), "bfloat16", _kw(3, 1), "bwd", False, "bwd_gather_cpu", dict(vec=8)),
+    ((2, 3, 8, 8, 8), "float32", _kw(3, 1), "bwd", False, "bwd_gather_cpu", dict(vec=1)),
+    ((2, 3, 8, 8, 8), "bfloat16", _kw(3, 1), "bwd", False, "bwd_gather_cpu", dict(vec=1)),
 ]
 
 

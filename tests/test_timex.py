@@ -250,6 +250,18 @@ def test_python_launch_limits_match_the_kernels():
     assert f"#define TIMEX_GW_MAX_THREADS {X.GW_MAX_THREADS}" in text
 
 
+def test_cpu_plans_run_the_direct_sums_and_a_given_config_the_gpu_emulation():
+    """On the CPU, ops.timex's forward and grad_k run timex_fwd_direct, grad_w timex_gw_direct (every shape, one
+    source per dtype); launch_forward with a config runs that GPU kernel's emulation (the tests of the GPU's index math)."""
+    fwd = X._plan((2, 3, 40), "float32", 0.5, True, False).forward_launch.kwargs
+    assert fwd["cpu_src"] == X._DIRECT_SRC and fwd["data"] == {"e": 0.5, "r": 0}
+    assert X._plan((1, 1, 1), "float32", 0.0, False, False).forward_launch.kwargs["cpu_src"] == X._DIRECT_SRC
+    assert X.direct_launch((2, 3, 40), "float32", 0.0, True).kwargs["data"] == {"e": 0.0, "r": 1}
+    assert X.direct_grad_w_launch((2, 3, 40), "float32").kwargs["cpu_src"] == X._DIRECT_GW_SRC
+    cfg = X.select_config((2, 3, 40))
+    assert "timex_fwd_menu" in X.forward_launch(cfg, (2, 3, 40), "float32", 0.0, False, False).kwargs["cpu_src"]
+
+
 def test_render_source_carries_only_code_changing_values():
     a = X.select_config((32, 768, 768))
     b = X.select_config((16, 7, 300))

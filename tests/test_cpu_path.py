@@ -1,0 +1,372 @@
+"""The CPU path's own code (cuda_snippets/*_cpu.h): the branch-free float16/bfloat16 conversions against NumPy,
+each max_pool3d CPU code path (separable passes, compile-time W windows, flat and per-row H pass, stack and
+thread scratch, packed and wide geometry) against the float64 reference with ties, signed zeros and NaN, and
+the backward from saved indices against the GPU's gather index math run on the CPU, bit for bit."""
+import numpy as np
+import pytest
+
+import ops
+from ops import _codegen
+from ops import pool3d as P
+from ops._jittor import jt
+from ops.scoring import fam_pool3d as F
+from ops.scoring.harness import _InjectGrad, to_numpy64
+from ops.scoring.harness import to_jittor as _to_jittor
+from ops.scoring.spec import random_array, round_to_bfloat16
+
+DTYPES = ["float32", "float16", "bfloat16", "float64"]
+
+
+@pytest.fixture(autouse=True)
+def on_cpu():
+    previous = jt.flags.use_cuda
+    jt.flags.use_cuda = 0
+    yield
+    jt.flags.use_cuda = previous
+
+
+def to_jittor(a, dtype):
+    return jt.array(a, dtype="float64") if dtype == "float64" else _to_jittor(a, dtype)
+
+
+def _kw(k, s=None, p=0, d=1, ceil=False):
+    return dict(kernel_size=k, stride=s, padding=p, dilation=d, ceil_mode=ceil)
+
+
+# ---- cpu_common.h: conversions ----------------------------------------------------------------------------
+
+_CONVERT_HEADER = _codegen.include(("cpu_common.h",))
+
+
+def _convert(src, x, out_dtype):
+    return jt.code(x.shape, out_dtype, [x], cpu_header=_CONVERT_HEADER, cpu_src=src).numpy()
+
+
+def test_half_to_float_is_exact_for_every_bit_pattern():
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.int32)
+    src = ("for (int i = 0; i < in0_shape0; ++i) "
+           "out0_p[i] = ops_cpu::half_bits_to_float((uint16_t)in0_p[i]);")
+    got = _convert(src, jt.array(bits), "float32")
+    want = bits.astype(np.uint16).view(np.float16).astype(np.float32)
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))  # signed zeros too
+
+
+def _edge_floats(rng):
+    """Random floats over the half range and beyond, plus the rounding edges: halfway cases between halves
+    (normal and subnormal), the overflow threshold, the smallest subnormal's half, zeros, infinities."""
+    halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    finite = halves[np.isfinite(halves)].astype(np.float32)
+    finite.sort()
+    mid = (finite[:-1].astype(np.float64) + finite[1:]) / 2  # exact ties in float32 (halves have 11 bits)
+    special = np.array([65504, 65519.99, 65520, 65536, 1e6, 2 ** -25, 2 ** -24, 2 ** -25 * 1.0001, 3 * 2 ** -26,
+                        0.0, -0.0, np.inf, -np.inf, 1e-30, -1e-30], np.float64)
+    rand = np.concatenate([rng.uniform(-70000, 70000, 20000), rng.uniform(-1e-4, 1e-4, 20000),
+                           rng.standard_normal(20000)])
+    return np.concatenate([finite, mid, -mid, special, rand]).astype(np.float32)
+
+
+def test_float_to_half_rounds_to_nearest_even(rng):
+    x = _edge_floats(rng)
+    src = ("for (int i = 0; i < in0_shape0; ++i) "
+           "out0_p[i] = (int)ops_cpu::float_to_half_bits(in0_p[i]);")
+    got = _convert(src, jt.array(x), "int32").astype(np.uint16)
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16).view(np.uint16)  # NumPy rounds to nearest even
+    np.testing.assert_array_equal(got, want)
+    nan = _convert(src, jt.array(np.array([np.nan, -np.nan], np.float32)), "int32").astype(np.uint16)
+    assert np.isnan(nan.view(np.float16)).all()
+
+
+def test_float_to_bfloat16_rounds_to_nearest_even(rng):
+    x = np.concatenate([rng.standard_normal(50000).astype(np.float32),
+                        (rng.integers(0, 1 << 32, 50000, dtype=np.uint64).astype(np.uint32)).view(np.float32)])
+    x = x[np.isfinite(x)]
+    src = ("for (int i = 0; i < in0_shape0; ++i) "
+           "out0_p[i] = (int)ops_cpu::float_to_bfloat_bits(in0_p[i]);")
+    got = _convert(src, jt.array(x), "int32").astype(np.uint32) << 16
+    np.testing.assert_array_equal(got.view(np.float32), round_to_bfloat16(x))
+
+
+# ---- max_pool3d forward: every CPU code path --------------------------------------------------------------
+
+# (shape, parameters, what it exercises)
+FORWARD_PATHS = [
+    ((2, 3, 8, 10, 12), _kw(2), "W pass (2, 2), per-row H"),
+    ((2, 3, 9, 9, 9), _kw(3, 1), "W pass (3, 1), flat H"),
+    ((2, 4, 9, 12, 11), _kw(3, 2, 1), "W pass (3, 2), padding: pads in the slab"),
+    ((2, 2, 9, 9, 12), _kw(3, 3), "W pass (3, 3)"),
+    ((2, 2, 5, 6, 7), _kw((2, 2, 2), 1), "W pass (2, 1), flat H"),
+    ((2, 2, 5, 6, 7), _kw((2, 3, 1), (1, 1, 1), (1, 1, 0)), "W pass (1, 1), flat H with padding"),
+    ((2, 3, 8, 9, 16), _kw(4, 4), "generic W pass"),
+    ((2, 3, 10, 11, 12), _kw((1, 3, 2), (1, 2, 3), (0, 1, 1), (1, 2, 1)), "dilation, generic W pass"),
+    ((2, 2, 9, 10, 13), _kw(3, 2, 1, 2), "dilation in every dim"),
+    ((2, 3, 7, 9, 11), _kw(3, 2, ceil=True), "ceil_mode: columns past the edge"),
+    ((1, 2, 12, 12, 12), _kw(8, 1), "big window"),
+    ((1, 1, 4, 4, 4), _kw(2), "tiny"),
+    ((1, 2, 5, 40, 44), _kw(3, 2, 1), "thread scratch (the slab exceeds the stack buffer)"),
+    ((1, 2, 3, 5, 40), _kw((1, 2, 17), (1, 1, 3)), "wide geometry (a parameter of 16 or more)"),
+    ((2, 3, 6, 7, 8), _kw((2, 3, 3), (2, 1, 1)), "flat H, W pass (3, 1)"),
+]
+
+
+def _tricky(shape, dtype, rng):
+    """Few distinct values (ties everywhere), signed zeros, NaN and infinities."""
+    x = rng.integers(-2, 3, size=shape).astype(np.float32) * 0.5
+    flat = x.reshape(-1)
+    n = flat.size
+    flat[rng.choice(n, max(1, n // 50), replace=False)] = np.nan
+    flat[rng.choice(n, max(1, n // 50), replace=False)] = -np.nan
+    flat[rng.choice(n, max(1, n // 40), replace=False)] = -0.0
+    flat[rng.choice(n, max(1, n // 60), replace=False)] = -np.inf
+    flat[rng.choice(n, max(1, n // 80), replace=False)] = np.inf
+    return x.astype(np.float64) if dtype == "float64" else x
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_forward_paths_match_the_reference(dtype, rng):
+    xs = [_tricky(shape, dtype, rng) for shape, _, _ in FORWARD_PATHS]
+    both = [ops.max_pool3d(to_jittor(x, dtype), return_indices=True, **kw) for x, (_, kw, _) in zip(xs, FORWARD_PATHS)]
+    with jt.no_grad():
+        values = [ops.max_pool3d(to_jittor(x, dtype), **kw) for x, (_, kw, _) in zip(xs, FORWARD_PATHS)]
+    jt.sync([v for pair in both for v in pair] + values)
+    for x, (shape, kw, what), (y, idx), v in zip(xs, FORWARD_PATHS, both, values):
+        want, want_idx = F.reference_pool(x, **kw)
+        for got in (to_numpy64(y), to_numpy64(v)):
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=what)
+            np.testing.assert_array_equal(np.nan_to_num(got), np.nan_to_num(want), err_msg=what)
+        np.testing.assert_array_equal(idx.numpy(), want_idx, err_msg=what)  # first maximum, last NaN
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_scan_of_short_rows_matches_the_reference(dtype, rng):
+    """Rows shorter than 8 with 2x2x2 / 3x3x3 windows at stride >= 2: planes without NaN take the window scan,
+    planes with one the key passes (both in one batch)."""
+    for shape, kw in [((3, 2, 4, 4, 4), _kw(2)), ((2, 3, 6, 7, 7), _kw(3, 2)), ((2, 2, 6, 6, 6), _kw(3, 3)),
+                      ((2, 2, 5, 7, 5), _kw(2, (2, 3, 2)))]:
+        x = rng.integers(-2, 3, size=shape).astype(np.float32) * 0.5  # ties everywhere
+        x[0, 0].reshape(-1)[rng.choice(x[0, 0].size, 2, replace=False)] = np.nan  # one plane with NaN
+        x[-1, -1].reshape(-1)[rng.choice(x[-1, -1].size, 3, replace=False)] = -np.inf
+        x[-1, 0].reshape(-1)[:5] = -0.0
+        x = x.astype(np.float64) if dtype == "float64" else x
+        y, idx = ops.max_pool3d(to_jittor(x, dtype), return_indices=True, **kw)
+        with jt.no_grad():
+            v = ops.max_pool3d(to_jittor(x, dtype), **kw)
+        want, want_idx = F.reference_pool(x, **kw)
+        for got in (to_numpy64(y), to_numpy64(v)):
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=str((shape, kw)))
+            np.testing.assert_array_equal(np.nan_to_num(got), np.nan_to_num(want), err_msg=str((shape, kw)))
+        np.testing.assert_array_equal(idx.numpy(), want_idx, err_msg=str((shape, kw)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_values_keep_the_first_zero_with_its_sign(dtype, rng):
+    """Windows whose maximum is a zero: the first zero in scan order, its sign kept, on every CPU path (passes
+    with keys, the window scan of short rows, with and without indices)."""
+    for shape, kw in [((2, 3, 6, 9, 12), _kw(2)), ((2, 2, 5, 9, 11), _kw(3, 1)), ((1, 2, 6, 6, 6), _kw(3, 2, 1)),
+                      ((2, 2, 4, 4, 4), _kw(2)), ((1, 2, 9, 10, 13), _kw(3, 2, 1, 2))]:
+        x = rng.choice(np.array([-0.0, 0.0, -1.0, -2.0], np.float32), size=shape)
+        x = x.astype(np.float64) if dtype == "float64" else x
+        with jt.no_grad():
+            v = to_numpy64(ops.max_pool3d(to_jittor(x, dtype), **kw))
+        y, _ = ops.max_pool3d(to_jittor(x, dtype), return_indices=True, **kw)
+        want, _ = F.reference_pool(x, **kw)
+        for got in (v, to_numpy64(y)):
+            np.testing.assert_array_equal(got, want, err_msg=str((shape, kw)))
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=str((shape, kw)))
+
+
+def test_signed_zero_ties_keep_the_first_index():
+    x = np.array([-0.0, 0.0, 0.0, -0.0], np.float32).reshape(1, 1, 1, 1, 4)
+    _, idx = ops.max_pool3d(jt.array(x), (1, 1, 2), return_indices=True)
+    assert idx.numpy().reshape(-1).tolist() == [0, 2]
+
+
+def test_geometry_data_is_one_entry_for_small_windows():
+    assert list(P.cpu_geometry_data(P.normalize_params(3, 2, 1))) == ["g"]
+    wide = P.cpu_geometry_data(P.normalize_params((1, 2, 17), (1, 1, 3)))
+    assert wide["g"] == -1 and set(wide) == {"g", "gk", "gs", "gp", "gd"}
+    with pytest.raises(ValueError, match="below"):
+        P.cpu_geometry_data(P.normalize_params((1, 1, 1 << 17)))
+
+
+# ---- max_pool3d backward: the GPU's gather, run on the CPU, gives the same dx bit for bit ------------------
+
+# The CUDA gather's work items (pool3d_gather.cuh: runs of RUN elements of an input row) one after another,
+# reading the indices the forward saved: the GPU's index math and summation order on the CPU.
+_GATHER_SRC = r"""
+typedef ops_cpu::Acc<in0_type>::type A;
+struct Load { A operator()(const in0_type* p) const { return ops_cpu::to_acc(*p); } };
+const int RUN = 4;
+const Pool3dWinR win = {(int)data["kd"], (int)data["kh"], (int)data["kw"], (int)data["sd"], (int)data["sh"],
+                        (int)data["sw"], (int)data["dd"], (int)data["dh"], (int)data["dw"]};
+const Pool3dGatherDims gd = {(int)in0_shape3, (int)in0_shape4, (int)in1_shape2, (int)in1_shape3, (int)in1_shape4,
+                             (int)data["pd"], (int)data["ph"], (int)data["pw"]};
+const long long planes = (long long)in0_shape0 * in0_shape1;
+const long long plane_in = (long long)in0_shape2 * in0_shape3 * in0_shape4;
+const long long plane_out = (long long)in1_shape2 * in1_shape3 * in1_shape4;
+for (long long p = 0; p < planes; ++p)
+  for (int id = 0; id < (int)in0_shape2; ++id)
+    for (int ih = 0; ih < (int)in0_shape3; ++ih)
+      for (int w0 = 0; w0 < (int)in0_shape4; w0 += RUN) {
+        const int n = std::min(RUN, (int)in0_shape4 - w0);
+        A acc[RUN];
+        pool3d_gather_run<A, RUN>(win, gd, (const int*)in2_p + p * plane_out, in1_p + p * plane_out, id, ih, w0, n,
+                                  acc, Load());
+        in0_type* dp = out0_p + p * plane_in + ((long long)id * in0_shape3 + ih) * in0_shape4 + w0;
+        for (int r = 0; r < n; ++r) dp[r] = ops_cpu::from_acc<in0_type>(acc[r]);
+      }
+"""
+
+
+def _gather_on_cpu(x, dy, idx, params):
+    data = P.PoolParams.data(params)
+    header = _codegen.include(("cpu_common.h", "pool3d_gather"))
+    return jt.code(x.shape, x.dtype, [x, dy, idx], cpu_header="#include <algorithm>\n" + header,
+                   cpu_src=_GATHER_SRC, data=data)
+
+
+GRADIENT_PATHS = [
+    ((2, 3, 9, 9, 9), _kw(3, 1)),  # overlapping: sums
+    ((2, 4, 9, 12, 11), _kw(3, 2, 1)),  # overlapping with padding
+    ((1, 2, 12, 12, 12), _kw(8, 1)),  # up to 512 windows per element
+    ((2, 3, 10, 11, 12), _kw((1, 3, 2), (1, 2, 1), (0, 1, 1), (1, 2, 1))),  # dilation
+    ((2, 3, 8, 10, 12), _kw(2)),  # disjoint: a copy
+    ((2, 3, 8, 9, 11), _kw(2, 3)),  # disjoint with gaps
+    ((2, 3, 7, 9, 11), _kw(2, ceil=True)),  # partial windows
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_backward_from_indices_is_the_gather_bit_for_bit(dtype, rng):
+    for shape, kw in GRADIENT_PATHS:
+        x = to_jittor(random_array(shape, dtype, rng), dtype)
+        y, idx = ops.max_pool3d(x, return_indices=True, **kw)
+        dy = to_jittor(random_array(tuple(y.shape), dtype, rng), dtype)
+        got = jt.grad(_InjectGrad.apply(ops.max_pool3d(x, **kw), dy).sum(), x)
+        want = _gather_on_cpu(x, dy, idx, P.normalize_params(**kw))
+        assert got.numpy().tobytes() == want.numpy().tobytes(), (shape, kw)
+        again = jt.grad(_InjectGrad.apply(ops.max_pool3d(x, **kw), dy).sum(), x)
+        assert again.numpy().tobytes() == got.numpy().tobytes(), (shape, kw)
+
+
+# ---- permute / transpose_add ------------------------------------------------------------------------------
+
+import sys  # noqa: E402
+
+ops.permute  # noqa: B018  (resolve the lazy export first: the function stays the package attribute)
+PM = sys.modules["ops.permute"]
+
+
+def test_cpu_plan_modes():
+    assert PM.cpu_plan_data((4, 5), (0, 1)) == {"m": 0}
+    rows = PM.cpu_plan_data((64, 48, 16), (1, 0, 2))  # output rows of 16 elements, outer dims (48, 64)
+    assert rows == {"m": 1, "r": 16, "k": 2, "A": 48, "I": 16, "B": 64, "J": 768}
+    tiles = PM.cpu_plan_data((8, 96, 80), (0, 2, 1))  # the (96, 80) plane for each of 8 batch indices
+    assert tiles == {"m": 2, "a": 80, "b": 96, "i": 80, "o": 96, "k": 1, "A": 8, "I": 7680, "Q": 7680}
+    assert PM.cpu_plan_data((5, 6, 7, 8), (2, 3, 0, 1))["k"] == 0  # simplified to a (30, 56) transpose
+
+
+# Shapes for the tiles (blocks of 8 and 4, remainders, several tiles, batch dims), the rows (64-, 32-, 16-,
+# 8-byte multiples and odd sizes) and the identity.
+PERMUTE_PATHS = [
+    ((67, 45), (1, 0)), ((3, 33, 70), (0, 2, 1)), ((2, 5, 3, 17, 9), (4, 2, 0, 3, 1)), ((7, 9), (1, 0)),
+    ((5, 6, 7, 8), (2, 3, 0, 1)), ((64, 48, 16), (1, 0, 2)), ((4, 6, 8, 12), (0, 2, 1, 3)),
+    ((3, 5, 4, 3), (1, 0, 2, 3)), ((2, 3, 2, 3, 2, 3, 2, 5), (7, 0, 6, 1, 5, 2, 4, 3)), ((6, 1, 5), (2, 1, 0)),
+    ((12, 40), (0, 1)),
+]
+PERMUTE_DTYPES = ["bool", "int8", "float16", "bfloat16", "int32", "float32", "int64", "float64"]
+
+
+def _values(shape, dtype, rng):
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype.startswith("int"):
+        return rng.integers(-100, 100, size=shape).astype(dtype)
+    return random_array(shape, dtype, rng)
+
+
+@pytest.mark.parametrize("dtype", PERMUTE_DTYPES)
+def test_permute_paths(dtype, rng):
+    xs = [_values(shape, dtype, rng) for shape, _ in PERMUTE_PATHS]
+    outs = [ops.permute(to_jittor(x, dtype), *perm) for x, (_, perm) in zip(xs, PERMUTE_PATHS)]
+    jt.sync(outs)
+    for x, (shape, perm), y in zip(xs, PERMUTE_PATHS, outs):
+        np.testing.assert_array_equal(to_numpy64(y), np.transpose(x, perm).astype(to_numpy64(y).dtype),
+                                      err_msg=str((shape, perm)))
+
+
+def _round(v, dtype):
+    if dtype == "float16":
+        return v.astype(np.float32).astype(np.float16).astype(np.float64)
+    if dtype == "bfloat16":
+        return round_to_bfloat16(v.astype(np.float32)).astype(np.float64)
+    return v
+
+
+@pytest.mark.parametrize("dtype", PERMUTE_DTYPES)
+def test_transpose_add_paths(dtype, rng):
+    for shape, d0, d1 in [((67, 45), 0, 1), ((3, 33, 70), 1, 2), ((4, 6, 8, 12), 1, 2), ((5, 6, 7), 0, 1),
+                          ((12, 40), 1, 1), ((2, 9, 3, 40), 0, 3)]:
+        perm = list(range(len(shape)))
+        perm[d0], perm[d1] = perm[d1], perm[d0]
+        x = _values(shape, dtype, rng)
+        y = _values(tuple(shape[p] for p in perm), dtype, rng)
+        got = to_numpy64(ops.transpose_add(to_jittor(x, dtype), to_jittor(y, dtype), d0, d1))
+        xt = np.transpose(x, perm)
+        if dtype == "bool":
+            want = xt | y
+        elif dtype.startswith("int"):
+            want = (xt + y).astype(dtype)  # wraps
+        else:  # one rounding of the exact sum (float32 sums of 16-bit values are exact)
+            want = _round(xt.astype(np.float64) + y.astype(np.float64), dtype)
+            if dtype == "float32":
+                want = (xt.astype(np.float32) + y.astype(np.float32)).astype(np.float64)
+        np.testing.assert_array_equal(got, want.astype(got.dtype), err_msg=str((shape, d0, d1)))
+
+
+def test_portable_blocks_match_the_simd_ones(rng):
+    """Without SSE2/AVX2 the tiles take the compiler-unrolled 4x4 blocks: the same bytes."""
+    portable = "#undef __AVX2__\n#undef __SSE2__\n" + _codegen.include(("cpu_common.h", "permute_cpu.h"))
+    for dtype in ("int8", "float16", "float32", "int64"):
+        for shape, perm in PERMUTE_PATHS[:5]:
+            x = to_jittor(_values(shape, dtype, rng), dtype)
+            flat = jt.ops.reshape(x, (x.numel(),))
+            got = jt.code((x.numel(),), dtype, [flat], cpu_header=portable, cpu_src=PM._CPU_SRC["permute"],
+                          data=PM.cpu_plan_data(shape, perm))
+            want = ops.permute(x, *perm)
+            assert got.numpy().tobytes() == want.numpy().tobytes(), (dtype, shape, perm)
+
+
+# ---- expand_as / broadcast_to -----------------------------------------------------------------------------
+
+from ops import broadcast as BC  # noqa: E402
+
+
+def test_broadcast_cpu_data_drops_the_gpu_padding():
+    cfg = BC.select_config((5, 1, 1), (5, 128, 128), "float32")  # padded to a bucket of groups on the GPU
+    assert BC.cpu_forward_data(cfg) == {"n": 2, "A": 5, "a": 1, "B": 16384, "b": 0}
+    assert BC.cpu_forward_data(BC.select_config((1,), (512, 512), "float32")) == {"n": 1, "A": 262144, "a": 0}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+def test_broadcast_grad_sums_rows_of_every_length(dtype, rng):
+    """Row sums over lengths around the 8 partial sums (1, 7, 8, 9, 1001), a split row and a split column, each
+    within the float32 (float64) summation bound of the float64 sum, and the same bits twice."""
+    for x_shape, out in [((9, 1), (9, 1)), ((6, 1), (6, 7)), ((6, 1), (6, 8)), ((5, 1), (5, 9)),
+                         ((3, 1), (3, 1001)), ((1,), (300000,)), ((1, 33), (3000, 33))]:
+        x = to_jittor(random_array(x_shape, dtype, rng), dtype)
+        dy_np = random_array(out, dtype, rng)
+        y = ops.broadcast_to(x, out)
+        dx = jt.grad(_InjectGrad.apply(y, to_jittor(dy_np, dtype)).sum(), x)
+        again = jt.grad(_InjectGrad.apply(ops.broadcast_to(x, out), to_jittor(dy_np, dtype)).sum(), x)
+        assert dx.numpy().tobytes() == again.numpy().tobytes()
+        axes = tuple(d for d in range(len(out)) if (len(x_shape) < len(out) and d < len(out) - len(x_shape))
+                     or (x_shape[d - (len(out) - len(x_shape))] == 1 and out[d] != 1))
+        want = np.asarray(dy_np, np.float64).sum(axis=axes).reshape(x_shape)
+        terms = int(np.prod(out)) // int(np.prod(x_shape))
+        u = 2.0 ** -53 if dtype == "float64" else 2.0 ** -24
+        bound = terms * u * np.abs(np.asarray(dy_np, np.float64)).sum(axis=axes).reshape(x_shape)
+        rounding = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}.get(dtype, 0.0) * np.abs(want)
+        np.testing.assert_array_less(np.abs(to_numpy64(dx) - want), bound + rounding + 1e-300, err_msg=str(out))
