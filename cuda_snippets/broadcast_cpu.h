@@ -169,4 +169,40 @@ template <typename A, typename T, typename O> void col_reduce(const T* x, O* out
     }
 }
 
+// The backward as one grad source of the forward (jittor hands it the forward's `data`): dx[x] = the sum of
+// dout over the outputs that read x, taken in output order (runs of the innermost group: a row sum where it is
+// broadcast, an elementwise add where it is kept) in double accumulators, rounded once to x's type. One pass and
+// no Python per backward, where the GPU chains its row and column passes.
+template <typename D, typename T> void backward(const D* dout, T* dx, long long x_count, const Params& p) {
+  const int nd = (int)p.v['n'];
+  long long dims[MAX_GROUPS], strides[MAX_GROUPS], idx[MAX_GROUPS];
+  long long outer = 1;
+  for (int i = 0; i < nd; ++i) {
+    dims[i] = (long long)p.v['A' + i];
+    strides[i] = (long long)p.v['a' + i];
+    idx[i] = 0;
+    if (i < nd - 1) outer *= dims[i];
+  }
+  double* acc = ops_cpu::scratch<double, 0>(x_count);
+  for (long long i = 0; i < x_count; ++i) acc[i] = 0.0;
+  const long long inner = dims[nd - 1], inner_stride = strides[nd - 1];
+  long long off = 0;
+  for (long long o = 0; o < outer; ++o, dout += inner) {
+    if (inner_stride == 0) {
+      acc[off] += sum_run<double>(dout, inner);
+    } else {
+      double* a = acc + off;
+      for (long long k = 0; k < inner; ++k) a[k * inner_stride] += (double)ops_cpu::to_acc(dout[k]);
+    }
+    for (int i = nd - 2; i >= 0; --i) {
+      off += strides[i];
+      if (++idx[i] < dims[i]) break;
+      off -= dims[i] * strides[i];
+      idx[i] = 0;
+    }
+  }
+  typedef typename ops_cpu::Acc<T>::type A;
+  for (long long i = 0; i < x_count; ++i) dx[i] = ops_cpu::from_acc<T>((A)acc[i]);
+}
+
 }  // namespace bcast_cpu

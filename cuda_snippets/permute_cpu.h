@@ -36,11 +36,14 @@ struct Plan {
   long long dim[MAX_DIMS], in_stride[MAX_DIMS], out_stride[MAX_DIMS];
 };
 
-template <class Map> inline Plan plan(Map& data) {
+// `grad`: the plan of the backward (the inverse permute of dout), whose keys are the forward's with a '_' in
+// front (the grad source gets the forward's `data`).
+template <class Map> inline Plan plan(Map& data, bool grad = false) {
   double v[128] = {0};
+  const size_t len = grad ? 2 : 1;
   for (const auto& kv : data) {
-    const unsigned char c = (unsigned char)kv.first[0];
-    if (kv.first.size() == 1 && c < 128) v[c] = kv.second;
+    const unsigned char c = (unsigned char)kv.first[len - 1];
+    if (kv.first.size() == len && (!grad || kv.first[0] == '_') && c < 128) v[c] = kv.second;
   }
   Plan p;
   p.mode = (int)v['m'];

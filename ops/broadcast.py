@@ -400,6 +400,7 @@ ops_bcast_row_split<in0_type, out0_type, ${ACC}, ${INDEX_T}>(
 # keys broadcast_cpu.h reads in one walk over the map.
 
 _CPU_FWD = "bcast_cpu::forward(in0_p, out0_p, out0->num, bcast_cpu::params(data));"
+_CPU_GRAD = "bcast_cpu::backward(dout_p, out0_p, out0->num, bcast_cpu::params(data));"
 _CPU_PASS = {
     "row": "bcast_cpu::row_reduce<${ACC}>(in0_p, out0_p, bcast_cpu::params(data));",
     "row_split": "bcast_cpu::row_split_reduce<${ACC}>(in0_p, out0_p, out1_p, bcast_cpu::params(data));",
@@ -446,7 +447,7 @@ def forward_launch(cfg: KernelConfig, dtype: str, cuda: bool, out_shape: Shape) 
         src = _codegen.render(_FWD_CUDA, INDEX_T=cfg.index_type)
         return _launch.Launch(out_shape, dtype, cuda=True, src=src, header=_cuda_header(), data=data)
     return _launch.Launch(out_shape, dtype, cuda=False, src=_CPU_FWD, header=_cpu_header(),
-                          data=cpu_forward_data(cfg))
+                          data=cpu_forward_data(cfg), grad_srcs=[_CPU_GRAD] if dtype in ACC_DTYPE else None)
 
 
 def pass_launch(p: ReducePass, cuda: bool) -> _launch.Launch:
@@ -486,9 +487,10 @@ _reshape = jt.ops.reshape
 
 class _Plan:
     """A broadcast of one signature: x into the forward launch (no reshape: its kernel reads x's elements in
-    order and writes the output's, but for Vars of more than ``CODE_MAX_RANK`` dims); when a backward may
-    follow, recorded for autograd (``_launch.taped``) with the reduction passes as its backward, made on the
-    first backward."""
+    order and writes the output's, but for Vars of more than ``CODE_MAX_RANK`` dims). Its backward: on the CPU
+    the launch's grad source (one pass over dout); on the GPU, when a backward may follow, the launch is
+    recorded for autograd (``_launch.taped``) with the reduction passes as its backward, made on the first
+    backward."""
 
     __slots__ = ("launch", "need_grad", "grad_key", "_passes", "flat_in", "out_shape")
 
@@ -517,7 +519,7 @@ class _Plan:
         return (_reshape(v, x_shape),)
 
     def __call__(self, x):
-        if self.need_grad:
+        if self.need_grad and self.grad_key[3]:  # the CPU launch carries its backward as a grad source
             return _launch.taped((x,), self.forward, self.grad)
         return self.forward((x,))
 

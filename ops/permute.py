@@ -606,6 +606,10 @@ _CPU_SRC = {
     "permute": "permute_cpu::permute(in0_p, out0_p, in0->num, permute_cpu::plan(data));",
     "transpose_add": "permute_cpu::transpose_add(in0_p, in1_p, out0_p, in0->num, permute_cpu::plan(data));",
 }
+# The CPU plans' gradients as jt.code grad sources (jittor builds the backward op itself: no Python per
+# backward): dx is the inverse permute of dout, planned under '_' keys; transpose_add's dy is dout.
+_CPU_GRAD_SRC = "permute_cpu::permute(dout_p, out0_p, dout->num, permute_cpu::plan(data, true));"
+_CPU_COPY_GRAD_SRC = "std::memcpy(out0_p, dout_p, (size_t)dout->num * sizeof(*out0_p));"
 # The one-letter keys of the CPU plan's dims (permute_cpu.h): sizes, input strides, output strides.
 _CPU_DIM_KEYS = ("A", "I", "Q")
 
@@ -639,8 +643,10 @@ def cpu_plan_data(shape: Sequence[int], perm: Sequence[int]) -> Dict[str, int]:
 
 def launch(cfg: KernelConfig, cuda: bool, shape: Sequence[int] = (), perm: Sequence[int] = ()) -> _launch.Launch:
     """The ``jt.code`` launch of ``cfg``: flat input(s) to a flat output. The CPU path plans from the call's
-    ``shape`` and ``perm`` (:func:`cpu_plan_data`), the GPU from ``cfg``."""
+    ``shape`` and ``perm`` (:func:`cpu_plan_data`) and carries its gradients as grad sources (see
+    :func:`cpu_grads`), the GPU plans from ``cfg``."""
     numel = cfg.data["bytes"] // _codegen.ITEMSIZE[cfg.dtype]
+    grad_srcs = None
     if cuda:
         data = cfg.data
         data["v"] = menu(cfg.op, _codegen.ITEMSIZE[cfg.dtype]).index(_entry(cfg))
@@ -649,7 +655,20 @@ def launch(cfg: KernelConfig, cuda: bool, shape: Sequence[int] = (), perm: Seque
     else:
         data = cpu_plan_data(shape, perm)
         src, header = _CPU_SRC[cfg.op], _codegen.include(("cpu_common.h", "permute_cpu.h"))
-    return _launch.Launch((numel,), cfg.dtype, cuda=cuda, src=src, header=header, data=data)
+        if shape:
+            grad_data, grad_srcs = cpu_grads(cfg.op, shape, perm)
+            data.update(grad_data)
+    return _launch.Launch((numel,), cfg.dtype, cuda=cuda, src=src, header=header, data=data, grad_srcs=grad_srcs)
+
+
+def cpu_grads(op: str, shape: Sequence[int], perm: Sequence[int]):
+    """The CPU backward of ``op`` on ``x`` of ``shape``: the ``data`` of dx's plan (the inverse permute of dout,
+    keys with a '_' in front) and the grad sources, one per input."""
+    out_shape = tuple(shape[p] for p in perm)
+    inverse = perm if op == "transpose_add" else _inverse(perm)  # transpose_add's swap is its own inverse
+    grad_data = {"_" + key: value for key, value in cpu_plan_data(out_shape, inverse).items()}
+    srcs = [_CPU_GRAD_SRC] + ([_CPU_COPY_GRAD_SRC] if op == "transpose_add" else [])
+    return grad_data, srcs
 
 
 def run_config(cfg: KernelConfig, inputs: Sequence) -> "jt.Var":
@@ -664,15 +683,17 @@ _reshape = jt.ops.reshape
 
 
 class _Plan:
-    """A permute (or transpose_add) of one signature: the flat launch between two reshapes, recorded for
-    autograd (``_launch.taped``) when a backward may follow: dx is the inverse permute of dy (a swap is its own
-    inverse), dy of transpose_add's y is dy itself. No atomics: gradients are bit-for-bit deterministic."""
+    """A permute (or transpose_add) of one signature: the flat launch between two reshapes. dx is the inverse
+    permute of dy (a swap is its own inverse), dy of transpose_add's y is dy itself: on the CPU the launch carries
+    them as grad sources; on the GPU the launch is recorded for autograd (``_launch.taped``) when a backward may
+    follow. No atomics: gradients are bit-for-bit deterministic."""
 
-    __slots__ = ("launch", "numel", "out_shape", "inputs", "need_grad", "inverse_key", "_backward")
+    __slots__ = ("launch", "numel", "out_shape", "inputs", "need_grad", "inverse_key", "cpu", "_backward")
 
     def __init__(self, launch, numel, out_shape, inputs, need_grad, inverse_key):
         self.launch, self.numel, self.out_shape, self.inputs = launch, numel, out_shape, inputs
         self.need_grad, self.inverse_key, self._backward = need_grad, inverse_key, None
+        self.cpu = not inverse_key[-1]
 
     def forward(self, inputs):
         n = (self.numel,)
@@ -690,7 +711,7 @@ class _Plan:
         return (dx, dout) if self.inputs == 2 else (dx,)
 
     def __call__(self, *inputs):
-        if self.need_grad:
+        if self.need_grad and not self.cpu:  # the CPU launch carries its gradients as grad sources
             return _launch.taped(inputs, self.forward, self.grad)
         return self.forward(inputs)
 

@@ -685,3 +685,23 @@ def test_nvcc_compiles_every_instantiation():
                                    "void ops_bcast_pass_menu(int v, const T* in, OutT* out, Map& data)", "pass"))
     ok, log = compile_check(header, _instantiations())
     assert ok, log[-6000:]
+
+
+def test_cpu_backward_is_the_grad_source_of_the_forward(monkeypatch, rng):
+    """On the CPU the forward launch holds the backward (one pass over dout) as its grad source, for the float
+    dtypes only: no tape; the gradient is the float64 sum rounded once."""
+    jt.flags.use_cuda = 0
+    cfg = B.select_config((8, 1, 256), (8, 128, 256), "float32")
+    assert B.forward_launch(cfg, "float32", False, (8, 128, 256)).kwargs["cpu_grad_src"] == [B._CPU_GRAD]
+    icfg = B.select_config((8, 1, 256), (8, 128, 256), "int32")
+    assert "cpu_grad_src" not in B.forward_launch(icfg, "int32", False, (8, 128, 256)).kwargs
+
+    def no_tape(*args):
+        raise AssertionError("a CPU plan went through the Python tape")
+
+    monkeypatch.setattr(ops._launch, "taped", no_tape)
+    x = jt.array(random_array((8, 1, 256), "float32", rng))
+    w = random_array((8, 128, 256), "float32", rng)
+    got = jt.grad((ops.broadcast_to(x, (8, 128, 256)) * jt.array(w)).sum(), x).numpy()
+    want = w.astype(np.float64).sum(axis=1, keepdims=True).astype(np.float32)
+    assert np.array_equal(got, want)

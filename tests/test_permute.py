@@ -1107,3 +1107,34 @@ def test_nvcc_compiles_every_menu(op, dtype, index_types):
             + "\n".join(f"ops_{op}_menu<{ctype}, {it}>({args});" for it in index_types))
     ok, log = compile_check(header, body)
     assert ok, log[-4000:]
+
+
+@pytest.mark.parametrize("op", ["permute", "transpose_add"])
+def test_cpu_plans_carry_their_gradients_as_grad_sources(op, monkeypatch, rng):
+    """On the CPU the launch holds dx (and transpose_add's dy) as grad sources, dx planned under '_' keys as the
+    inverse permute of dout: no tape, and the gradients are the exact inverse permute (and dout)."""
+    jt.flags.use_cuda = 0
+    shape, perm = ((3, 5, 7), (2, 0, 1)) if op == "permute" else ((5, 7, 3), (1, 0, 2))
+    cfg = P.select_config(shape, perm, "float32", op)
+    launch = P.launch(cfg, False, shape, perm)
+    out_shape = tuple(shape[p] for p in perm)
+    want_grad = {"_" + k: v for k, v in P.cpu_plan_data(out_shape, perm if op == "transpose_add"
+                                                          else tuple(np.argsort(perm))).items()}
+    assert launch.kwargs["cpu_grad_src"][0] == P._CPU_GRAD_SRC
+    assert len(launch.kwargs["cpu_grad_src"]) == (2 if op == "transpose_add" else 1)
+    assert {k: v for k, v in launch.kwargs["data"].items() if k.startswith("_")} == want_grad
+
+    def no_tape(*args):
+        raise AssertionError("a CPU plan went through the Python tape")
+
+    monkeypatch.setattr(ops._launch, "taped", no_tape)
+    x = jt.array(random_array(shape, "float32", rng))
+    w = random_array(out_shape, "float32", rng)
+    if op == "permute":
+        y = ops.permute(x, perm)
+        assert np.array_equal(jt.grad((y * jt.array(w)).sum(), x).numpy(), np.transpose(w, np.argsort(perm)))
+    else:
+        other = jt.array(random_array(out_shape, "float32", rng))
+        y = ops.transpose_add(x, other, 0, 1)
+        gx, gy = jt.grad((y * jt.array(w)).sum(), [x, other])
+        assert np.array_equal(gx.numpy(), np.transpose(w, perm)) and np.array_equal(gy.numpy(), w)
