@@ -22,7 +22,11 @@ from typing import Dict, Optional, Sequence, Tuple
 from ._jittor import has_cuda, jt
 
 __all__ = ["PlanCache", "Launch", "taped", "register_switch", "switch", "reload_switches", "on_cuda", "wants_grad",
-           "HOST_OPT_SWITCH", "PLAN_CACHE_SIZE"]
+           "HOST_OPT_SWITCH", "PLAN_CACHE_SIZE", "CODE_MAX_RANK"]
+
+# jittor's code-op template cannot take a Var of 10 dims (its macros write a rank in hex and then fail on
+# `out0_dim-1` = `a-1`; seen on the H100, 2026-11-25): such a Var goes through the launch flat.
+CODE_MAX_RANK = 9
 
 # Plans kept per entry point. A plan holds a few strings and small dicts (~2-5 KB); a model calls an op with a
 # handful of signatures, a grader or a shape sweep with a few hundred.

@@ -431,9 +431,7 @@ def _cpu_header() -> str:
     return _codegen.include(("cpu_common.h", "broadcast_cpu.h"))
 
 
-# jittor's code-op template cannot take a Var of 10 dims (its macros write a rank in hex and then fail on
-# `out0_dim-1` = `a-1`; seen on the H100, 2026-11-25): such a Var goes through the launch flat.
-CODE_MAX_RANK = 9
+CODE_MAX_RANK = _launch.CODE_MAX_RANK
 
 
 def forward_launch(cfg: KernelConfig, dtype: str, cuda: bool, out_shape: Shape) -> _launch.Launch:

@@ -1120,6 +1120,7 @@ def test_cpu_plans_carry_their_gradients_as_grad_sources(op, monkeypatch, rng):
     out_shape = tuple(shape[p] for p in perm)
     want_grad = {"_" + k: v for k, v in P.cpu_plan_data(out_shape, perm if op == "transpose_add"
                                                           else tuple(np.argsort(perm))).items()}
+    assert launch.shapes == out_shape  # the Vars as they are: no reshape around the launch
     assert launch.kwargs["cpu_grad_src"][0] == P._CPU_GRAD_SRC
     assert len(launch.kwargs["cpu_grad_src"]) == (2 if op == "transpose_add" else 1)
     assert {k: v for k, v in launch.kwargs["data"].items() if k.startswith("_")} == want_grad
@@ -1138,3 +1139,18 @@ def test_cpu_plans_carry_their_gradients_as_grad_sources(op, monkeypatch, rng):
         y = ops.transpose_add(x, other, 0, 1)
         gx, gy = jt.grad((y * jt.array(w)).sum(), [x, other])
         assert np.array_equal(gx.numpy(), np.transpose(w, perm)) and np.array_equal(gy.numpy(), w)
+
+
+def test_cpu_permute_of_ten_dims_goes_through_a_flat_launch(rng):
+    """jittor's code op cannot take a 10-dim Var: past CODE_MAX_RANK dims the CPU launch is flat, with reshapes
+    around it, values and gradient still exact."""
+    jt.flags.use_cuda = 0
+    shape, perm = (2, 1, 3, 1, 2, 1, 2, 1, 3, 2), (9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+    cfg = P.select_config(shape, perm, "float32", "permute")
+    assert P.launch(cfg, False, shape, perm).shapes == (math.prod(shape),)
+    a = random_array(shape, "float32", rng)
+    x = jt.array(a)
+    y = ops.permute(x, perm)
+    assert np.array_equal(y.numpy(), np.transpose(a, perm))
+    w = random_array(y.shape, "float32", rng)
+    assert np.array_equal(jt.grad((y * jt.array(w)).sum(), x).numpy(), np.transpose(w, np.argsort(perm)))
