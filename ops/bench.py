@@ -6,8 +6,8 @@ process. ``model``: ms per training step (forward, backward, SGD update) of two 
 with ``ops.MaxPool3d`` against the same block with ``jt.nn.MaxPool3d`` and PyTorch's, and an RWKV-style
 time-mix block with ``ops.timex`` against the naive jittor composite and PyTorch's causal ``conv1d``.
 
-Medians of several rounds; the first calls (compiles) are excluded. Times move with the machine's load: compare
-columns of one run, not runs.
+Medians of several rounds, ops, jittor and PyTorch timed in interleaved rounds; the first calls (compiles) are
+excluded. Times move with the machine's load: compare columns of one run, not runs.
 """
 from __future__ import annotations
 
@@ -18,15 +18,27 @@ import time
 
 
 def _per_call_us(fn, sync, calls: int, rounds: int = 5) -> float:
-    for _ in range(max(3, calls // 10)):
-        sync(fn())
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
+    return _interleaved_us([(fn, sync)], calls, rounds)[0][0]
+
+
+def _interleaved_us(calls_and_syncs, calls: int, rounds: int = 7):
+    """Per-call us of each (fn, sync), timed in interleaved rounds (a round of each in turn, so that a slow spell
+    of the machine touches all of them alike): the median of each, and the median over rounds of the first's
+    time over the second's (on a shared 2-core machine the sequential medians of ops and jittor once moved 1.7x
+    from run to run, the ratio far less)."""
+    for fn, sync in calls_and_syncs:
+        for _ in range(max(3, calls // 10)):
             sync(fn())
-        times.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(times)
+    times = [[] for _ in calls_and_syncs]
+    for _ in range(rounds):
+        for (fn, sync), record in zip(calls_and_syncs, times):
+            start = time.perf_counter()
+            for _ in range(calls):
+                sync(fn())
+            record.append((time.perf_counter() - start) / calls * 1e6)
+    medians = [statistics.median(t) for t in times]
+    ratio = statistics.median(a / b for a, b in zip(times[0], times[1])) if len(times) > 1 else None
+    return medians, ratio
 
 
 def _torch():
@@ -132,16 +144,16 @@ def run_calls(args) -> int:
             torch.cuda.synchronize()
 
     print(f"wall clock per call (us), {'CUDA' if cuda else 'CPU'}, sync after each call; "
-          f"{'' if torch is not None else 'PyTorch not available; '}median of 5 rounds of {args.calls} calls")
+          f"{'' if torch is not None else 'PyTorch not available; '}medians of 7 interleaved rounds of {args.calls} "
+          "calls; ops/jittor: the median of the rounds' ratios")
     print(f"{'call':36s} {'ops':>9s} {'jittor':>9s} {'torch':>9s} {'ops/jittor':>11s}")
     for name, ours, theirs, torch_call in call_cases(jt, ops, np, torch, cuda):
         if args.filter and args.filter not in name:
             continue
-        a = _per_call_us(ours, jt_sync, args.calls)
-        b = _per_call_us(theirs, jt_sync, args.calls)
-        c = _per_call_us(torch_call, torch_sync, args.calls) if torch_call else None
-        print(f"{name:36s} {a:9.1f} {b:9.1f} {c if c is not None else float('nan'):9.1f} {a / b:11.2f}",
-              flush=True)
+        timed = [(ours, jt_sync), (theirs, jt_sync)] + ([(torch_call, torch_sync)] if torch_call else [])
+        medians, ratio = _interleaved_us(timed, args.calls)
+        c = medians[2] if torch_call else float("nan")
+        print(f"{name:36s} {medians[0]:9.1f} {medians[1]:9.1f} {c:9.1f} {ratio:11.2f}", flush=True)
     return 0
 
 
