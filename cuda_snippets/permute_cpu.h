@@ -42,8 +42,9 @@ template <class Map> inline Plan plan(Map& data, bool grad = false) {
   double v[128] = {0};
   const size_t len = grad ? 2 : 1;
   for (const auto& kv : data) {
+    if (kv.first.size() != len || (grad && kv.first[0] != '_')) continue;
     const unsigned char c = (unsigned char)kv.first[len - 1];
-    if (kv.first.size() == len && (!grad || kv.first[0] == '_') && c < 128) v[c] = kv.second;
+    if (c < 128) v[c] = kv.second;
   }
   Plan p;
   p.mode = (int)v['m'];

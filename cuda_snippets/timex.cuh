@@ -889,10 +889,27 @@ void timex_fwd_host(const T* w, const T* k, T* out, const TimexFwdParams& p) {
   }
 }
 
+// A float32 dot product of contiguous runs, accumulated over one or more add() calls: 32 partial sums (four
+// 8-lane FMA chains: the FMA latency is hidden), the tails of the runs in a sum of their own, all in a fixed
+// order, so results are bit-identical run to run.
+struct TimexDot {
+  float part[32] = {};
+  float tail = 0.f;
+  void add(const float* a, const float* b, int n) {
+    int i = 0;
+    for (; i + 32 <= n; i += 32)
+      for (int j = 0; j < 32; ++j) part[j] += a[i + j] * b[i + j];
+    for (; i < n; ++i) tail += a[i] * b[i];
+  }
+  float sum() {
+    for (int w = 16; w > 0; w /= 2)
+      for (int j = 0; j < w; ++j) part[j] += part[j + w];
+    return part[0] + tail;
+  }
+};
+
 // The CPU forward of ops' calls (the host emulation above is the GPU's index math, kept for the tests that check
-// it): each output is a dot product of two contiguous runs, out[t] = eps + sum_{u<=t} w[c, T-1-t+u] * k[u], in
-// float32 with 32 partial sums (four 8-lane FMA chains: the FMA latency is hidden, and the order is fixed, so
-// results are bit-identical run to run). The sum stops at u = t, so a NaN or Inf at step u reaches only
+// it): each output is one TimexDot of two contiguous runs, out[t] = eps + sum_{u<=t} w[c, T-1-t+u] * k[u]. The sum stops at u = t, so a NaN or Inf at step u reaches only
 // outputs t >= u. `data` holds two entries, eps ("e") and reverse ("r", grad_k: k read and out written
 // time-reversed); they are told apart by their keys' first letters while walking the map once (no key built
 // and hashed per call: ~20 ns each, the whole of a (1, 1, 1) call).
@@ -913,25 +930,16 @@ void timex_fwd_direct(const T* w, const T* k, T* out, int B, int C, int T_, Map&
       const long long row = ((long long)b * C + c) * T_;
       for (int u = 0; u < T_; ++u) kf[u] = ops_cpu::to_acc(k[row + (reverse ? T_ - 1 - u : u)]);
       for (int t = 0; t < T_; ++t) {
-        const float* wp = wf + (T_ - 1 - t);  // wp[u] = w[c, T-1-t+u]
-        const int n = t + 1;
-        float part[32] = {};
-        int u = 0;
-        for (; u + 32 <= n; u += 32)
-          for (int j = 0; j < 32; ++j) part[j] += wp[u + j] * kf[u + j];
-        for (int j = 0; j < 16; ++j) part[j] += part[j + 16];
-        for (int j = 0; j < 8; ++j) part[j] += part[j + 8];
-        float sum = ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
-        for (; u < n; ++u) sum += wp[u] * kf[u];
-        timex_store(out + row + (reverse ? T_ - 1 - t : t), sum + eps);
+        TimexDot dot;
+        dot.add(wf + (T_ - 1 - t), kf, t + 1);  // w[c, T-1-t+u] * k[u], u <= t
+        timex_store(out + row + (reverse ? T_ - 1 - t : t), dot.sum() + eps);
       }
     }
   }
 }
 
-// The CPU grad_w of ops' calls: gw[c, T-1-s] = sum_b sum_{t>=s} g[b,c,t] * k[b,c,t-s], each lag's sum as dot
-// products of contiguous runs of g and k, batch rows in order into the same 32 float32 partial sums (fixed
-// order: bit-identical run to run).
+// The CPU grad_w of ops' calls: gw[c, T-1-s] = sum_b sum_{t>=s} g[b,c,t] * k[b,c,t-s], each lag's sum one
+// TimexDot over the batch rows in order.
 template <typename T>
 void timex_gw_direct(const T* k, const T* g, T* gw, int B, int C, int T_) {
   float* kf = ops_cpu::scratch<float, 0>((size_t)B * T_);
@@ -945,21 +953,10 @@ void timex_gw_direct(const T* k, const T* g, T* gw, int B, int C, int T_) {
       }
     }
     for (int s = 0; s < T_; ++s) {
-      const int n = T_ - s;
-      float part[32] = {};
-      float tail = 0.f;
-      for (int b = 0; b < B; ++b) {
-        const float* gp = gf + (long long)b * T_ + s;  // gp[i] = g[b, c, s + i], kp[i] = k[b, c, i]
-        const float* kp = kf + (long long)b * T_;
-        int i = 0;
-        for (; i + 32 <= n; i += 32)
-          for (int j = 0; j < 32; ++j) part[j] += gp[i + j] * kp[i + j];
-        for (; i < n; ++i) tail += gp[i] * kp[i];
-      }
-      for (int j = 0; j < 16; ++j) part[j] += part[j + 16];
-      for (int j = 0; j < 8; ++j) part[j] += part[j + 8];
-      const float sum = ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
-      timex_store(gw + (long long)c * T_ + (T_ - 1 - s), sum + tail);
+      TimexDot dot;
+      for (int b = 0; b < B; ++b)  // g[b, c, s + i] * k[b, c, i]
+        dot.add(gf + (long long)b * T_ + s, kf + (long long)b * T_, T_ - s);
+      timex_store(gw + (long long)c * T_ + (T_ - 1 - s), dot.sum());
     }
   }
 }

@@ -1,6 +1,7 @@
 """timex (RWKV time-mix): references, dispatch table, values and gradients for every dtype on odd and tiny
 shapes (CPU; GPU under -m cuda), forced multi-tile paths, deterministic gradients, errors, the case table, and
 an nvcc compile of every kernel instantiation the dispatcher can render."""
+import contextlib
 import dataclasses
 import itertools
 import sys
@@ -519,21 +520,28 @@ NONFINITE_GPU_CASES = [("0", 3, 2, 37, "fwd_single"), ("0", 2, 2, 1100, "fwd_til
                        ("3", 3, 2, 4, "fwd_mma3")]
 
 
-@pytest.mark.cuda
-@pytest.mark.parametrize("where", ["k,g", "w"])
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("switch, B, C, T, variant", NONFINITE_GPU_CASES)
-def test_gpu_nonfinite_values_stay_causal(rng, switches, switch, B, C, T, variant, dtype, where):
+@contextlib.contextmanager
+def on_gpu_with_mma_switch(switches, switch):
+    """Run the body on the GPU with OPS_TIMEX_MMA = ``switch`` (skipped where a tensor-core kernel cannot run)."""
     if switch != "0" and min(jt.flags.cuda_archs) < 80:
         pytest.skip("the tensor-core kernels need sm_80+")
     switches.setenv(X.MMA_SWITCH, switch)
     previous = jt.flags.use_cuda
     jt.flags.use_cuda = 1
     try:
-        assert X.select_config((B, C, T), tensor_cores=X.tensor_cores_available(), dtype=dtype).variant == variant
-        check_nonfinite(*nonfinite_inputs(rng, B, C, T, dtype, where), dtype)
+        yield
     finally:
         jt.flags.use_cuda = previous
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("where", ["k,g", "w"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("switch, B, C, T, variant", NONFINITE_GPU_CASES)
+def test_gpu_nonfinite_values_stay_causal(rng, switches, switch, B, C, T, variant, dtype, where):
+    with on_gpu_with_mma_switch(switches, switch):
+        assert X.select_config((B, C, T), tensor_cores=X.tensor_cores_available(), dtype=dtype).variant == variant
+        check_nonfinite(*nonfinite_inputs(rng, B, C, T, dtype, where), dtype)
 
 
 @pytest.mark.cuda
@@ -732,12 +740,7 @@ SWITCHED_CASES = [("0", 32, 16, 768, "float32"), ("0", 3, 8, 1100, "float32"), (
 @pytest.mark.cuda
 @pytest.mark.parametrize("switch, B, C, T, dtype", SWITCHED_CASES)
 def test_gpu_switched_forward_and_grad_k(rng, monkeypatch, switch, B, C, T, dtype, switches):
-    if switch != "0" and min(jt.flags.cuda_archs) < 80:
-        pytest.skip("the tensor-core kernels need sm_80+")
-    switches.setenv(X.MMA_SWITCH, switch)
-    previous = jt.flags.use_cuda
-    jt.flags.use_cuda = 1
-    try:
+    with on_gpu_with_mma_switch(switches, switch):
         variant = X.select_config((B, C, T), tensor_cores=X.tensor_cores_available(), dtype=dtype).variant
         assert variant == {"0": "fwd_single" if T <= X.FWD_SINGLE_MAX_T else "fwd_tiled", "1": "fwd_mma",
                            "2": "fwd_mma2", "3": "fwd_mma3"}[switch]
@@ -748,8 +751,6 @@ def test_gpu_switched_forward_and_grad_k(rng, monkeypatch, switch, B, C, T, dtyp
         _, gk = run_grads(w, k, g, dtype)
         assert_close(gk, F.reference_timex_grads(w, k, g)[1], dtype, T, "grad_k")
         assert np.array_equal(gk, run_grads(w, k, g, dtype)[1])
-    finally:
-        jt.flags.use_cuda = previous
 
 
 # ---- the tensor-core kernels' index math, emulated lane by lane (the CPU cannot run mma.sync) ---------------
