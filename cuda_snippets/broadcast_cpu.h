@@ -101,14 +101,18 @@ template <typename T> void forward(const T* x, T* out, long long numel, const Pa
 // Partial sums per lane: 8 lanes of float fill one AVX2 register.
 const int LANES = 8;
 
-template <typename A, typename T> inline A sum_run(const T* x, long long n) {
-  A part[LANES];
-  for (int l = 0; l < LANES; ++l) part[l] = A(0);
+// A run's sum in W partial sums of type A, the tail into the first lanes, added in a fixed pairwise tree
+// (((p0 + p1) + (p2 + p3)) + ...): the order depends on n only.
+template <typename A, int W = LANES, typename T> inline A sum_run(const T* x, long long n) {
+  A part[W];
+  for (int l = 0; l < W; ++l) part[l] = A(0);
   long long i = 0;
-  for (; i + LANES <= n; i += LANES)
-    for (int l = 0; l < LANES; ++l) part[l] += (A)ops_cpu::to_acc(x[i + l]);
+  for (; i + W <= n; i += W)
+    for (int l = 0; l < W; ++l) part[l] += (A)ops_cpu::to_acc(x[i + l]);
   for (int l = 0; i + l < n; ++l) part[l] += (A)ops_cpu::to_acc(x[i + l]);
-  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+  for (int w = 1; w < W; w *= 2)
+    for (int l = 0; l + w < W; l += 2 * w) part[l] += part[l + w];
+  return part[0];
 }
 
 template <typename A, typename T, typename O> void row_reduce(const T* x, O* out, const Params& p) {
@@ -173,21 +177,10 @@ template <typename A, typename T, typename O> void col_reduce(const T* x, O* out
 // dout over the outputs that read x, taken in output order (runs of the innermost group: a row sum where it is
 // broadcast, an elementwise add where it is kept) in double accumulators, rounded once to x's type. One pass and
 // no Python per backward, where the GPU chains its row and column passes.
-// A run's sum in double: 32 partial sums (8 chains of 4-lane adds: the add latency hidden), fixed order.
+// The backward's runs are summed in double in 32 partial sums (8 chains of 4-lane adds: the add latency hidden).
 // (5,128,128) -> (5,1,1) float32 backward, call + sync on the 2-core machine (2026-11-25, median of 7): 25.3 us
 // with 8 partial sums (2 chains), 12.4 with 32; the former float row passes 17.4-22.7.
-template <typename D> inline double sum_run_wide(const D* x, long long n) {
-  const int W = 32;
-  double part[W];
-  for (int l = 0; l < W; ++l) part[l] = 0.0;
-  long long i = 0;
-  for (; i + W <= n; i += W)
-    for (int l = 0; l < W; ++l) part[l] += (double)ops_cpu::to_acc(x[i + l]);
-  for (int l = 0; i + l < n; ++l) part[l] += (double)ops_cpu::to_acc(x[i + l]);
-  for (int w = W / 2; w > 0; w /= 2)
-    for (int l = 0; l < w; ++l) part[l] += part[l + w];
-  return part[0];
-}
+const int WIDE_LANES = 32;
 
 template <typename D, typename T> void backward(const D* dout, T* dx, long long x_count, const Params& p) {
   const int nd = (int)p.v['n'];
@@ -205,7 +198,7 @@ template <typename D, typename T> void backward(const D* dout, T* dx, long long 
   long long off = 0;
   for (long long o = 0; o < outer; ++o, dout += inner) {
     if (inner_stride == 0) {
-      acc[off] += sum_run_wide(dout, inner);
+      acc[off] += sum_run<double, WIDE_LANES>(dout, inner);
     } else {
       double* a = acc + off;
       for (long long k = 0; k < inner; ++k) a[k * inner_stride] += (double)ops_cpu::to_acc(dout[k]);
