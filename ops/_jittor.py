@@ -157,9 +157,18 @@ def _jittor_dir() -> Optional[Path]:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def core_built(cache_path: str) -> bool:
-    """jittor's core library is in its cache (jittor builds ``jittor_core<EXT_SUFFIX>`` there at first import)."""
-    return os.path.isfile(os.path.join(cache_path, "jittor_core" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")))
+def core_built(cache_path: str, cuda: bool = False) -> bool:
+    """jittor's core library is in its cache: ``jittor_core<EXT_SUFFIX>`` in ``cache_path`` (the folder
+    jittor_utils names), or, for a CUDA build, in its ``cu<nvcc version>_sm_<archs>`` subfolder, where
+    jittor moves its cache path once it has found nvcc."""
+    name = "jittor_core" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+    if not cuda:
+        return os.path.isfile(os.path.join(cache_path, name))
+    try:
+        subfolders = [d for d in os.listdir(cache_path) if d.startswith("cu")]
+    except OSError:
+        return False
+    return any(os.path.isfile(os.path.join(cache_path, d, name)) for d in subfolders)
 
 
 def core_build_message(cache_path: str, cores: int, cuda: bool) -> str:
@@ -199,8 +208,8 @@ def bootstrap(env=os.environ) -> Machine:
             print(message, file=sys.stderr)
     if _switch_on(env, BOOTSTRAP_SWITCH):
         cache_path = _jittor_cache_path()
-        if cache_path and not core_built(cache_path):
-            cuda = machine.gpu_count > 0 and env.get("nvcc_path", None) != ""
+        cuda = machine.gpu_count > 0 and env.get("nvcc_path", None) != ""
+        if cache_path and not core_built(cache_path, cuda):
             print(core_build_message(cache_path, os.cpu_count() or 1, cuda), file=sys.stderr)
     return machine
 

@@ -161,6 +161,18 @@ def test_core_build_is_announced_only_when_the_core_is_missing(tmp_path, monkeyp
     assert capsys.readouterr().err == ""
 
 
+def test_cuda_core_is_looked_for_in_jittors_cuda_subfolder(tmp_path):
+    """With nvcc, jittor builds its core in cache_path/cu<version>_sm_<archs>/, not in cache_path."""
+    name = "jittor_core" + boot.sysconfig.get_config_var("EXT_SUFFIX")
+    (tmp_path / name).write_bytes(b"")  # a CPU core only
+    assert boot.core_built(str(tmp_path)) and not boot.core_built(str(tmp_path), cuda=True)
+    (tmp_path / "cu13.0.88_sm_90").mkdir()
+    assert not boot.core_built(str(tmp_path), cuda=True)
+    (tmp_path / "cu13.0.88_sm_90" / name).write_bytes(b"")
+    assert boot.core_built(str(tmp_path), cuda=True)
+    assert not boot.core_built(str(tmp_path / "missing"), cuda=True)
+
+
 def test_core_build_estimate_follows_cores_and_cuda():
     assert "about 4 minutes on 2 cores" in boot.core_build_message("/c", 2, False)  # measured 3 min 53 s
     assert "about 40 s on 16 cores" in boot.core_build_message("/c", 16, False)  # measured 35 s

@@ -69,7 +69,7 @@ def _write_outputs(args, results, references, env, meta, title, notes=()):
             f.write(f"\nCommand: `python get_score.py {' '.join(map(str, meta['argv']))}` (seed {meta['seed']}; "
                     f"tiers: {meta['tiers']}). 'ours ms' and each reference's ms: max(kernel time, pipelined wall "
                     f"time per call), the median over interleaved rounds, which the points use; 'call us': one "
-                    f"call synced to the device; * a reference slower than 100 ms a call, timed a few calls. "
+                    f"call synced to the device; * a reference slower than 100 ms a call, timed by one call after its warm-up. "
                     f"GB/s counts the fewest bytes the case must move; %roof is that over the copy bandwidth "
                     f"measured in the same run.\n")
     if args.json:
@@ -201,14 +201,17 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
     interrupted = None
     env, results = {}, []
     scratch = None
+    warmed = None
     try:
         import tempfile
         scratch = tempfile.mkdtemp(prefix="get_score-", dir=scratch_root())
         if not args.no_warm:
             progress.status("compiling")
             warm_budget = WARM_BUDGET_S if args.budget is None else min(WARM_BUDGET_S, args.budget / 3)
-            warm_compile([c.id for _, c in order], device=device, impl=args.impl, budget_s=warm_budget,
-                         limit_bytes=WARM_BATCH_BYTES[device], scratch=scratch)
+            warm_started = time.monotonic()
+            warmed = warm_compile([c.id for _, c in order], device=device, impl=args.impl, budget_s=warm_budget,
+                                  limit_bytes=WARM_BATCH_BYTES[device], scratch=scratch)
+            warmed["wall_s"] = round(time.monotonic() - warm_started, 1)
         progress.status("scoring")
         env, results = run_cases(order, device=device, impl=args.impl, references=references, seed=args.seed,
                                  timeout_s=args.timeout, reference_timeout_s=args.reference_timeout,
@@ -223,6 +226,8 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
         if scratch:
             import shutil
             shutil.rmtree(scratch, ignore_errors=True)
+    if interrupted is None and any(r.why.startswith("not run: interrupted") for r in results):
+        interrupted = "signal"  # run_cases stopped at the signal and returned what it had
     if interrupted is not None:
         done = {r.case_id: r for r in results}
         results = [done.get(c.id) or CaseResult(c.id, nbytes[c.id], why=f"not run: interrupted ({interrupted})")
@@ -235,7 +240,7 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
     title = f"get_score.py on {env.get('name', device)}, {stamp}"
     meta = {"date": stamp, "argv": argv_shown, "seed": args.seed if args.seed is not None else "fresh",
             "impl": args.impl, "references": references, "tiers": args.tiers or "this run",
-            "seconds": round(time.monotonic() - started, 1), "notes": notes}
+            "seconds": round(time.monotonic() - started, 1), "compile_pass": warmed, "notes": notes}
     _write_outputs(args, results, references, env, meta, title, notes)
     if interrupted is not None:
         sys.stdout.flush()

@@ -164,8 +164,8 @@ class MaxPool3dFamily(Family):
         dy = np.asarray(grads_out[0], dtype=np.float64)
         want = reference_grad(arrays[0].shape, arg, dy)
         n = windows_per_input(c)
-        if n == 1:
-            return [Expected(want, (c.dtype,))]
+        if n == 1:  # each dx a copy of one dy or zero: in dy's own dtype, which the judge compares bit for bit
+            return [Expected(want.astype(grads_out[0].dtype), (c.dtype,))]
         l2 = np.sqrt(reference_grad(arrays[0].shape, arg, dy * dy))
         acc = "float64" if c.dtype == "float64" else "float32"
         return [Expected(want, (c.dtype,), "rounded", sum_bound(want, l2, n, c.dtype, acc))]

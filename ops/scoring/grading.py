@@ -33,6 +33,7 @@ class Timing:
     calls: Optional[int] = None  # timed calls in all
     slow: bool = False  # slower than harness.SLOW_MS a call: timed a bounded number of calls
     log: Optional[str] = None  # the worker's stderr while this implementation failed (compiler output)
+    seconds: Optional[float] = None  # the worker's time spent timing it (warm-up and rounds)
 
     @property
     def ok(self) -> bool:
@@ -55,6 +56,8 @@ class CaseResult:
     points: int = 0
     seconds: Optional[float] = None  # wall time of the case: inputs, references, every timing, the checks
     checked: int = 0  # outputs compared with the reference (the check call's and the timed calls')
+    phases: Dict[str, float] = field(default_factory=dict)  # seconds per step: prepare (inputs and references, made
+    # in advance on a GPU host), each worker phase, judge
 
 
 def gbps(nbytes: int, ms: Optional[float]) -> Optional[float]:

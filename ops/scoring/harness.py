@@ -43,8 +43,7 @@ from .spec import Case, Family, ReferenceSkipped, random_array
 TARGET_MS = 10.0  # each measurement runs the op about this long: 10 ms amortizes a ~5 us launch to 0.05%
 MAX_CALLS = 2048
 MAX_RERUN = 256
-SLOW_MS = 100.0  # a call slower than this is timed once more after its warm-up, not in rounds
-SLOW_CALLS = 1
+SLOW_MS = 100.0  # a call slower than this is timed by its warm-up's second call, not in rounds
 WINDOWS = 4  # timed windows per round (see Meter.round)
 def _voluntary_switches() -> int:
     """Times this thread gave up the CPU to wait (not counting preemption by other processes)."""
@@ -140,15 +139,21 @@ class JittorImpl:
     def _views(self, vs):
         return [v.reshape(v.shape) for v in vs]  # new Vars, same memory: nothing to recognize them by
 
+    def stage(self, k: int) -> list:
+        """A backward's forward on set ``k``, built and kept but not run: the Vars to sync (none for a
+        forward case). The compile pass syncs many of these at once, so that jittor compiles them in parallel
+        rather than one by one in ``prepare``."""
+        if self.case.direction == "fwd" or k in self._fwd_outs:
+            return []
+        self._fwd_outs[k] = list(self.forward(self.case, self.sets[k].xs))
+        return self._fwd_outs[k]
+
     def prepare(self, k: int):
         """Per-call inputs of set ``k``, made before any clock starts."""
         s = self.sets[k]
         if self.case.direction == "fwd":
             return self._views(s.xs)
-        if k not in self._fwd_outs:
-            outs = list(self.forward(self.case, s.xs))
-            jt.sync(outs)
-            self._fwd_outs[k] = outs
+        jt.sync(self.stage(k))
         return self._views(s.dys)
 
     def call(self, k: int, prepared) -> list:
@@ -241,6 +246,7 @@ class Meter:
         self.estimate_ms = None
         self.slow = False
         self.next_set = 1  # set 0 is the check set: never timed
+        self.seconds = 0.0  # spent in warm() and round()
 
     def _sync(self, outs, device: bool):
         if self.is_jittor:
@@ -263,21 +269,42 @@ class Meter:
         return ks
 
     def warm(self) -> None:
-        """Compile and run once; the second call's synced wall time is the estimate that plans the rounds."""
-        for _ in range(2):
+        started = time.perf_counter()
+        try:
+            self._warm()
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def _warm(self) -> None:
+        """Compile and run once; the second call's synced wall time is the estimate that plans the rounds.
+        A slow implementation's second call is its measurement (its first, when jittor compiled nothing in
+        it), and rounds leave it out (one call of jittor's timex reference costs up to 2.4 s on an H100)."""
+        for attempt in range(2):
             k = self._sets(1)[0]
             prepared = self.impl.prepare(k)
+            kernels = compiled_kernels() if self.is_jittor else None
             started = time.perf_counter()
             self._sync(self.impl.call(k, prepared), True)
             self.estimate_ms = (time.perf_counter() - started) * 1e3
+            if attempt == 0 and self.estimate_ms > SLOW_MS and kernels is not None and compiled_kernels() == kernels:
+                break  # nothing compiled: a slow first call is already a measurement
         self.slow = self.estimate_ms > SLOW_MS
+        if self.slow:
+            self.calls += 1
+            for figures in (self.wall, self.per_call, self.kernel):
+                figures.append(self.estimate_ms)
 
     def _count(self) -> int:
-        if self.slow:
-            return SLOW_CALLS
         return int(max(2, min(MAX_CALLS, TARGET_MS / max(self.estimate_ms, 1e-3))))
 
     def round(self) -> None:
+        started = time.perf_counter()
+        try:
+            self._round()
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def _round(self) -> None:
         n = self._count()
         ks = self._sets(max(n, self.n_sets - 1 if self.keep else 0))
         prepared = [self.impl.prepare(k) for k in ks]
@@ -306,10 +333,6 @@ class Meter:
         if self.keep:
             self.last_outputs = kept
         del prepared, kept
-        if self.slow:  # each call costs seconds: the timed call stands for the per-call and kernel figures too
-            self.per_call.append(self.wall[-1])
-            self.kernel.append(self.wall[-1])
-            return
         per_call = []
         for k in self._sets(max(1, min(n, 64))):
             p = self.impl.prepare(k)
@@ -367,7 +390,7 @@ class Meter:
             return Timing(error="not measured")
         return Timing(ms=min(rounds), kernel_ms=min(self.kernel), wall_ms=min(self.wall),
                       call_ms=statistics.median(self.per_call), rounds=[round(r, 6) for r in rounds],
-                      calls=self.calls, slow=self.slow)
+                      calls=self.calls, slow=self.slow, seconds=round(self.seconds, 3))
 
 
 def near_a_tier(ours: Meter, refs: Sequence[Meter], nbytes: int, stored: Optional[Sequence[float]],
@@ -409,28 +432,106 @@ def build_reference(fam: Family, case: Case, name: str, sets):
     raise ValueError(f"unknown reference {name!r}")
 
 
-def warm_graphs(items, api, limit_bytes: int) -> int:
+# A kernel that does not compile (jittor's own max_pool3d for float16/bfloat16 with CUDA 13, say) fails the same
+# way for every case of its family, implementation, dtype and direction, and in every run of this jittor
+# and compiler: each retry costs seconds of nvcc, and a failure inside a batch sync stops jittor's parallel
+# compile of the whole batch. The grader remembers such failures in this file of jittor's kernel cache (a
+# folder per jittor version and compiler); delete the file to try those kernels again.
+FAILED_COMPILES_FILE = "ops_grader_failed_compiles.json"
+COMPILE_FAILURE_MARKS = ("Compile operator", "Compile fused operator", "compilation of", "Check failed: ret")
+
+
+def compile_key(case: Case, name: str) -> str:
+    return f"{case.family}/{name}/{case.dtype}/{case.direction}"
+
+
+def is_compile_failure(err: BaseException) -> bool:
+    return any(m in str(err) for m in COMPILE_FAILURE_MARKS)
+
+
+def failed_compiles() -> Dict[str, str]:
+    """{compile key: the case it first failed in} from earlier runs with this kernel cache."""
+    try:
+        with open(os.path.join(jt.flags.cache_path, FAILED_COMPILES_FILE)) as f:
+            known = json.load(f)
+        return {str(k): str(v) for k, v in known.items()} if isinstance(known, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def remember_failed_compile(key: str, case_id: str) -> None:
+    known = failed_compiles()
+    if key in known:
+        return
+    known[key] = case_id
+    path = os.path.join(jt.flags.cache_path, FAILED_COMPILES_FILE)
+    try:
+        with open(path + ".tmp", "w") as f:
+            json.dump(known, f, indent=1, sort_keys=True)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass  # a cache folder we cannot write: the failure is retried next run, nothing worse
+
+
+def compiled_kernels() -> int:
+    """How many compiled ops jittor's kernel cache holds (the new ones since a count are the compiles between)."""
+    folder = os.path.join(jt.flags.cache_path, "jit")
+    try:
+        return sum(name.endswith(".so") for name in os.listdir(folder))
+    except OSError:
+        return 0
+
+
+def warm_graphs(items, api, limit_bytes: int, report: Callable[[dict], None] = lambda batch: None) -> int:
     """Build, exactly as the timed calls do, every implementation's graph of each case (ours, the naive
     composite, jittor's built-in; backward graphs for backward cases) and sync them in batches of at most
     ``limit_bytes`` of inputs, so that jittor compiles each batch's new kernels in parallel. Best effort: a
-    graph that fails here fails again, with its reason, when timed. Returns how many graphs ran."""
-    batch, held, built = [], 0, 0
+    graph that fails here fails again, with its reason, when timed. ``report`` gets each batch's figures
+    (cases, graphs, new kernels, seconds making inputs, building and syncing). Returns how many graphs ran."""
+    batch, held, built, cases, made_s = [], 0, 0, 0, 0.0
+    failed = failed_compiles()
+
+    def on_failure(key, case_id, err):
+        if is_compile_failure(err):
+            failed[key] = case_id
+            remember_failed_compile(key, case_id)
+
+    def run(step):
+        """``step(impl)`` for every graph of the batch not known to fail; ours and the naive composite synced
+        together (their kernels always compile), jittor's built-ins in groups by compile key, bisected over
+        the groups on a failure. Returns how many graphs built."""
+        trusted, groups, ok = [], {}, 0
+        for key, case_id, impl in batch:
+            if key in failed:
+                continue
+            try:
+                vs = step(impl)
+                ok += 1
+            except Exception:
+                continue
+            if key.split("/")[1] == "jittor":
+                groups.setdefault(key, (case_id, []))[1].extend(vs)
+            else:
+                trusted += vs
+        _sync_bisect(trusted)
+        _sync_groups([(key, case_id, vs) for key, (case_id, vs) in groups.items()], on_failure)
+        return ok
 
     def flush():
-        nonlocal batch, held, built
-        outs = []
-        for make in batch:
-            try:
-                outs += make()
-                built += 1
-            except Exception:
-                pass
-        _sync_bisect(outs)
-        batch, held = [], 0
+        nonlocal batch, held, built, cases, made_s
+        started, kernels = time.monotonic(), compiled_kernels()
+        run(lambda impl: impl.stage(0))  # the forwards that backward graphs start from, compiled together first
+        staged = time.monotonic()
+        ok = run(lambda impl: impl.call(0, impl.prepare(0)))
+        report({"cases": cases, "graphs": ok, "kernels": compiled_kernels() - kernels, "inputs_s": round(made_s, 2),
+                "staged_s": round(staged - started, 2), "graphs_s": round(time.monotonic() - staged, 2)})
+        built += ok
+        batch, held, cases, made_s = [], 0, 0, 0.0
         jt.gc()
 
     rng = np.random.default_rng(0)
     for fam, case in items:
+        started = time.monotonic()
         try:
             arrays = fam.make_inputs(case, rng)
             grads = fam.make_grads(case, rng) if case.direction == "bwd" else []
@@ -440,12 +541,31 @@ def warm_graphs(items, api, limit_bytes: int) -> int:
         size = sum(a.nbytes for a in arrays) + sum(g.nbytes for g in grads)
         if batch and held + size > limit_bytes:
             flush()
-        for forward in (lambda c, xs: fam.forward(c, api, xs), fam.naive_forward, fam.jittor_forward):
-            impl = JittorImpl(case, forward, sets)
-            batch.append(lambda impl=impl: impl.call(0, impl.prepare(0)))
+        made_s += time.monotonic() - started
+        for name, forward in (("ours", lambda c, xs: fam.forward(c, api, xs)), ("naive", fam.naive_forward),
+                              ("jittor", fam.jittor_forward)):
+            batch.append((compile_key(case, name), case.id, JittorImpl(case, forward, sets)))
         held += size
+        cases += 1
     flush()
     return built
+
+
+def _sync_groups(groups, on_failure) -> None:
+    """Sync groups of Vars (key, case id, Vars) at once; on a failure, bisect over the groups and report each
+    failing group's key (``on_failure(key, case_id, error)``). jittor stops compiling a sync's kernels at its
+    first failure; the kernels compiled by then stay in its cache, and a group that synced is done."""
+    groups = [g for g in groups if g[2]]
+    if not groups:
+        return
+    try:
+        jt.sync([v for _, _, vs in groups for v in vs])
+    except Exception as err:
+        if len(groups) == 1:
+            on_failure(groups[0][0], groups[0][1], err)
+            return
+        _sync_groups(groups[:len(groups) // 2], on_failure)
+        _sync_groups(groups[len(groups) // 2:], on_failure)
 
 
 def _sync_bisect(vs) -> None:

@@ -32,6 +32,7 @@ DEFAULT_TIMEOUT_S = 600.0  # per case: first-time kernel compiles and torch.comp
 DEFAULT_REFERENCE_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 300.0  # a worker imports jittor, ops and the graded module, and measures the copy bandwidth
 SMALL_CASE_BYTES = 64 << 20  # cases whose inputs are at most this get 3 timed sets, larger ones 2
+PREPARE_THREADS = 4  # on a GPU host: the input sets of the next case made and judged in advance in parallel
 LOG_TAIL = 4000  # characters of a failing reference's compiler output kept in the JSON
 
 
@@ -160,10 +161,12 @@ class Worker:
 
 @dataclasses.dataclass
 class Prepared:
-    """A case's input sets as the parent made them (set 0: the check call's)."""
+    """A case's input sets as the parent made them (set 0: the check call's), with what each must give."""
 
     folder: str
     sets: List[Tuple[List[np.ndarray], List[np.ndarray]]]  # (inputs, output gradients)
+    expected: List[list]  # per set: the family's Expected outputs
+    seconds: float = 0.0  # making, writing and judging them in advance
 
 
 def timed_sets(fam: Family, case: Case) -> int:
@@ -171,13 +174,17 @@ def timed_sets(fam: Family, case: Case) -> int:
     return 3 if size <= SMALL_CASE_BYTES else 2
 
 
-def prepare_case(fam: Family, case: Case, folder: str, check_seed: Optional[int], fresh_seed: int) -> Prepared:
-    """Write the check set (from ``check_seed``: reproducible with --seed) and the timed sets (always fresh)."""
+def prepare_case(fam: Family, case: Case, folder: str, check_seed: Optional[int], fresh_seed: int,
+                 threads: int = 1) -> Prepared:
+    """Write the check set (from ``check_seed``: reproducible with --seed) and the timed sets (always fresh),
+    and compute the float64 references of each; ``threads`` sets at a time (NumPy releases the GIL in its
+    loops)."""
     os.makedirs(folder, exist_ok=True)
-    rngs = [np.random.default_rng(check_seed if check_seed is not None else fresh_seed)]
-    rngs += [np.random.default_rng([fresh_seed, k]) for k in range(1, timed_sets(fam, case) + 1)]
-    sets, manifest = [], []
-    for k, rng in enumerate(rngs):
+    seeds = [check_seed if check_seed is not None else fresh_seed]
+    seeds += [[fresh_seed, k] for k in range(1, timed_sets(fam, case) + 1)]
+
+    def make(k):
+        rng = np.random.default_rng(seeds[k])
         arrays = fam.make_inputs(case, rng)
         grads = fam.make_grads(case, rng) if case.direction == "bwd" else []
         entry = {"inputs": [], "grads": []}
@@ -187,11 +194,17 @@ def prepare_case(fam: Family, case: Case, folder: str, check_seed: Optional[int]
                 np.save(os.path.join(folder, name), a)
                 dtype = case.dtype if a.dtype.kind == "f" else str(a.dtype)
                 entry[role].append([name, dtype])
-        manifest.append(entry)
-        sets.append((arrays, grads))
+        expected = fam.expected(case, arrays, grads if case.direction == "bwd" else None)
+        return entry, (arrays, grads), expected
+
+    if threads > 1:
+        with ThreadPoolExecutor(min(threads, len(seeds))) as pool:
+            made = list(pool.map(make, range(len(seeds))))
+    else:
+        made = [make(k) for k in range(len(seeds))]
     with open(os.path.join(folder, "manifest.json"), "w") as f:
-        json.dump({"sets": manifest}, f)
-    return Prepared(folder, sets)
+        json.dump({"sets": [m[0] for m in made]}, f)
+    return Prepared(folder, [m[1] for m in made], [m[2] for m in made])
 
 
 def judge_outputs(fam: Family, case: Case, prepared: Prepared, files: Dict[str, list]) -> Tuple[bool, str, Optional[float], int]:
@@ -202,8 +215,7 @@ def judge_outputs(fam: Family, case: Case, prepared: Prepared, files: Dict[str, 
         return False, "no output of the checked call", None, 0
     for tag, listed in files.items():
         k = 0 if tag == "check" else int(tag[3:])
-        arrays, grads = prepared.sets[k]
-        expected = fam.expected(case, arrays, grads if case.direction == "bwd" else None)
+        expected = prepared.expected[k]
         if len(listed) != len(expected):
             return False, f"{tag}: {len(listed)} outputs, expected {len(expected)}", None, checked
         for i, ((name, dtype), exp) in enumerate(zip(listed, expected)):
@@ -267,51 +279,70 @@ class Runner:
     def prepare(self, fam: Family, case: Case, index: int) -> Prepared:
         folder = os.path.join(self.scratch, f"case{index}")
         shutil.rmtree(folder, ignore_errors=True)
-        return prepare_case(fam, case, folder, self.seed, self.fresh + index)
+        started = time.monotonic()
+        prepared = prepare_case(fam, case, folder, self.seed, self.fresh + index,
+                                threads=PREPARE_THREADS if self.device == "cuda" else 1)
+        prepared.seconds = time.monotonic() - started
+        return prepared
 
-    def run_case(self, fam: Family, case: Case, nbytes: int, prepared: Prepared) -> CaseResult:
+    def run_case(self, fam: Family, case: Case, nbytes: int,
+                 prepared: Prepared) -> Tuple[CaseResult, Callable[[], CaseResult]]:
+        """Run the case in the worker. Returns the result so far and ``finish``, which judges the outputs,
+        removes the case's folder and returns the finished result: the caller may finish a case while the
+        worker runs the next one."""
         started = time.monotonic()
         result = CaseResult(case.id, nbytes, fam.flops(case))
+        result.phases["prepare"] = round(prepared.seconds, 3)
         try:
             result.variant = fam.variant(case, self._api())
         except Exception as err:
             result.variant = f"? ({str(err)[:40]})"
         folder = prepared.folder
         skipped: Dict[str, Timing] = {}
-        try:
-            while True:
-                refs = [r for r in self.references if r not in skipped]
-                outcome = self._attempt(case, folder, refs, nbytes)
-                kind = outcome[0]
-                if kind == "reference hung":
-                    skipped[outcome[1]] = outcome[2]
-                    continue
-                break
-            if kind in ("hung", "crashed", "budget"):
-                result.why = outcome[1]
-                result.refs.update(skipped)
+        files: Optional[Dict[str, list]] = None
+
+        def finish() -> CaseResult:
+            try:
+                if files is not None:
+                    judging = time.monotonic()  # the references were computed in advance (prepare_case)
+                    result.correct, result.why, result.max_error, result.checked = judge_outputs(
+                        fam, case, prepared, files)
+                    result.phases["judge"] = round(time.monotonic() - judging, 3)
+                    if result.correct and not result.ours.ok:
+                        result.correct, result.why = False, f"raised: {result.ours.error}"
                 return result
-            files, timings = outcome[1], outcome[2]
-            result.ours = timings.pop("ours", Timing(error="no timing"))
-            result.refs = {r: timings.get(r, skipped.get(r, Timing(error="no result"))) for r in self.references}
-            if not result.ours.ok and "check" not in files:
-                result.why, result.refs = f"raised: {result.ours.error}", {}
-                return result
-            result.correct, result.why, result.max_error, result.checked = judge_outputs(fam, case, prepared, files)
-            if result.correct and not result.ours.ok:
-                result.correct, result.why = False, f"raised: {result.ours.error}"
-            return result
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-            result.seconds = round(time.monotonic() - started, 2)
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+                result.seconds = round(time.monotonic() - started, 2)
+
+        while True:
+            refs = [r for r in self.references if r not in skipped]
+            outcome = self._attempt(case, folder, refs, nbytes, result.phases)
+            kind = outcome[0]
+            if kind == "reference hung":
+                skipped[outcome[1]] = outcome[2]
+                continue
+            break
+        if kind in ("hung", "crashed", "budget"):
+            result.why = outcome[1]
+            result.refs.update(skipped)
+            return result, finish
+        timings = outcome[2]
+        result.ours = timings.pop("ours", Timing(error="no timing"))
+        result.refs = {r: timings.get(r, skipped.get(r, Timing(error="no result"))) for r in self.references}
+        if not result.ours.ok and "check" not in outcome[1]:
+            result.why, result.refs = f"raised: {result.ours.error}", {}
+            return result, finish
+        files = outcome[1]
+        return result, finish
 
     def _api(self):
         import importlib
         return importlib.import_module(self.impl) if self.impl == "ops" else None
 
-    def _attempt(self, case: Case, folder: str, refs: List[str], nbytes: int):
-        """Send the case to a worker and collect its messages. Returns ("ok", files, timings),
-        ("reference hung", name, Timing), ("hung"|"crashed"|"budget", why)."""
+    def _attempt(self, case: Case, folder: str, refs: List[str], nbytes: int, phases: Dict[str, float]):
+        """Send the case to a worker and collect its messages (adding each phase's seconds to ``phases``).
+        Returns ("ok", files, timings), ("reference hung", name, Timing), ("hung"|"crashed"|"budget", why)."""
         if self.start_failure:
             return ("crashed", self.start_failure)
         if self.worker is None:
@@ -352,6 +383,8 @@ class Runner:
                                                             log=w.log_since(log_mark) or None))
                 return ("crashed", f"crashed: worker exited with code {code}")
             kind, payload = msg
+            if kind in ("phase", "done"):
+                phases[phase] = round(phases.get(phase, 0.0) + time.monotonic() - phase_start, 3)
             if kind == "phase":
                 phase, phase_start, log_mark = payload, time.monotonic(), w.log_size()
             elif kind == "outputs":
@@ -393,10 +426,23 @@ def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, r
                 if on_result:
                     on_result(res)
 
-    # On a GPU the next case's inputs are made while the worker runs this one (the host has cores to spare);
-    # on the CPU that would slow the timed calls down.
+    # On a GPU the next case's inputs are made, and the last case judged, while the worker runs this one (the
+    # host has cores to spare); on the CPU that would slow the timed calls down.
     ahead = ThreadPoolExecutor(1) if device == "cuda" else None
-    upcoming = None
+    judging = ThreadPoolExecutor(1) if device == "cuda" else None
+    upcoming, judged = None, None
+
+    def record(res: CaseResult) -> None:
+        results[res.case_id] = res
+        if on_result:
+            on_result(res)
+
+    def collect(wait: Optional[float] = None) -> None:
+        nonlocal judged
+        if judged is not None:
+            pending, judged = judged, None
+            record(pending.result(timeout=wait))
+
     try:
         for index, (fam, case) in enumerate(items):
             if runner._budget_left() <= 0:
@@ -405,19 +451,29 @@ def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, r
             upcoming = None
             if ahead is not None and index + 1 < len(items):
                 upcoming = ahead.submit(runner.prepare, *items[index + 1], index + 1)
-            res = runner.run_case(fam, case, nbytes_of(case.id) if nbytes_of else fam.bytes_moved(case), prepared)
+            res, finish = runner.run_case(fam, case, nbytes_of(case.id) if nbytes_of else fam.bytes_moved(case),
+                                          prepared)
+            collect()
             if res.why == "not run: time budget spent":
+                finish()
                 break
-            results[case.id] = res
-            if on_result:
-                on_result(res)
+            if judging is not None:
+                judged = judging.submit(finish)
+            else:
+                record(finish())
+        collect()
         not_run("not run: time budget spent")
     except Interrupted as stop:
         runner.stop()
+        try:
+            collect(wait=10.0)  # a case measured before the signal is judged and kept
+        except Exception:
+            pass
         not_run(f"not run: interrupted ({stop})")
     finally:
-        if ahead is not None:
-            ahead.shutdown(wait=False, cancel_futures=True)
+        for pool in (ahead, judging):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
         if runner.worker is not None:
             runner.worker.close()
             runner.worker = None
@@ -427,28 +483,40 @@ def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, r
 
 
 def warm_compile(case_ids: Sequence[str], *, device: str, impl: str, budget_s: float, limit_bytes: int,
-                 scratch: str) -> Optional[dict]:
+                 scratch: str) -> dict:
     """Compile every case's kernels before timing, in one worker: jittor compiles the new kernels of each
     batch of graphs in parallel, and one process never races another over jittor's generated files.
-    Best effort within ``budget_s``: the worker is killed then, and timing compiles what is left."""
+    Best effort within ``budget_s``: the worker is killed then, and timing compiles what is left. Returns
+    what was done: {"finished": bool, "batches": [each batch's figures], "graphs", "seconds" when finished}."""
+    done: dict = {"finished": False, "batches": []}
     w = Worker(device=device, impl=impl, log_path=os.path.join(scratch, "warm.log"), copy=False)
     try:
         deadline = time.monotonic() + budget_s
         msg = w.next(budget_s)
         if msg is None or msg[0] != "env":
-            return None
+            return done
         w.next(max(0.0, deadline - time.monotonic()))
         w.send({"warm": list(case_ids), "limit_bytes": limit_bytes})
         while True:
             msg = w.next(max(0.0, deadline - time.monotonic()))
             if msg is None:
-                return None
+                return done
+            if msg[0] == "warmbatch":
+                done["batches"].append(json.loads(msg[1]))
             if msg[0] == "warmed":
-                return json.loads(msg[1])
+                done.update(json.loads(msg[1]), finished=True)
+                return done
     except _Timeout:
-        return None
+        return done
     finally:
         w.stop()
+        try:
+            with open(w.log_path, errors="replace") as f:
+                errors = re.findall(r"\berror\b:? *(.*)", f.read())
+        except OSError:
+            errors = []
+        if errors:  # the compilers' first error lines (the failing kernels are remembered: see harness)
+            done["errors"] = list(dict.fromkeys(e.strip()[:160] for e in errors))[:5]
 
 
 def grade_all(results: List[CaseResult], stored: Optional[dict] = None,

@@ -9,7 +9,7 @@ Protocol (stdout): ``@@env {...}`` once, then ``@@ready`` whenever it waits for 
 name, ``rounds``, ``extra``), ``@@outputs [...]`` (the files written), ``@@timing <name> {...}`` for each
 implementation, ``@@done <id>``. Command: {"case": id, "dir": folder, "references": [...], "nbytes": n,
 "tiers": [GB/s x3] or null, "repeats": r}. A ``{"warm": [ids...], "limit_bytes": n}`` command compiles
-instead (``harness.warm_graphs``) and answers ``@@warmed {...}``.
+instead (``harness.warm_graphs``), reports each batch (``@@warmbatch {...}``) and answers ``@@warmed {...}``.
 """
 from __future__ import annotations
 
@@ -62,10 +62,6 @@ def device_name(jt) -> str:
     return platform.processor() or platform.machine() or "CPU"
 
 
-# A reference whose kernel failed to compile fails the same way for every case of its family, dtype and
-# direction; each retry would cost seconds of nvcc (jittor's float16 max_pool3d on CUDA 13, say).
-_COMPILE_FAILURES: dict = {}
-_COMPILE_FAILURE_MARKS = ("Compile operator", "compilation of", "Check failed: ret")
 
 
 def run_case(fam, case, api, cmd) -> None:
@@ -99,12 +95,16 @@ def run_case(fam, case, api, cmd) -> None:
         return
 
     meters = []
+    known_failures = H.failed_compiles()  # a reference's kernel that did not compile is not tried again
     for name in cmd["references"]:
-        key = (case.family, name, case.dtype, case.direction)
+        key = H.compile_key(case, name)
         failed = None
         emit("phase", name)  # a failure's timing follows in the same phase: the parent keeps its log with it
-        if key in _COMPILE_FAILURES:
-            failed = Timing(error=_COMPILE_FAILURES[key])
+        if key in known_failures:
+            first = known_failures[key]
+            where = "" if first == case.id else f", as in {first}"
+            failed = Timing(error=f"compile failed{where} (remembered in {H.FAILED_COMPILES_FILE} of jittor's "
+                                  f"cache; delete it to retry)")
         else:
             try:
                 meter = H.Meter(name, H.build_reference(fam, case, name, sets), n_sets)
@@ -114,8 +114,8 @@ def run_case(fam, case, api, cmd) -> None:
                 failed = Timing(error=f"skipped: {why}")
             except Exception as err:
                 failed = Timing(error=H.short_error(err))
-                if any(m in str(err) for m in _COMPILE_FAILURE_MARKS):
-                    _COMPILE_FAILURES[key] = f"as in {case.id}: {failed.error}"
+                if H.is_compile_failure(err):
+                    H.remember_failed_compile(key, case.id)
         if failed is not None:
             emit("timing", {"name": name, "timing": dataclasses.asdict(failed)})
 
@@ -124,9 +124,6 @@ def run_case(fam, case, api, cmd) -> None:
     for _ in range(cmd["repeats"]):
         for m in [ours] + fast:
             m.round()
-    for m in meters:
-        if m.slow:
-            m.round()  # a bounded number of calls, once
     # Near a tier's boundary a few percent of noise decides the points: take more rounds there.
     extra = 0
     while extra < 2 * cmd["repeats"] and H.near_a_tier(ours, fast, cmd["nbytes"], cmd.get("tiers"),
@@ -170,7 +167,8 @@ def main(argv=None) -> int:
         if "warm" in cmd:
             from .harness import warm_graphs
             started = time.monotonic()
-            built = warm_graphs([by_id[c] for c in cmd["warm"]], api, cmd["limit_bytes"])
+            built = warm_graphs([by_id[c] for c in cmd["warm"]], api, cmd["limit_bytes"],
+                                report=lambda batch: emit("warmbatch", batch))
             emit("warmed", {"graphs": built, "seconds": round(time.monotonic() - started, 1)})
         else:
             fam, case = by_id[cmd["case"]]
