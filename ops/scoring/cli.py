@@ -9,6 +9,7 @@ import datetime
 import os
 import signal
 import sys
+import threading
 import time
 from typing import List, Optional
 
@@ -20,6 +21,7 @@ from .runner import Interrupted, grade_all, run_cases, scratch_root, warm_compil
 
 WARM_BUDGET_S = 240.0  # the compile pass stops after this (or a third of --budget); timing compiles the rest
 WARM_BATCH_BYTES = {"cuda": 8 << 30, "cpu": 1 << 30}  # inputs held by one batch of the compile pass
+INTERRUPT_EXIT_S = 20.0
 
 
 def _matches(case_id: str, keyword: Optional[str]) -> bool:
@@ -144,9 +146,6 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
 
     from .. import has_cuda
     from .worker import device_name
-    # jittor's core installs a SIGCHLD handler that exits this process when any child dies; here children
-    # are grading workers, and one killed for hanging must not take the grader down with it.
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     device = args.device or ("cuda" if has_cuda() else "cpu")
     if device == "cuda" and not has_cuda():
         ap.error("--device cuda, but jittor has no CUDA here")
@@ -185,6 +184,11 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
     def stop(signum, _frame):
         for s in (signal.SIGTERM, signal.SIGINT):
             signal.signal(s, signal.SIG_IGN)
+        # Whatever the cleanup meets (a worker stuck in a driver call, say), the process ends within
+        # INTERRUPT_EXIT_S of the signal; the report is written long before in every case we know of.
+        watchdog = threading.Timer(INTERRUPT_EXIT_S, os._exit, (1,))
+        watchdog.daemon = True
+        watchdog.start()
         raise Interrupted(signal.Signals(signum).name)
 
     signal.signal(signal.SIGTERM, stop)
@@ -236,7 +240,8 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
     results = [by_id[c.id] for _, c in items]
     grade_all(results, stored, "this run (missing in --tiers)")
     env.setdefault("device", device)
-    env.setdefault("name", device_name_for(device, device_name))
+    if "name" not in env:  # no worker said (none started): ask, unless interrupted (nvidia-smi may wait)
+        env["name"] = device if interrupted is not None else device_name_for(device, device_name)
     title = f"get_score.py on {env.get('name', device)}, {stamp}"
     meta = {"date": stamp, "argv": argv_shown, "seed": args.seed if args.seed is not None else "fresh",
             "impl": args.impl, "references": references, "tiers": args.tiers or "this run",

@@ -14,6 +14,7 @@ import os
 import queue
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -33,6 +34,7 @@ DEFAULT_REFERENCE_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 300.0  # a worker imports jittor, ops and the graded module, and measures the copy bandwidth
 SMALL_CASE_BYTES = 64 << 20  # cases whose inputs are at most this get 3 timed sets, larger ones 2
 PREPARE_THREADS = 4  # on a GPU host: the input sets of the next case made and judged in advance in parallel
+KILL_WAIT_S = 5.0
 LOG_TAIL = 4000  # characters of a failing reference's compiler output kept in the JSON
 
 
@@ -62,7 +64,8 @@ def scratch_root() -> str:
 def compile_error(reason: str, log: Optional[str]) -> str:
     """A failed compile's one-line reason: the compiler's first error line rather than jittor's "Run cmd
     failed: <the whole command>"."""
-    if not log or not any(m in reason for m in ("Check failed", "Compile", "compil")):
+    if not log or reason.startswith("compile failed") or not any(m in reason for m in ("Check failed", "Compile",
+                                                                                       "compil")):
         return reason
     first = re.search(r"\berror\b:? *(.*)", log)
     return f"compile failed: {first.group(1).strip()}"[:160] if first else reason
@@ -72,7 +75,11 @@ class Worker:
     """One grading worker process: JSON commands in, ``@@`` lines out, stderr to a log file."""
 
     def __init__(self, *, device: str, impl: str, log_path: str, copy: bool):
-        job = {"device": device, "impl": impl, "copy": copy}
+        if threading.current_thread() is threading.main_thread():
+            # jittor's core installs a SIGCHLD handler that exits this process when any child dies; a worker
+            # killed for hanging, or one that crashed, must not take the grader down with it.
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        job = {"device": device, "impl": impl, "copy": copy, "log": log_path}
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         if device == "cpu":
             # Single-threaded CPU timing: the CPU cases are small, and with two thread pools (jittor's and
@@ -138,13 +145,17 @@ class Worker:
             return None
 
     def stop(self) -> None:
-        """Kill the worker (and anything it started) and reap it."""
+        """Kill the worker (and anything it started) and reap it, waiting at most KILL_WAIT_S: a process
+        killed inside a GPU driver call can take a while to go, and the grader must not wait for it."""
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, 9)
             except OSError:
                 self.proc.kill()
-            self.proc.wait()
+            try:
+                self.proc.wait(timeout=KILL_WAIT_S)
+            except subprocess.TimeoutExpired:
+                pass
         self.log.close()
 
     def close(self) -> None:
@@ -393,7 +404,7 @@ class Runner:
                 d = json.loads(payload)
                 t = _result_from_json({"case_id": "", "nbytes": 0, "ours": d["timing"], "refs": {}}).ours
                 if t.error and d["name"] != "ours":
-                    t.log = w.log_since(log_mark) or None
+                    t.log = w.log_since(log_mark) or t.log
                     t.error = compile_error(t.error, t.log)
                 timings[d["name"]] = t
             elif kind == "done":  # the worker's "@@ready" that follows is read (and ignored) with the next case
@@ -484,39 +495,59 @@ def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, r
 
 def warm_compile(case_ids: Sequence[str], *, device: str, impl: str, budget_s: float, limit_bytes: int,
                  scratch: str) -> dict:
-    """Compile every case's kernels before timing, in one worker: jittor compiles the new kernels of each
-    batch of graphs in parallel, and one process never races another over jittor's generated files.
-    Best effort within ``budget_s``: the worker is killed then, and timing compiles what is left. Returns
-    what was done: {"finished": bool, "batches": [each batch's figures], "graphs", "seconds" when finished}."""
-    done: dict = {"finished": False, "batches": []}
-    w = Worker(device=device, impl=impl, log_path=os.path.join(scratch, "warm.log"), copy=False)
-    try:
-        deadline = time.monotonic() + budget_s
-        msg = w.next(budget_s)
-        if msg is None or msg[0] != "env":
-            return done
-        w.next(max(0.0, deadline - time.monotonic()))
-        w.send({"warm": list(case_ids), "limit_bytes": limit_bytes})
-        while True:
-            msg = w.next(max(0.0, deadline - time.monotonic()))
-            if msg is None:
-                return done
-            if msg[0] == "warmbatch":
-                done["batches"].append(json.loads(msg[1]))
-            if msg[0] == "warmed":
-                done.update(json.loads(msg[1]), finished=True)
-                return done
-    except _Timeout:
-        return done
-    finally:
-        w.stop()
+    """Compile every case's kernels before timing (``ops.scoring.compile_pass``), in one worker at a time: jittor
+    compiles the new kernels of each batch of graphs in parallel, and no two processes race over jittor's
+    generated files. Best effort within ``budget_s``: the worker is killed then, and timing compiles what is
+    left. A worker that dies in a batch (a kernel that faults, say) costs that batch: a new worker goes on
+    with the cases after it. Returns what was done: {"finished", "batches": [each batch's figures],
+    "crashed": [case ids of batches whose worker died], "graphs", "seconds" or "skipped", "errors"}."""
+    done: dict = {"finished": False, "batches": [], "crashed": []}
+    deadline = time.monotonic() + budget_s
+    remaining, attempt = list(case_ids), 0
+    while remaining and time.monotonic() < deadline:
+        w = Worker(device=device, impl=impl, log_path=os.path.join(scratch, f"warm{attempt}.log"), copy=False)
+        started_batch = 0  # cases of the batch being synced
         try:
-            with open(w.log_path, errors="replace") as f:
-                errors = re.findall(r"\berror\b:? *(.*)", f.read())
-        except OSError:
-            errors = []
-        if errors:  # the compilers' first error lines (the failing kernels are remembered: see harness)
-            done["errors"] = list(dict.fromkeys(e.strip()[:160] for e in errors))[:5]
+            msg = w.next(max(0.0, deadline - time.monotonic()))
+            if msg is None or msg[0] != "env":
+                return done
+            w.next(max(0.0, deadline - time.monotonic()))
+            w.send({"warm": remaining, "limit_bytes": limit_bytes, "whole": attempt == 0})
+            while True:
+                msg = w.next(max(0.0, deadline - time.monotonic()))
+                if msg is None:  # died: skip the batch it was syncing, go on with the rest
+                    lost = max(started_batch, 1)
+                    done["crashed"].append(remaining[:lost])
+                    remaining = remaining[lost:]
+                    break
+                kind, figures = msg[0], (json.loads(msg[1]) if msg[1] else {})
+                if kind == "warmstart":
+                    started_batch = figures["items"]
+                elif kind == "warmbatch":
+                    done["batches"].append(figures)
+                    remaining, started_batch = remaining[figures["items"]:], 0
+                elif kind == "warmed":
+                    done.update(figures, finished=not done["crashed"])
+                    return done
+        except _Timeout:
+            return done
+        finally:
+            w.stop()
+            done.setdefault("errors", [])
+            done["errors"] = _first_errors(w.log_path, done["errors"])
+            attempt += 1
+    return done
+
+
+def _first_errors(log_path: str, known: List[str]) -> List[str]:
+    """The compilers' and CUDA's first error lines in a worker's log, added to ``known`` (at most 5)."""
+    try:
+        with open(log_path, errors="replace") as f:
+            found = re.findall(r"\berror\b:? *(.*)", f.read())
+    except OSError:
+        found = []
+    lines = [re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", e).strip()[:160] for e in found]
+    return list(dict.fromkeys(known + lines))[:5]
 
 
 def grade_all(results: List[CaseResult], stored: Optional[dict] = None,

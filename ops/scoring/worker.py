@@ -8,8 +8,9 @@ Protocol (stdout): ``@@env {...}`` once, then ``@@ready`` whenever it waits for 
 ``@@start <id>``, ``@@phase <name>`` before each step that may hang or fail (``check``, ``ours``, a reference's
 name, ``rounds``, ``extra``), ``@@outputs [...]`` (the files written), ``@@timing <name> {...}`` for each
 implementation, ``@@done <id>``. Command: {"case": id, "dir": folder, "references": [...], "nbytes": n,
-"tiers": [GB/s x3] or null, "repeats": r}. A ``{"warm": [ids...], "limit_bytes": n}`` command compiles
-instead (``harness.warm_graphs``), reports each batch (``@@warmbatch {...}``) and answers ``@@warmed {...}``.
+"tiers": [GB/s x3] or null, "repeats": r}. A ``{"warm": [ids...], "limit_bytes": n, "whole": bool}`` command
+compiles instead (``compile_pass``): ``@@warmstart {...}`` before each batch's syncs, ``@@warmbatch {...}`` after,
+``@@warmed {...}`` at the end (at once when ``whole`` and the same list and code were compiled before).
 """
 from __future__ import annotations
 
@@ -66,6 +67,7 @@ def device_name(jt) -> str:
 
 def run_case(fam, case, api, cmd) -> None:
     """One case: the check call, our warm-up, each reference's warm-up, interleaved rounds, our outputs."""
+    from . import compile_pass
     from . import harness as H
     from .grading import TIER_FRACTION, Timing
 
@@ -95,16 +97,16 @@ def run_case(fam, case, api, cmd) -> None:
         return
 
     meters = []
-    known_failures = H.failed_compiles()  # a reference's kernel that did not compile is not tried again
+    known_failures = compile_pass.failed_compiles()  # a kernel that did not compile is not tried again
     for name in cmd["references"]:
-        key = H.compile_key(case, name)
+        key = compile_pass.compile_key(case, name)
         failed = None
         emit("phase", name)  # a failure's timing follows in the same phase: the parent keeps its log with it
         if key in known_failures:
-            first = known_failures[key]
-            where = "" if first == case.id else f", as in {first}"
-            failed = Timing(error=f"compile failed{where} (remembered in {H.FAILED_COMPILES_FILE} of jittor's "
-                                  f"cache; delete it to retry)")
+            known = known_failures[key]
+            where = "" if known.get("case") == case.id else f"as in {known.get('case')}; "
+            failed = Timing(error=f"{known.get('reason', 'compile failed')} ({where}remembered in "
+                                  f"{compile_pass.FAILED_COMPILES_FILE})", log=known.get("log") or None)
         else:
             try:
                 meter = H.Meter(name, H.build_reference(fam, case, name, sets), n_sets)
@@ -114,8 +116,8 @@ def run_case(fam, case, api, cmd) -> None:
                 failed = Timing(error=f"skipped: {why}")
             except Exception as err:
                 failed = Timing(error=H.short_error(err))
-                if H.is_compile_failure(err):
-                    H.remember_failed_compile(key, case.id)
+                if compile_pass.is_compile_failure(err):
+                    compile_pass.remember_failed_compile(key, case.id, failed.error)
         if failed is not None:
             emit("timing", {"name": name, "timing": dataclasses.asdict(failed)})
 
@@ -153,6 +155,8 @@ def main(argv=None) -> int:
     from .families import load_families
 
     jt.flags.use_cuda = 1 if job["device"] == "cuda" else 0
+    from . import compile_pass
+    compile_pass.LOG_PATH = job.get("log")
     api = importlib.import_module(job["impl"])
     by_id = {c.id: (fam, c) for fam in load_families() for c in fam.all_cases()}
     env = {"device": job["device"], "name": device_name(jt)}
@@ -165,11 +169,17 @@ def main(argv=None) -> int:
             continue
         cmd = json.loads(line)
         if "warm" in cmd:
-            from .harness import warm_graphs
+            from . import compile_pass
             started = time.monotonic()
-            built = warm_graphs([by_id[c] for c in cmd["warm"]], api, cmd["limit_bytes"],
-                                report=lambda batch: emit("warmbatch", batch))
-            emit("warmed", {"graphs": built, "seconds": round(time.monotonic() - started, 1)})
+            done = compile_pass.fingerprint(api, cmd["warm"]) if cmd.get("whole") else None
+            if done and compile_pass.already_compiled(done):
+                emit("warmed", {"graphs": 0, "skipped": f"compiled before ({compile_pass.COMPILED_FILE})"})
+            else:
+                built = compile_pass.warm_graphs([by_id[c] for c in cmd["warm"]], api, cmd["limit_bytes"],
+                                                 report=lambda kind, figures: emit("warm" + kind, figures))
+                if done:
+                    compile_pass.remember_compiled(done)
+                emit("warmed", {"graphs": built, "seconds": round(time.monotonic() - started, 1)})
         else:
             fam, case = by_id[cmd["case"]]
             emit("start", case.id)

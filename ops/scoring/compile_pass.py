@@ -1,0 +1,220 @@
+"""The grader's compile pass, run by one worker before any case is timed: build every case's graphs exactly as
+they are timed (ours, the naive composite, jittor's built-in; forwards under no_grad, backwards as timed) and
+sync them in batches, so that jittor compiles each batch's new kernels in parallel (one nvcc per kernel,
+16 at a time on a 16-core host) instead of one by one inside timed cases.
+
+What it knows between runs lives in jittor's kernel folder (``<cache_path>/jit``), so that clearing that
+folder forgets it too:
+* kernels that do not compile (jittor's own max_pool3d for float16/bfloat16 with CUDA 13, say): they fail
+  the same way for every case of their family, implementation, dtype and direction, in every run of this
+  jittor and compiler; each retry costs seconds of nvcc, and one failure inside a batch stops jittor's
+  parallel compile of the whole batch (``FAILED_COMPILES_FILE``; delete it to try them again);
+* compile passes that finished, by a fingerprint of the case list and of the code that builds the graphs: a
+  second run of the same command skips the pass (``COMPILED_FILE``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from typing import Callable, Dict, List, Sequence
+
+from .._jittor import jt
+from .harness import InputSet, JittorImpl, compiled_kernels, input_dtypes
+from .spec import Case
+
+FAILED_COMPILES_FILE = "ops_grader_failed_compiles.json"
+COMPILED_FILE = "ops_grader_compiled.json"
+LOG_TAIL = 4000  # characters of the compiler's output kept with a failure
+COMPILE_FAILURE_MARKS = ("Compile operator", "Compile fused operator", "compilation of", "Check failed: ret")
+
+
+def _state_path(name: str) -> str:
+    return os.path.join(jt.flags.cache_path, "jit", name)
+
+
+def _load(name: str) -> dict:
+    try:
+        with open(_state_path(name)) as f:
+            known = json.load(f)
+        return known if isinstance(known, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _add(name: str, key: str, value) -> None:
+    known = _load(name)
+    known[key] = value
+    path = _state_path(name)
+    try:
+        with open(path + ".tmp", "w") as f:
+            json.dump(known, f, indent=1, sort_keys=True)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass  # a cache folder we cannot write: the work is redone next run, nothing worse
+
+
+def compile_key(case: Case, name: str) -> str:
+    return f"{case.family}/{name}/{case.dtype}/{case.direction}"
+
+
+def is_compile_failure(err: BaseException) -> bool:
+    return any(m in str(err) for m in COMPILE_FAILURE_MARKS)
+
+
+# The worker's log file (its stderr, where jittor's compilers write): set by the worker, read for the reason
+# of a failed compile.
+LOG_PATH = None
+
+
+def failed_compiles() -> Dict[str, dict]:
+    """{compile key: {"case": where it first failed, "reason": one line, "log": the compiler's output}} from
+    earlier runs with this kernel cache."""
+    return {k: v for k, v in _load(FAILED_COMPILES_FILE).items() if isinstance(v, dict)}
+
+
+def remember_failed_compile(key: str, case_id: str, error: str) -> None:
+    """Record a failed compile with the first error line and the tail of what the compiler wrote to the log."""
+    if key in failed_compiles():
+        return
+    log = ""
+    if LOG_PATH:
+        try:
+            with open(LOG_PATH, errors="replace") as f:
+                log = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", f.read())[-LOG_TAIL:]
+        except OSError:
+            pass
+    first = re.search(r"\berror\b:? *(.*)", log)
+    reason = f"compile failed: {first.group(1).strip()}"[:160] if first else error
+    _add(FAILED_COMPILES_FILE, key, {"case": case_id, "reason": reason, "log": log})
+
+
+def fingerprint(api, case_ids: Sequence[str]) -> str:
+    """The case list, jittor's version and every source file of the graded module, of this package and of its
+    snippets: what decides which kernels the pass compiles."""
+    from .. import _codegen
+    roots = {os.path.dirname(os.path.dirname(os.path.abspath(__file__))), str(_codegen.snippet_dir())}
+    module_file = os.path.abspath(getattr(api, "__file__", "") or "")
+    if module_file:
+        roots.add(os.path.dirname(module_file) if module_file.endswith("__init__.py") else module_file)
+    h = hashlib.sha256(f"{jt.__version__}\n{getattr(api, '__name__', '')}\n".encode() + "\n".join(case_ids).encode())
+    for root in sorted(roots):
+        files = [root] if os.path.isfile(root) else sorted(
+            os.path.join(d, f) for d, _, names in os.walk(root) for f in names if f.endswith((".py", ".cuh", ".h")))
+        for path in files:
+            h.update(path.encode())
+            with open(path, "rb") as f:
+                h.update(f.read())
+    return h.hexdigest()[:24]
+
+
+def already_compiled(key: str) -> bool:
+    return key in _load(COMPILED_FILE)
+
+
+def remember_compiled(key: str) -> None:
+    _add(COMPILED_FILE, key, time.strftime("%Y-%m-%d %H:%M"))
+
+
+def warm_graphs(items, api, limit_bytes: int, report: Callable[[str, dict], None] = lambda kind, d: None) -> int:
+    """Build and sync every implementation's graph of each case (``items``: (family, case)), in batches of at
+    most ``limit_bytes`` of inputs (zeros: values never change which kernels compile). Best effort: a graph
+    that fails here fails again, with its reason, when timed. ``report("start", {"items": n})`` comes before a
+    batch's syncs (``n`` of ``items`` consumed by it: a crash in that batch loses those), ``report("batch",
+    {...})`` after them with its figures. Returns how many graphs ran."""
+    batch: List[tuple] = []
+    held, built, consumed, made_s = 0, 0, 0, 0.0
+    failed = failed_compiles()
+
+    def on_failure(key, case_id, err):
+        if is_compile_failure(err):
+            failed[key] = {"case": case_id}
+            remember_failed_compile(key, case_id, str(err)[:160])
+
+    def run(step):
+        """``step(impl)`` for every graph of the batch not known to fail; ours and the naive composite synced
+        together (their kernels always compile), jittor's built-ins in groups by compile key, bisected over
+        the groups on a failure. Returns how many graphs built."""
+        trusted, groups, ok = [], {}, 0
+        for key, case_id, impl in batch:
+            if key in failed:
+                continue
+            try:
+                vs = step(impl)
+                ok += 1
+            except Exception:
+                continue
+            if key.split("/")[1] == "jittor":
+                groups.setdefault(key, (case_id, []))[1].extend(vs)
+            else:
+                trusted += vs
+        _sync_bisect(trusted)
+        _sync_groups([(key, case_id, vs) for key, (case_id, vs) in groups.items()], on_failure)
+        return ok
+
+    def flush():
+        nonlocal batch, held, built, consumed, made_s
+        report("start", {"items": consumed})
+        started, kernels = time.monotonic(), compiled_kernels()
+        run(lambda impl: impl.stage(0))  # the forwards that backward graphs start from, compiled together first
+        staged = time.monotonic()
+        ok = run(lambda impl: impl.call(0, impl.prepare(0)))
+        report("batch", {"items": consumed, "graphs": ok, "kernels": compiled_kernels() - kernels,
+                         "inputs_s": round(made_s, 2), "staged_s": round(staged - started, 2),
+                         "graphs_s": round(time.monotonic() - staged, 2)})
+        built += ok
+        batch, held, consumed, made_s = [], 0, 0, 0.0
+        jt.gc()
+
+    for fam, case in items:
+        started = time.monotonic()
+        try:
+            arrays, grads = fam.zero_inputs(case)
+            size = sum(a.nbytes for a in arrays) + sum(g.nbytes for g in grads)
+            if batch and held + size > limit_bytes:
+                flush()
+            sets = [InputSet(arrays, input_dtypes(case, arrays), grads, case.dtype)]
+        except Exception:
+            consumed += 1
+            continue
+        made_s += time.monotonic() - started
+        for name, forward in (("ours", lambda c, xs: fam.forward(c, api, xs)), ("naive", fam.naive_forward),
+                              ("jittor", fam.jittor_forward)):
+            batch.append((compile_key(case, name), case.id, JittorImpl(case, forward, sets)))
+        held += size
+        consumed += 1
+    if consumed:
+        flush()
+    return built
+
+
+def _sync_groups(groups, on_failure) -> None:
+    """Sync groups of Vars (key, case id, Vars) at once; on a failure, bisect over the groups and report each
+    failing group's key (``on_failure(key, case_id, error)``). jittor stops compiling a sync's kernels at its
+    first failure; the kernels compiled by then stay in its cache, and a group that synced is done."""
+    groups = [g for g in groups if g[2]]
+    if not groups:
+        return
+    try:
+        jt.sync([v for _, _, vs in groups for v in vs])
+    except Exception as err:
+        if len(groups) == 1:
+            on_failure(groups[0][0], groups[0][1], err)
+            return
+        _sync_groups(groups[:len(groups) // 2], on_failure)
+        _sync_groups(groups[len(groups) // 2:], on_failure)
+
+
+def _sync_bisect(vs) -> None:
+    """Sync in one batch (jittor compiles its new kernels in parallel); on a failure, bisect, so that one
+    kernel that does not compile costs log2(n) batches, not n single compiles."""
+    if not vs:
+        return
+    try:
+        jt.sync(vs)
+    except Exception:
+        if len(vs) > 1:
+            _sync_bisect(vs[:len(vs) // 2])
+            _sync_bisect(vs[len(vs) // 2:])

@@ -1,0 +1,67 @@
+"""The grader's compile pass on the CPU with the toy family: a worker that dies in a batch costs that batch
+only, a finished pass is remembered for the same cases and code, kernels that do not compile are remembered."""
+import json
+import os
+
+import pytest
+
+import ops
+from ops._jittor import jt
+from ops.scoring import compile_pass, runner
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def toy_worker_env(monkeypatch):
+    monkeypatch.setenv("OPS_SCORING_FAMILY_MODULES", "toy_family")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([os.path.join(ROOT, "tests"), ROOT,
+                                                      os.environ.get("PYTHONPATH", "")]))
+    jt.flags.use_cuda = 0
+
+
+def forget(ids):
+    """Drop a finished pass over ``ids`` from the kernel folder's record (an earlier test run may have left it)."""
+    path = os.path.join(jt.flags.cache_path, "jit", compile_pass.COMPILED_FILE)
+    key = compile_pass.fingerprint(ops, ids)
+    if os.path.exists(path):
+        with open(path) as f:
+            known = json.load(f)
+        known.pop(key, None)
+        with open(path, "w") as f:
+            json.dump(known, f)
+
+
+def test_a_worker_that_dies_in_a_batch_costs_that_batch_only(toy_worker_env, tmp_path):
+    ids = ["toy/fwd/ok", "toy/fwd/crash", "toy/fwd/after"]
+    forget(ids)
+    done = runner.warm_compile(ids, device="cpu", impl="ops", budget_s=300, limit_bytes=1, scratch=str(tmp_path))
+    assert done["crashed"] == [["toy/fwd/crash"]]  # one case per batch (limit_bytes=1): only its batch is lost
+    assert [b["items"] for b in done["batches"]] == [1, 1]  # ok, then after, in a second worker
+    assert not done["finished"]
+
+
+def test_a_finished_pass_is_skipped_the_next_time(toy_worker_env, tmp_path):
+    ids = ["toy/fwd/ok", "toy/bwd/ok", "toy/fwd/after"]
+    forget(ids)
+    forget(ids[:2])
+    first = runner.warm_compile(ids, device="cpu", impl="ops", budget_s=300, limit_bytes=1 << 30,
+                                scratch=str(tmp_path))
+    assert first["finished"] and first["graphs"] >= 3 and "skipped" not in first
+    second = runner.warm_compile(ids, device="cpu", impl="ops", budget_s=300, limit_bytes=1 << 30,
+                                 scratch=str(tmp_path))
+    assert second["finished"] and second["skipped"].startswith("compiled before")
+    assert not runner.warm_compile(ids[:2], device="cpu", impl="ops", budget_s=300, limit_bytes=1 << 30,
+                                   scratch=str(tmp_path)).get("skipped")  # another case list: compiled again
+
+
+def test_failing_compiles_are_remembered_by_key(toy_worker_env):
+    from ops.scoring.spec import case
+    c = case("toy", "memo", "fwd", [(4,)], "float16", devices=("cpu",), behaviour="ok")
+    key = compile_pass.compile_key(c, "jittor")
+    assert key == "toy/jittor/float16/fwd"
+    compile_pass.remember_failed_compile(key, c.id, "RuntimeError: Compile operator(1/1) failed")
+    compile_pass.remember_failed_compile(key, "toy/fwd/other", "another")  # the first failure stays
+    assert compile_pass.failed_compiles()[key]["case"] == c.id
+    assert compile_pass.is_compile_failure(RuntimeError("Compile fused operator(3/9) failed: ..."))
+    assert not compile_pass.is_compile_failure(RuntimeError("size of var should be larger than kernel_size"))
