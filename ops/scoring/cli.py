@@ -70,10 +70,10 @@ def _write_outputs(args, results, references, env, meta, title, notes=()):
             f.write(report.render(results, references, env, markdown=True, title=title, notes=notes))
             f.write(f"\nCommand: `python get_score.py {' '.join(map(str, meta['argv']))}` (seed {meta['seed']}; "
                     f"tiers: {meta['tiers']}). 'ours ms' and each reference's ms: max(kernel time, pipelined wall "
-                    f"time per call), the median over interleaved rounds, which the points use; 'call us': one "
-                    f"call synced to the device; * a reference slower than 100 ms a call, timed by one call after its warm-up. "
-                    f"GB/s counts the fewest bytes the case must move; %roof is that over the copy bandwidth "
-                    f"measured in the same run.\n")
+                    f"time per call) of the fastest of the interleaved rounds, which the points use; 'call us': "
+                    f"one call synced to the device; * a reference slower than 100 ms a call, timed by one call "
+                    f"after its warm-up. GB/s counts the fewest bytes the case must move; %roof is that over the "
+                    f"copy bandwidth measured in the same run.\n")
     if args.json:
         with open(args.json, "w") as f:
             f.write(report.to_json(results, env, meta))

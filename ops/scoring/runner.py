@@ -218,7 +218,8 @@ def prepare_case(fam: Family, case: Case, folder: str, check_seed: Optional[int]
     return Prepared(folder, [m[1] for m in made], [m[2] for m in made])
 
 
-def judge_outputs(fam: Family, case: Case, prepared: Prepared, files: Dict[str, list]) -> Tuple[bool, str, Optional[float], int]:
+def judge_outputs(fam: Family, case: Case, prepared: Prepared,
+                  files: Dict[str, list]) -> Tuple[bool, str, Optional[float], int]:
     """(correct, why, max error, outputs checked) over every output group the worker wrote: ``check`` (set 0)
     and ``set<k>`` (the last timed call on set k)."""
     worst, checked = 0.0, 0
@@ -304,10 +305,6 @@ class Runner:
         started = time.monotonic()
         result = CaseResult(case.id, nbytes, fam.flops(case))
         result.phases["prepare"] = round(prepared.seconds, 3)
-        try:
-            result.variant = fam.variant(case, self._api())
-        except Exception as err:
-            result.variant = f"? ({str(err)[:40]})"
         folder = prepared.folder
         skipped: Dict[str, Timing] = {}
         files: Optional[Dict[str, list]] = None
@@ -328,7 +325,7 @@ class Runner:
 
         while True:
             refs = [r for r in self.references if r not in skipped]
-            outcome = self._attempt(case, folder, refs, nbytes, result.phases)
+            outcome = self._attempt(case, folder, refs, nbytes, result)
             kind = outcome[0]
             if kind == "reference hung":
                 skipped[outcome[1]] = outcome[2]
@@ -347,12 +344,9 @@ class Runner:
         files = outcome[1]
         return result, finish
 
-    def _api(self):
-        import importlib
-        return importlib.import_module(self.impl) if self.impl == "ops" else None
-
-    def _attempt(self, case: Case, folder: str, refs: List[str], nbytes: int, phases: Dict[str, float]):
-        """Send the case to a worker and collect its messages (adding each phase's seconds to ``phases``).
+    def _attempt(self, case: Case, folder: str, refs: List[str], nbytes: int, result: CaseResult):
+        """Send the case to a worker and collect its messages (the variant it ran and each phase's seconds go
+        to ``result``).
         Returns ("ok", files, timings), ("reference hung", name, Timing), ("hung"|"crashed"|"budget", why)."""
         if self.start_failure:
             return ("crashed", self.start_failure)
@@ -365,7 +359,8 @@ class Runner:
         w = self.worker
         stored = self.stored.get(case.id)
         w.send({"case": case.id, "dir": folder, "references": refs, "nbytes": nbytes,
-                "tiers": stored, "repeats": self.repeats})
+                "tiers": stored, "repeats": self.repeats, "ours_is_ops": self.impl == "ops"})
+        phases = result.phases
         files, timings = {}, {}
         phase, phase_start, log_mark = "start", time.monotonic(), w.log_size()
         case_start = time.monotonic()
@@ -398,6 +393,8 @@ class Runner:
                 phases[phase] = round(phases.get(phase, 0.0) + time.monotonic() - phase_start, 3)
             if kind == "phase":
                 phase, phase_start, log_mark = payload, time.monotonic(), w.log_size()
+            elif kind == "variant":
+                result.variant = payload
             elif kind == "outputs":
                 files.update(json.loads(payload))
             elif kind == "timing":
