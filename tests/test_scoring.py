@@ -259,3 +259,27 @@ def test_a_compile_failure_is_reported_by_its_first_compiler_error():
     assert compile_error("Check failed ret(256) == 0(0) Run cmd failed: g++ ...", log) == \
         "compile failed: no match for 'operator+='"
     assert compile_error("RuntimeError: size of var should be larger", log) == "RuntimeError: size of var should be larger"
+
+
+@pytest.mark.parametrize("threads, eager_limit", [(1, 1 << 30), (3, 1 << 30), (3, 0)])
+def test_references_made_in_advance_or_by_the_judge_give_one_verdict(tmp_path, monkeypatch, threads, eager_limit):
+    """prepare_case computes the references with the inputs (threads > 1, small enough) or leaves them to the
+    judge; either way the outputs of the reference itself pass and a changed element fails."""
+    from ops.scoring import runner
+    from ops.scoring.families import load_families
+    monkeypatch.setattr(runner, "EAGER_REFERENCE_BYTES", eager_limit)
+    fam = load_families(["permute"])[0]
+    c = next(c for c in fam.all_cases() if c.id == "permute/fwd/cpu_021_f32")
+    prepared = runner.prepare_case(fam, c, str(tmp_path), 7, 11, threads=threads)
+    assert (prepared.expected[0] is not None) == (threads > 1 and eager_limit > 0)
+    files = {}
+    for k, (arrays, _) in enumerate(prepared.sets):
+        want = fam.expected(c, arrays)[0].value.astype(np.float32)
+        np.save(tmp_path / f"out{k}.npy", want)
+        files["check" if k == 0 else f"set{k}"] = [[f"out{k}.npy", "float32"]]
+    assert runner.judge_outputs(fam, c, prepared, files)[:2] == (True, "")
+    bad = np.load(tmp_path / "out1.npy")
+    bad.reshape(-1)[5] += 1.0
+    np.save(tmp_path / "out1.npy", bad)
+    ok, why = runner.judge_outputs(fam, c, prepared, files)[:2]
+    assert not ok and "timed call on input set 1" in why and "1 elements differ" in why

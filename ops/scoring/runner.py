@@ -34,6 +34,9 @@ DEFAULT_REFERENCE_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 300.0  # a worker imports jittor, ops and the graded module, and measures the copy bandwidth
 SMALL_CASE_BYTES = 64 << 20  # cases whose inputs are at most this get 3 timed sets, larger ones 2
 PREPARE_THREADS = 4  # on a GPU host: the input sets of the next case made and judged in advance in parallel
+# References computed in advance hold at most this much at once (one case ahead, one being judged): a host with
+# 32 GB of memory still runs the largest cases, whose references the judge then computes set by set.
+EAGER_REFERENCE_BYTES = 4 << 30
 KILL_WAIT_S = 5.0
 LOG_TAIL = 4000  # characters of a failing reference's compiler output kept in the JSON
 
@@ -176,7 +179,7 @@ class Prepared:
 
     folder: str
     sets: List[Tuple[List[np.ndarray], List[np.ndarray]]]  # (inputs, output gradients)
-    expected: List[list]  # per set: the family's Expected outputs
+    expected: List[Optional[list]]  # per set: the family's Expected outputs (None: the judge computes them)
     seconds: float = 0.0  # making, writing and judging them in advance
 
 
@@ -188,11 +191,15 @@ def timed_sets(fam: Family, case: Case) -> int:
 def prepare_case(fam: Family, case: Case, folder: str, check_seed: Optional[int], fresh_seed: int,
                  threads: int = 1) -> Prepared:
     """Write the check set (from ``check_seed``: reproducible with --seed) and the timed sets (always fresh),
-    and compute the float64 references of each; ``threads`` sets at a time (NumPy releases the GIL in its
-    loops)."""
+    and, with ``threads`` > 1, compute the float64 references of each too, that many sets at a time (NumPy
+    releases the GIL in its loops), unless they would hold more than EAGER_REFERENCE_BYTES: those the judge
+    computes one set at a time."""
     os.makedirs(folder, exist_ok=True)
     seeds = [check_seed if check_seed is not None else fresh_seed]
     seeds += [[fresh_seed, k] for k in range(1, timed_sets(fam, case) + 1)]
+    # float64 values and per-element bounds of every output, every set; inputs stand in for outputs' sizes
+    reference_bytes = 16 * len(seeds) * sum(int(np.prod(s)) for s in case.shapes)
+    eager = threads > 1 and reference_bytes <= EAGER_REFERENCE_BYTES
 
     def make(k):
         rng = np.random.default_rng(seeds[k])
@@ -205,7 +212,7 @@ def prepare_case(fam: Family, case: Case, folder: str, check_seed: Optional[int]
                 np.save(os.path.join(folder, name), a)
                 dtype = case.dtype if a.dtype.kind == "f" else str(a.dtype)
                 entry[role].append([name, dtype])
-        expected = fam.expected(case, arrays, grads if case.direction == "bwd" else None)
+        expected = fam.expected(case, arrays, grads if case.direction == "bwd" else None) if eager else None
         return entry, (arrays, grads), expected
 
     if threads > 1:
@@ -228,6 +235,9 @@ def judge_outputs(fam: Family, case: Case, prepared: Prepared,
     for tag, listed in files.items():
         k = 0 if tag == "check" else int(tag[3:])
         expected = prepared.expected[k]
+        if expected is None:
+            arrays, grads = prepared.sets[k]
+            expected = fam.expected(case, arrays, grads if case.direction == "bwd" else None)
         if len(listed) != len(expected):
             return False, f"{tag}: {len(listed)} outputs, expected {len(expected)}", None, checked
         for i, ((name, dtype), exp) in enumerate(zip(listed, expected)):
