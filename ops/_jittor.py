@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Tuple
@@ -257,7 +258,11 @@ def cuda_std_fix(nvcc_flags: str) -> str:
 import numpy as _np  # noqa: E402
 
 check_numpy(_np.__version__)
-import jittor as jt  # noqa: E402  (must follow the bootstrap)
+with warnings.catch_warnings():
+    # jittor 1.3.11's sources hold docstrings with invalid escape sequences: Python 3.12 warns about each
+    # (six lines on stderr) whenever it compiles them, i.e. on every import where its .pyc files are missing.
+    warnings.filterwarnings("ignore", category=SyntaxWarning)
+    import jittor as jt  # noqa: E402  (must follow the bootstrap)
 
 if PROBED is not None and should_patch(os.environ, PROBED) and getattr(jt, "has_cuda", 0):  # a flag: set it anyway
     jt.flags.nvcc_flags = cuda_std_fix(jt.flags.nvcc_flags)
