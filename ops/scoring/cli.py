@@ -71,7 +71,7 @@ def _write_outputs(args, results, references, env, meta, title, notes=()):
             f.write(f"\nCommand: `python get_score.py {' '.join(map(str, meta['argv']))}` (seed {meta['seed']}; "
                     f"tiers: {meta['tiers']}). 'ours ms' and each reference's ms: max(kernel time, pipelined wall "
                     f"time per call) of the fastest of the interleaved rounds, which the points use; 'call us': "
-                    f"one call synced to the device; * a reference slower than 100 ms a call, timed by one call "
+                    f"one call synced to the device; * a reference slower than 20 ms a call, timed by one call "
                     f"after its warm-up. GB/s counts the fewest bytes the case must move; %roof is that over the "
                     f"copy bandwidth measured in the same run.\n")
     if args.json:

@@ -43,7 +43,10 @@ from .spec import Case, Family, ReferenceSkipped, random_array
 TARGET_MS = 10.0  # each measurement runs the op about this long: 10 ms amortizes a ~5 us launch to 0.05%
 MAX_CALLS = 2048
 MAX_RERUN = 256
-SLOW_MS = 100.0  # a call slower than this is timed by its warm-up's second call, not in rounds
+# A call slower than this is timed by one call of its warm-up, not in rounds. On the H100 table (2026-11-26)
+# every reference at 20 ms or more was at least 21x slower than ours, far from any tier boundary, and timing
+# them in rounds (jittor's permutes of 50-100 ms a call, the naive timex) cost 36 s of a 170 s run.
+SLOW_MS = 20.0
 WINDOWS = 4  # timed windows per round (see Meter.round)
 def _voluntary_switches() -> int:
     """Times this thread gave up the CPU to wait (not counting preemption by other processes)."""
