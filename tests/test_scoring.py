@@ -105,6 +105,25 @@ def test_exact_outputs_compare_bits_and_the_sign_of_zero():
                  Expected(want, ("float32",)))[0]  # where the sign of zero does not matter
 
 
+def test_exact_outputs_nan_placement_reference_values_and_narrow_dtypes():
+    """The exact verdict compares bit patterns in the output's dtype: NaN must sit where the reference has it,
+    a float64 reference is compared after its exact cast, and one that the dtype cannot hold is reported."""
+    want = np.array([[1.5, -2.0], [np.nan, 0.25]])  # float64, every value a float16
+    exp = Expected(want, ("float16",), signed_zero=True)
+    got = want.astype(np.float16)
+    assert judge(got, "float16", exp) == (True, 0.0, "")
+    assert "NaN where the reference has none, first at (0, 1)" in judge(
+        np.array([[1.5, np.nan], [np.nan, 0.25]], np.float16), "float16", exp)[2]
+    ok, err, why = judge(np.array([[1.5, -2.0], [7.0, 0.25]], np.float16), "float16", exp)
+    assert not ok and why.startswith("a number where the reference has NaN, first at (1, 0)")
+    ok, err, why = judge(np.array([[1.5, -2.5], [np.nan, 0.75]], np.float16), "float16", exp)
+    assert not ok and err == 0.5 and why.startswith("2 elements differ (exact op), first at (0, 1)")
+    inexact = Expected(np.array([0.1]), ("float32",))  # 0.1 is no float32: no output can equal it
+    assert "cannot represent" in judge(np.array([0.1], np.float32), "float32", inexact)[2]
+    transposed = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert judge(np.ascontiguousarray(transposed.T), "float32", Expected(transposed.T, ("float32",)))[0]
+
+
 def test_shapes_and_dtypes_must_match():
     exp = Expected(np.zeros((2, 3)), ("float16",))
     assert "shape (3, 2)" in judge(np.zeros((3, 2), np.float16), "float16", exp)[2]
