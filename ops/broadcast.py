@@ -434,9 +434,11 @@ def _cpu_header() -> str:
 CODE_MAX_RANK = _launch.CODE_MAX_RANK
 
 
-def forward_launch(cfg: KernelConfig, dtype: str, cuda: bool, out_shape: Shape) -> _launch.Launch:
+def forward_launch(cfg: KernelConfig, dtype: str, cuda: bool, out_shape: Shape,
+                   need_grad: bool = True) -> _launch.Launch:
     """The forward: x (any shape: the kernel reads its elements in order) to the output of ``out_shape`` (flat
-    past ``CODE_MAX_RANK`` dims); the simplified groups through ``data``."""
+    past ``CODE_MAX_RANK`` dims); the simplified groups through ``data``. On the CPU the backward rides along
+    as a grad source when one may follow."""
     if len(out_shape) > CODE_MAX_RANK:
         out_shape = (cfg.numel,)
     data = cfg.data()
@@ -444,8 +446,9 @@ def forward_launch(cfg: KernelConfig, dtype: str, cuda: bool, out_shape: Shape) 
         data["v"] = FWD_MENU.index((cfg.nd, cfg.inner_bcast))
         src = _codegen.render(_FWD_CUDA, INDEX_T=cfg.index_type)
         return _launch.Launch(out_shape, dtype, cuda=True, src=src, header=_cuda_header(), data=data)
+    grad_srcs = [_CPU_GRAD] if need_grad and dtype in ACC_DTYPE else None
     return _launch.Launch(out_shape, dtype, cuda=False, src=_CPU_FWD, header=_cpu_header(),
-                          data=cpu_forward_data(cfg), grad_srcs=[_CPU_GRAD] if dtype in ACC_DTYPE else None)
+                          data=cpu_forward_data(cfg), grad_srcs=grad_srcs)
 
 
 def pass_launch(p: ReducePass, cuda: bool) -> _launch.Launch:
@@ -539,7 +542,7 @@ def _plan(x_shape: Shape, dtype: str, out_shape: Shape, need_grad: bool, cuda: b
         return _EmptyPlan(out_shape, dtype)
     cfg = select_config(x_shape, out_shape, dtype)
     need_grad = need_grad and dtype in ACC_DTYPE
-    return _Plan(forward_launch(cfg, dtype, cuda, out_shape), need_grad,
+    return _Plan(forward_launch(cfg, dtype, cuda, out_shape, need_grad), need_grad,
                  (x_shape, out_shape, dtype, cuda))
 
 

@@ -695,6 +695,7 @@ def test_cpu_backward_is_the_grad_source_of_the_forward(monkeypatch, rng):
     assert B.forward_launch(cfg, "float32", False, (8, 128, 256)).kwargs["cpu_grad_src"] == [B._CPU_GRAD]
     icfg = B.select_config((8, 1, 256), (8, 128, 256), "int32")
     assert "cpu_grad_src" not in B.forward_launch(icfg, "int32", False, (8, 128, 256)).kwargs
+    assert "cpu_grad_src" not in B.forward_launch(cfg, "float32", False, (8, 128, 256), need_grad=False).kwargs
 
     def no_tape(*args):
         raise AssertionError("a CPU plan went through the Python tape")

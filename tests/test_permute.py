@@ -1124,6 +1124,8 @@ def test_cpu_plans_carry_their_gradients_as_grad_sources(op, monkeypatch, rng):
     assert launch.kwargs["cpu_grad_src"][0] == P._CPU_GRAD_SRC
     assert len(launch.kwargs["cpu_grad_src"]) == (2 if op == "transpose_add" else 1)
     assert {k: v for k, v in launch.kwargs["data"].items() if k.startswith("_")} == want_grad
+    lean = P.launch(cfg, False, shape, perm, need_grad=False)  # no backward to follow: no grad sources, no '_' keys
+    assert "cpu_grad_src" not in lean.kwargs and not any(k.startswith("_") for k in lean.kwargs["data"])
 
     def no_tape(*args):
         raise AssertionError("a CPU plan went through the Python tape")
