@@ -38,7 +38,7 @@ import numpy as np
 
 from .._jittor import jt
 from .grading import Timing
-from .spec import Case, Family, ReferenceSkipped, random_array
+from .spec import Case, Family, ReferenceSkipped
 
 TARGET_MS = 10.0  # each measurement runs the op about this long: 10 ms amortizes a ~5 us launch to 0.05%
 MAX_CALLS = 2048

@@ -5,12 +5,13 @@ lines on stdout; the worker's stderr (compiler output, tracebacks) goes to a log
 worker judges nothing: our outputs go back as .npy files in the case's folder.
 
 Protocol (stdout): ``@@env {...}`` once, then ``@@ready`` whenever it waits for a command; per case
-``@@start <id>``, ``@@variant <the dispatcher's choice>``, ``@@phase <name>`` before each step that may hang or fail (``check``, ``ours``, a reference's
-name, ``rounds``, ``extra``), ``@@outputs [...]`` (the files written), ``@@timing <name> {...}`` for each
-implementation, ``@@done <id>``. Command: {"case": id, "dir": folder, "references": [...], "nbytes": n,
-"tiers": [GB/s x3] or null, "repeats": r, "ours_is_ops": bool}. A ``{"warm": [ids...], "limit_bytes": n, "whole": bool}`` command
-compiles instead (``compile_pass``): ``@@warmstart {...}`` before each batch's syncs, ``@@warmbatch {...}`` after,
-``@@warmed {...}`` at the end (at once when ``whole`` and the same list and code were compiled before).
+``@@start <id>``, ``@@variant <the dispatcher's choice>``, ``@@phase <name>`` before each step that may hang or
+fail (``check``, ``ours``, a reference's name, ``rounds``, ``extra``), ``@@outputs [...]`` (the files written),
+``@@timing <name> {...}`` for each implementation, ``@@done <id>``. Command: {"case": id, "dir": folder,
+"references": [...], "nbytes": n, "tiers": [GB/s x3] or null, "repeats": r, "ours_is_ops": bool}. A
+``{"warm": [ids...], "limit_bytes": n, "whole": bool}`` command compiles instead (``compile_pass``):
+``@@warmstart {...}`` before each batch's syncs, ``@@warmbatch {...}`` after, ``@@warmed {...}`` at the end (at
+once when ``whole`` and the same list and code were compiled before).
 """
 from __future__ import annotations
 
