@@ -17,17 +17,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import time
 from typing import Callable, Dict, List, Sequence
 
 from .._jittor import jt
 from .harness import InputSet, JittorImpl, compiled_kernels, input_dtypes
+from .runner import LOG_TAIL, error_lines, without_colors
 from .spec import Case
 
 FAILED_COMPILES_FILE = "ops_grader_failed_compiles.json"
 COMPILED_FILE = "ops_grader_compiled.json"
-LOG_TAIL = 4000  # characters of the compiler's output kept with a failure
 COMPILE_FAILURE_MARKS = ("Compile operator", "Compile fused operator", "compilation of", "Check failed: ret")
 
 
@@ -83,11 +82,11 @@ def remember_failed_compile(key: str, case_id: str, error: str) -> None:
     if LOG_PATH:
         try:
             with open(LOG_PATH, errors="replace") as f:
-                log = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", f.read())[-LOG_TAIL:]
+                log = without_colors(f.read())[-LOG_TAIL:]
         except OSError:
             pass
-    first = re.search(r"\berror\b:? *(.*)", log)
-    reason = f"compile failed: {first.group(1).strip()}"[:160] if first else error
+    first = error_lines(log)
+    reason = f"compile failed: {first[0]}"[:160] if first else error
     _add(FAILED_COMPILES_FILE, key, {"case": case_id, "reason": reason, "log": log})
 
 

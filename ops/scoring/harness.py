@@ -26,6 +26,7 @@ gradient is injected (``_InjectGrad``) so that the op's own gradient code is all
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -233,6 +234,18 @@ def _profile(impl: JittorImpl, k: int, rerun: int) -> float:
     return sum(float(r[3]) for r in rows) / reps / 1e6
 
 
+def _adds_seconds(method):
+    """A Meter method whose wall time each call adds to ``self.seconds``."""
+    @functools.wraps(method)
+    def timed(self, *args):
+        started = time.perf_counter()
+        try:
+            return method(self, *args)
+        finally:
+            self.seconds += time.perf_counter() - started
+    return timed
+
+
 class Meter:
     """Times one implementation: a warm call, then one measurement per round; keeps the last output of each
     timed set from the latest round (``keep_outputs``)."""
@@ -271,14 +284,8 @@ class Meter:
             self.next_set = self.next_set % (self.n_sets - 1) + 1 if self.n_sets > 1 else 0
         return ks
 
+    @_adds_seconds
     def warm(self) -> None:
-        started = time.perf_counter()
-        try:
-            self._warm()
-        finally:
-            self.seconds += time.perf_counter() - started
-
-    def _warm(self) -> None:
         """Compile and run once; the second call's synced wall time is the estimate that plans the rounds.
         A slow implementation's second call is its measurement (its first, when jittor compiled nothing in
         it), and rounds leave it out (one call of jittor's timex reference costs up to 2.4 s on an H100)."""
@@ -300,14 +307,8 @@ class Meter:
     def _count(self) -> int:
         return int(max(2, min(MAX_CALLS, TARGET_MS / max(self.estimate_ms, 1e-3))))
 
+    @_adds_seconds
     def round(self) -> None:
-        started = time.perf_counter()
-        try:
-            self._round()
-        finally:
-            self.seconds += time.perf_counter() - started
-
-    def _round(self) -> None:
         n = self._count()
         ks = self._sets(max(n, self.n_sets - 1))
         prepared = [self.impl.prepare(k) for k in ks]

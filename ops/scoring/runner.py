@@ -64,14 +64,28 @@ def scratch_root() -> str:
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_ERROR_LINE = re.compile(r"\berror\b:? *(.*)")
+
+
+def without_colors(text: str) -> str:
+    return _ANSI.sub("", text)
+
+
+def error_lines(log: str) -> List[str]:
+    """What follows ``error`` on each line of a compiler's (or CUDA's) output, colors removed, 160 characters
+    at most."""
+    return [without_colors(e).strip()[:160] for e in _ERROR_LINE.findall(log)]
+
+
 def compile_error(reason: str, log: Optional[str]) -> str:
     """A failed compile's one-line reason: the compiler's first error line rather than jittor's "Run cmd
     failed: <the whole command>"."""
     if not log or reason.startswith("compile failed") or not any(m in reason for m in ("Check failed", "Compile",
                                                                                        "compil")):
         return reason
-    first = re.search(r"\berror\b:? *(.*)", log)
-    return f"compile failed: {first.group(1).strip()}"[:160] if first else reason
+    first = error_lines(log)
+    return f"compile failed: {first[0]}"[:160] if first else reason
 
 
 class Worker:
@@ -139,7 +153,7 @@ class Worker:
                 text = f.read().decode(errors="replace")
         except OSError:
             return ""
-        return re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text)[-LOG_TAIL:]
+        return without_colors(text)[-LOG_TAIL:]
 
     def exit_code(self) -> Optional[int]:
         try:
@@ -212,7 +226,7 @@ def prepare_case(fam: Family, case: Case, folder: str, check_seed: Optional[int]
                 np.save(os.path.join(folder, name), a)
                 dtype = case.dtype if a.dtype.kind == "f" else str(a.dtype)
                 entry[role].append([name, dtype])
-        expected = fam.expected(case, arrays, grads if case.direction == "bwd" else None) if eager else None
+        expected = _expected(fam, case, arrays, grads) if eager else None
         return entry, (arrays, grads), expected
 
     if threads > 1:
@@ -223,6 +237,10 @@ def prepare_case(fam: Family, case: Case, folder: str, check_seed: Optional[int]
     with open(os.path.join(folder, "manifest.json"), "w") as f:
         json.dump({"sets": [m[0] for m in made]}, f)
     return Prepared(folder, [m[1] for m in made], [m[2] for m in made])
+
+
+def _expected(fam: Family, case: Case, arrays, grads) -> list:
+    return fam.expected(case, arrays, grads if case.direction == "bwd" else None)
 
 
 def judge_outputs(fam: Family, case: Case, prepared: Prepared,
@@ -237,7 +255,7 @@ def judge_outputs(fam: Family, case: Case, prepared: Prepared,
         expected = prepared.expected[k]
         if expected is None:
             arrays, grads = prepared.sets[k]
-            expected = fam.expected(case, arrays, grads if case.direction == "bwd" else None)
+            expected = _expected(fam, case, arrays, grads)
         if len(listed) != len(expected):
             return False, f"{tag}: {len(listed)} outputs, expected {len(expected)}", None, checked
         for i, ((name, dtype), exp) in enumerate(zip(listed, expected)):
@@ -540,8 +558,7 @@ def warm_compile(case_ids: Sequence[str], *, device: str, impl: str, budget_s: f
             return done
         finally:
             w.stop()
-            done.setdefault("errors", [])
-            done["errors"] = _first_errors(w.log_path, done["errors"])
+            done["errors"] = _first_errors(w.log_path, done.get("errors", []))
             attempt += 1
     return done
 
@@ -550,11 +567,10 @@ def _first_errors(log_path: str, known: List[str]) -> List[str]:
     """The compilers' and CUDA's first error lines in a worker's log, added to ``known`` (at most 5)."""
     try:
         with open(log_path, errors="replace") as f:
-            found = re.findall(r"\berror\b:? *(.*)", f.read())
+            found = error_lines(f.read())
     except OSError:
         found = []
-    lines = [re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", e).strip()[:160] for e in found]
-    return list(dict.fromkeys(known + lines))[:5]
+    return list(dict.fromkeys(known + found))[:5]
 
 
 def grade_all(results: List[CaseResult], stored: Optional[dict] = None,

@@ -64,8 +64,6 @@ def device_name(jt) -> str:
     return platform.processor() or platform.machine() or "CPU"
 
 
-
-
 def run_case(fam, case, api, cmd) -> None:
     """One case: the check call, our warm-up, each reference's warm-up, interleaved rounds, our outputs."""
     from . import compile_pass
