@@ -647,9 +647,8 @@ def launch(cfg: KernelConfig, cuda: bool, shape: Sequence[int] = (), perm: Seque
     path plans from the call's ``shape`` and ``perm`` (:func:`cpu_plan_data`), carries its gradients as grad
     sources when a backward may follow (see :func:`cpu_grads`; without them a (5,6,7,8) call builds in 2.6
     instead of 3.2 us: 6 data entries and the grad source less) and takes the inputs as they are to the
-    output's shape (one compile per
-    rank: the two reshapes around a flat launch cost ~4 us of a (64,64) call's ~17 on the 2-core CPU machine,
-    2026-11-25); the GPU plans from ``cfg``."""
+    output's shape (one compile per rank: the two reshapes around a flat launch cost ~4 us of a (64,64) call's
+    ~17 on the 2-core CPU machine, 2026-11-25); the GPU plans from ``cfg``."""
     numel = cfg.data["bytes"] // _codegen.ITEMSIZE[cfg.dtype]
     grad_srcs, out_shape = None, (numel,)
     if cuda:
