@@ -22,7 +22,7 @@ from typing import Callable, Dict, List, Sequence
 
 from .._jittor import jt
 from .harness import InputSet, JittorImpl, compiled_kernels, input_dtypes
-from .runner import LOG_TAIL, error_lines, without_colors
+from .runner import LOG_TAIL, compile_reason, without_colors
 from .spec import Case
 
 FAILED_COMPILES_FILE = "ops_grader_failed_compiles.json"
@@ -85,9 +85,7 @@ def remember_failed_compile(key: str, case_id: str, error: str) -> None:
                 log = without_colors(f.read())[-LOG_TAIL:]
         except OSError:
             pass
-    first = error_lines(log)
-    reason = f"compile failed: {first[0]}"[:160] if first else error
-    _add(FAILED_COMPILES_FILE, key, {"case": case_id, "reason": reason, "log": log})
+    _add(FAILED_COMPILES_FILE, key, {"case": case_id, "reason": compile_reason(log) or error, "log": log})
 
 
 def fingerprint(api, case_ids: Sequence[str]) -> str:

@@ -78,14 +78,19 @@ def error_lines(log: str) -> List[str]:
     return [without_colors(e).strip()[:160] for e in _ERROR_LINE.findall(log)]
 
 
+def compile_reason(log: str) -> Optional[str]:
+    """"compile failed: <the compiler's first error line>", or None when the log holds no error line."""
+    first = error_lines(log)
+    return f"compile failed: {first[0]}"[:160] if first else None
+
+
 def compile_error(reason: str, log: Optional[str]) -> str:
     """A failed compile's one-line reason: the compiler's first error line rather than jittor's "Run cmd
     failed: <the whole command>"."""
     if not log or reason.startswith("compile failed") or not any(m in reason for m in ("Check failed", "Compile",
                                                                                        "compil")):
         return reason
-    first = error_lines(log)
-    return f"compile failed: {first[0]}"[:160] if first else reason
+    return compile_reason(log) or reason
 
 
 class Worker:
