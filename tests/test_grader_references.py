@@ -7,6 +7,7 @@ from ops._jittor import jt
 from ops.scoring import fam_broadcast, fam_permute, fam_pool3d, fam_timex
 from ops.scoring.harness import _InjectGrad, to_jittor, to_numpy
 from ops.scoring.judge import judge
+from ops.scoring.spec import ReferenceSkipped
 
 
 def test_direct_timex_matches_the_fft_reference_on_finite_data(rng):
@@ -81,3 +82,49 @@ def test_the_naive_max_pool3d_with_indices_matches_the_reference(rng):
     outs = fam_pool3d.FAMILY.naive_forward(c, [to_jittor(arrays[0], c.dtype)])
     for (ok, _, why) in [judge(to_numpy(o), str(o.dtype), e) for o, e in zip(outs, fam_pool3d.FAMILY.expected(c, arrays))]:
         assert ok, why
+
+
+def _jittor_cuda_grad_loop_reads_outside(shape, k, s, p, ceil_mode):
+    """jittor's CUDA max_pool3d gradient loop, walked index by index: it runs i over the input's extent in each
+    spatial dim and reads the output and its gradient at i wherever the window from i overlaps the input."""
+    out_of_range = False
+    for n, kk, ss, pp in zip(shape[-3:], k, s, p):
+        out = (n + 2 * pp - kk + (ss - 1 if ceil_mode else 0)) // ss + 1
+        windows = [i for i in range(n) if max(0, i * ss - pp) < min(i * ss - pp + kk, n)]
+        out_of_range |= any(i >= out for i in windows)
+    return out_of_range
+
+
+def test_jittors_cuda_pool_backward_is_skipped_exactly_where_it_reads_outside():
+    geometries = [((1, 1) + c.shapes[0][-3:], fam_pool3d.case_params(c)) for c in fam_pool3d.FAMILY.all_cases()
+                  if fam_pool3d.case_params(c)["dilation"] in (1, (1, 1, 1))]
+    geometries += [((1, 1, n, n + 1, n + 2), {"kernel_size": k, "stride": s, "padding": p, "ceil_mode": cm})
+                   for n in (5, 8, 9) for k in (1, 2, 3) for s in (1, 2, 3) for p in range(k // 2 + 1)
+                   for cm in (False, True)]
+    flagged = 0
+    for shape, kp in geometries:
+        k = fam_pool3d._triple(kp["kernel_size"])
+        s = k if kp["stride"] is None else fam_pool3d._triple(kp["stride"])
+        want = _jittor_cuda_grad_loop_reads_outside(shape, k, s, fam_pool3d._triple(kp["padding"]), kp["ceil_mode"])
+        got = fam_pool3d.jittor_cuda_backward_reads_outside(shape, kp["kernel_size"], kp["stride"], kp["padding"],
+                                                            kp["ceil_mode"])
+        assert got == want, (shape, kp)
+        flagged += got
+    assert 0 < flagged < len(geometries)
+    by_name = {c.id: c for c in fam_pool3d.FAMILY.all_cases()}
+    k3s1, k2s2 = by_name["max_pool3d/bwd/k3s1_4x32x32x32x32"], by_name["max_pool3d/bwd/k2s2_8x32x32x64x64"]
+    assert fam_pool3d.jittor_cuda_backward_reads_outside(k3s1.shapes[0], 3, 1, 0, False)
+    assert not fam_pool3d.jittor_cuda_backward_reads_outside(k2s2.shapes[0], 2, 2, 0, False)
+
+
+@pytest.mark.cuda
+def test_jittors_cuda_pool_backward_reference_skips_where_it_reads_outside():
+    by_name = {c.id: c for c in fam_pool3d.FAMILY.all_cases()}
+    k3s1, k2s2 = by_name["max_pool3d/bwd/k3s1_4x32x32x32x32"], by_name["max_pool3d/bwd/k2s2_8x32x32x64x64"]
+    jt.flags.use_cuda = 1
+    try:
+        with pytest.raises(ReferenceSkipped, match="reads outside"):
+            fam_pool3d.FAMILY.jittor_forward(k3s1, [jt.zeros(k3s1.shapes[0])])
+        assert fam_pool3d.FAMILY.jittor_forward(k2s2, [jt.zeros((1, 1, 4, 4, 4))])
+    finally:
+        jt.flags.use_cuda = 0

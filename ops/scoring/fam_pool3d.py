@@ -46,6 +46,22 @@ def _out_size(n, k, s, p, d, ceil_mode):
     return out
 
 
+def jittor_cuda_backward_reads_outside(shape, kernel_size, stride, padding, ceil_mode) -> bool:
+    """Whether jittor's CUDA max_pool3d backward (1.3.11, ``pool.py``) reads outside its buffers for this
+    geometry: its gradient kernel loops over the input's extent, not the output's, and indexes the output
+    and its gradient with those loop indices. A window that starts past the last output but still overlaps
+    the input is then compared and added from elements of the next row or plane, or, at the end of the
+    buffer, from unmapped memory: wrong gradients, and an illegal address that ends the CUDA context. With
+    kernel = stride and divisible extents those windows are empty and nothing is read."""
+    k, p = _triple(kernel_size), _triple(padding)
+    s = k if stride is None else _triple(stride)
+    for n, kk, ss, pp in zip(shape[-3:], k, s, p):
+        out = (n + 2 * pp - kk + (ss - 1 if ceil_mode else 0)) // ss + 1  # jittor's own output size
+        if out < n and out * ss - pp < n:
+            return True
+    return False
+
+
 # Window elements per chunk of reference_pool's work (~128 MB of float64 windows at a time).
 _REFERENCE_CHUNK = 1 << 24
 
@@ -226,6 +242,10 @@ class MaxPool3dFamily(Family):
             raise RuntimeError("jittor's max_pool3d has no dilation")
         if returns_indices(c):
             raise ReferenceSkipped("jittor's max_pool3d hangs with return_indices=True")
+        if c.direction == "bwd" and jt.flags.use_cuda and jittor_cuda_backward_reads_outside(
+                c.shapes[0], kp["kernel_size"], kp["stride"], kp["padding"], kp["ceil_mode"]):
+            raise ReferenceSkipped("jittor's CUDA max_pool3d backward reads outside its buffers here "
+                                   "(wrong gradients; can fault the GPU)")
         return [jt.nn.max_pool3d(xs[0], kp["kernel_size"], kp["stride"], kp["padding"],
                                  ceil_mode=kp["ceil_mode"])]
 
