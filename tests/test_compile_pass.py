@@ -65,3 +65,24 @@ def test_failing_compiles_are_remembered_by_key(toy_worker_env):
     assert compile_pass.failed_compiles()[key]["case"] == c.id
     assert compile_pass.is_compile_failure(RuntimeError("Compile fused operator(3/9) failed: ..."))
     assert not compile_pass.is_compile_failure(RuntimeError("size of var should be larger than kernel_size"))
+
+
+def test_each_case_is_built_with_its_own_familys_forward():
+    """A batch builds its graphs after the loop that collected them has moved on: each case's graph must still
+    come from its own family (a late-bound closure built every case of a batch with the last family's)."""
+    import toy_family
+    from ops.scoring.spec import case
+
+    built = []
+
+    class Recording(toy_family.ToyFamily):
+        def forward(self, c, api, xs):
+            built.append((self.name, c.family))
+            return super().forward(c, api, xs)
+
+    families = [Recording(name, [case(name, "ok", "fwd", [(64,)], "float32", devices=("cpu",), behaviour="ok")])
+                for name in ("toy_a", "toy_b", "toy_c")]
+    jt.flags.use_cuda = 0
+    graphs = compile_pass.warm_graphs([(f, f.cases[0]) for f in families], ops, limit_bytes=1 << 30)
+    assert sorted(built) == [("toy_a", "toy_a"), ("toy_b", "toy_b"), ("toy_c", "toy_c")]
+    assert graphs == 6  # ours and the naive composite of each; the toys have no jittor built-in

@@ -296,9 +296,21 @@ def test_references_made_in_advance_or_by_the_judge_give_one_verdict(tmp_path, m
         want = fam.expected(c, arrays)[0].value.astype(np.float32)
         np.save(tmp_path / f"out{k}.npy", want)
         files["check" if k == 0 else f"set{k}"] = [[f"out{k}.npy", "float32"]]
-    assert runner.judge_outputs(fam, c, prepared, files)[:2] == (True, "")
+    for judging in (1, 3):
+        assert runner.judge_outputs(fam, c, prepared, files, threads=judging)[:2] == (True, "")
     bad = np.load(tmp_path / "out1.npy")
     bad.reshape(-1)[5] += 1.0
     np.save(tmp_path / "out1.npy", bad)
-    ok, why = runner.judge_outputs(fam, c, prepared, files)[:2]
-    assert not ok and "timed call on input set 1" in why and "1 elements differ" in why
+    for judging in (1, 3):  # groups judged at once give the verdict of the first failing group
+        ok, why = runner.judge_outputs(fam, c, prepared, files, threads=judging)[:2]
+        assert not ok and "timed call on input set 1" in why and "1 elements differ" in why
+
+
+def test_groups_judged_at_once_only_as_memory_allows(monkeypatch):
+    from ops.scoring import runner
+    from ops.scoring.spec import case
+    c = case("toy", "big", "fwd", [(1 << 20,)], "float32", devices=("cpu",))
+    monkeypatch.setattr(runner, "_available_memory", lambda: 2 * 3 * runner.JUDGE_BYTES_PER_ELEMENT << 20)
+    assert runner.judge_threads(c, 4, 4) == 3 and runner.judge_threads(c, 2, 4) == 2
+    monkeypatch.setattr(runner, "_available_memory", lambda: 0)
+    assert runner.judge_threads(c, 4, 4) == 1

@@ -115,9 +115,15 @@ def remember_compiled(key: str) -> None:
     _add(COMPILED_FILE, key, time.strftime("%Y-%m-%d %H:%M"))
 
 
+def ours_forward(fam, api) -> Callable:
+    """The graded module's forward for ``fam``'s cases, bound now: a batch builds its graphs after the loop
+    that collected them has moved on to other families."""
+    return lambda c, xs: fam.forward(c, api, xs)
+
+
 def warm_graphs(items, api, limit_bytes: int, report: Callable[[str, dict], None] = lambda kind, d: None) -> int:
     """Build and sync every implementation's graph of each case (``items``: (family, case)), in batches of at
-    most ``limit_bytes`` of inputs (zeros: values never change which kernels compile). Best effort: a graph
+    most ``limit_bytes`` of inputs (uninitialized: values never change which kernels compile). Best effort: a graph
     that fails here fails again, with its reason, when timed. ``report("start", {"items": n})`` comes before a
     batch's syncs (``n`` of ``items`` consumed by it: a crash in that batch loses those), ``report("batch",
     {...})`` after them with its figures. Returns how many graphs ran."""
@@ -172,12 +178,12 @@ def warm_graphs(items, api, limit_bytes: int, report: Callable[[str, dict], None
             size = sum(a.nbytes for a in arrays) + sum(g.nbytes for g in grads)
             if batch and held + size > limit_bytes:
                 flush()
-            sets = [InputSet(arrays, input_dtypes(case, arrays), grads, case.dtype)]
+            sets = [InputSet.placeholders(arrays, input_dtypes(case, arrays), grads, case.dtype)]
         except Exception:
             consumed += 1
             continue
         made_s += time.monotonic() - started
-        for name, forward in (("ours", lambda c, xs: fam.forward(c, api, xs)), ("naive", fam.naive_forward),
+        for name, forward in (("ours", ours_forward(fam, api)), ("naive", fam.naive_forward),
                               ("jittor", fam.jittor_forward)):
             batch.append((compile_key(case, name), case.id, JittorImpl(case, forward, sets)))
         held += size

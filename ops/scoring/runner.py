@@ -248,30 +248,73 @@ def _expected(fam: Family, case: Case, arrays, grads) -> list:
     return fam.expected(case, arrays, grads if case.direction == "bwd" else None)
 
 
-def judge_outputs(fam: Family, case: Case, prepared: Prepared,
-                  files: Dict[str, list]) -> Tuple[bool, str, Optional[float], int]:
+# Bytes a judge of one set holds per input element (float64 reference values and bounds, the verdict's float64
+# temporaries): what decides how many sets are judged at once.
+JUDGE_BYTES_PER_ELEMENT = 48
+
+
+def _available_memory() -> int:
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def judge_threads(case: Case, groups: int, threads: int) -> int:
+    """How many output groups to judge at once: up to ``threads``, as many as half the free memory holds."""
+    per_group = JUDGE_BYTES_PER_ELEMENT * sum(int(np.prod(s)) for s in case.shapes)
+    fits = _available_memory() // 2 // max(per_group, 1)
+    return int(max(1, min(groups, threads, fits)))
+
+
+def judge_outputs(fam: Family, case: Case, prepared: Prepared, files: Dict[str, list],
+                  threads: int = 1) -> Tuple[bool, str, Optional[float], int]:
     """(correct, why, max error, outputs checked) over every output group the worker wrote: ``check`` (set 0)
-    and ``set<k>`` (the last timed call on set k)."""
-    worst, checked = 0.0, 0
+    and ``set<k>`` (the last timed call on set k). With ``threads`` > 1 the groups are judged that many at a
+    time where memory allows (NumPy releases the GIL in its loops: the references the judge computes itself,
+    those of the largest cases, are most of its time); the verdict is that of the first failing group in
+    this order either way."""
     if "check" not in files:
         return False, "no output of the checked call", None, 0
-    for tag, listed in files.items():
+
+    def judge_group(tag):
+        """(ok, why, max error, outputs checked) of one group."""
         k = 0 if tag == "check" else int(tag[3:])
-        expected = prepared.expected[k]
+        listed, expected = files[tag], prepared.expected[k]
         if expected is None:
             arrays, grads = prepared.sets[k]
             expected = _expected(fam, case, arrays, grads)
         if len(listed) != len(expected):
-            return False, f"{tag}: {len(listed)} outputs, expected {len(expected)}", None, checked
+            return False, f"{tag}: {len(listed)} outputs, expected {len(expected)}", None, 0
+        worst, checked = 0.0, 0
         for i, ((name, dtype), exp) in enumerate(zip(listed, expected)):
             got = np.load(os.path.join(prepared.folder, name))
             ok, err, why = judge(got, dtype, exp)
             checked += 1
-            if err is not None and ok:
-                worst = max(worst, err)
             if not ok:
                 where = "checked call" if tag == "check" else f"timed call on input set {k}"
                 return False, f"{where}, output {i}: {why}", err, checked
+            if err is not None:
+                worst = max(worst, err)
+        return True, "", worst, checked
+
+    tags = list(files)
+    at_once = judge_threads(case, len(tags), threads)
+    if at_once > 1:
+        with ThreadPoolExecutor(at_once) as pool:
+            verdicts = list(pool.map(judge_group, tags))
+    else:
+        verdicts = []
+        for tag in tags:
+            verdicts.append(judge_group(tag))
+            if not verdicts[-1][0]:
+                break
+    worst, checked = 0.0, 0
+    for ok, why, err, n in verdicts:
+        checked += n
+        if not ok:
+            return False, why, err, checked
+        worst = max(worst, err or 0.0)
     expected_groups = 1 + timed_sets(fam, case)
     if len(files) < expected_groups:
         return False, f"only {len(files)} of {expected_groups} output groups came back", None, checked
@@ -347,7 +390,7 @@ class Runner:
                 if files is not None:
                     judging = time.monotonic()  # the references were computed in advance (prepare_case)
                     result.correct, result.why, result.max_error, result.checked = judge_outputs(
-                        fam, case, prepared, files)
+                        fam, case, prepared, files, threads=PREPARE_THREADS if self.device == "cuda" else 1)
                     result.phases["judge"] = round(time.monotonic() - judging, 3)
                     if result.correct and not result.ours.ok:
                         result.correct, result.why = False, f"raised: {result.ours.error}"

@@ -143,9 +143,8 @@ class Family:
         return [random_array(s, case.dtype, rng) for s in case.shapes]
 
     def zero_inputs(self, case: Case) -> Tuple[List[np.ndarray], List[np.ndarray]]:
-        """(inputs, output gradients of a backward case) of the right shapes and NumPy dtypes, holding zeros:
-        what the compile pass builds its graphs on (values never change which kernels compile; zeros cost
-        no random numbers: a second per 100 MB)."""
+        """(inputs, output gradients of a backward case) of the right shapes and NumPy dtypes, holding zeros
+        (``np.zeros``: no memory touched until read): the shapes and dtypes the compile pass builds on."""
         def zeros(shape):
             return np.zeros(shape, np.float32 if case.dtype == "bfloat16" else np.dtype(case.dtype))
         grads = [zeros(s) for s in self.output_shapes(case)] if case.direction == "bwd" else []
