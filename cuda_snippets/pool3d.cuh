@@ -347,8 +347,10 @@ __global__ void __launch_bounds__(BLOCK) pool3d_fwd_k2s2(const T* __restrict__ x
 // valid output reads. Without NOPAD, window rows outside the input (padding, ceil_mode) are skipped. The
 // column-wise maximum over the rows stays in registers (separable max: each loaded element costs one max
 // instead of one compare per window holding it), then each output takes the maximum of its KW columns. The
-// maximum propagates NaN; a value-only result does not depend on which equal element is first (up to the sign
-// of zero), so no position is tracked.
+// maximum propagates NaN; a value-only result does not depend on which equal element is first, except for the
+// sign of a zero maximum: the separable order is not (d, h, w) order, so an output whose maximum is +-0 scans
+// its window again for its first zero (PyTorch keeps the first maximum: -0.0 before 0.0 gives -0.0). Random
+// data never takes that path; an all-zero window (after a ReLU) costs one more pass over it, from cache.
 __device__ __forceinline__ float pool3d_max_nan(float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   float r;
@@ -359,6 +361,30 @@ __device__ __forceinline__ float pool3d_max_nan(float a, float b) {
 #endif
 }
 __device__ __forceinline__ double pool3d_max_nan(double a, double b) { return (pool3d_isnan(b) || b > a) ? b : a; }
+
+// The first element equal to zero, in (d, h, w) order, of the window whose rows start at (d0, h0) and whose
+// columns start at w (dilation 1 along W), as the accumulator type: its sign is the window's maximum's when
+// that maximum is +-0 (every element is then <= 0, so the first zero is the first maximum).
+template <typename T, int KW, bool NOPAD>
+__device__ __noinline__ typename Pool3dAcc<T>::type pool3d_first_zero(const T* __restrict__ xp, const Pool3dGeom& g,
+                                                                      int d0, int h0, int w) {
+  typedef typename Pool3dAcc<T>::type A;
+  for (int i = 0; i < g.kd; ++i) {
+    const int d = d0 + i * g.dd;
+    if (!NOPAD && (d < 0 || d >= g.D)) continue;
+    for (int j = 0; j < g.kh; ++j) {
+      const int h = h0 + j * g.dh;
+      if (!NOPAD && (h < 0 || h >= g.H)) continue;
+      const T* __restrict__ row = xp + (d * g.H + h) * g.W;
+      for (int k = 0; k < KW; ++k) {
+        if (w + k < 0 || w + k >= g.W) continue;  // the W padding
+        const A v = pool3d_acc(row[w + k]);
+        if (v == A(0)) return v;
+      }
+    }
+  }
+  return A(0);
+}
 
 template <typename T, typename I, int VEC, int KW, int SW, int PW, bool NOPAD, int BLOCK>
 __global__ void __launch_bounds__(BLOCK) pool3d_fwd_rows(const T* __restrict__ x, T* __restrict__ y,
@@ -409,6 +435,7 @@ __global__ void __launch_bounds__(BLOCK) pool3d_fwd_rows(const T* __restrict__ x
       A m = col[t * SW - PW + LEAD];
 #pragma unroll
       for (int k = 1; k < KW; ++k) m = pool3d_max_nan(m, col[t * SW + k - PW + LEAD]);
+      if (m == A(0)) m = pool3d_first_zero<T, KW, NOPAD>(xp, g, d0, h0, w0 + t * SW - PW);
       yr[ow] = pool3d_from_acc<T>(m);
     }
   }

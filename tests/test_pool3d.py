@@ -285,8 +285,39 @@ def _emulate_rows(x, cfg, params):
                 m = col[t * sw - pw + lead]
                 for k in range(1, kw):
                     m = _max_nan(m, col[t * sw + k - pw + lead])
+                if m == 0:  # pool3d_first_zero: the sign of the first zero in (d, h, w) order
+                    m = _first_zero(x[plane], (od * sd - pd, oh * sh - ph, w0 + t * sw - pw), (kd, kh, kw),
+                                    (dd, dh), cfg.nopad)
                 y[plane, od, oh, ow] = m
     return y
+
+
+def _first_zero(plane, start, kernel, dilation, nopad):
+    """pool3d_first_zero of pool3d.cuh on one (D, H, W) plane."""
+    D, H, W = plane.shape
+    for i in range(kernel[0]):
+        d = start[0] + i * dilation[0]
+        if not nopad and not 0 <= d < D:
+            continue
+        for j in range(kernel[1]):
+            h = start[1] + j * dilation[1]
+            if not nopad and not 0 <= h < H:
+                continue
+            for k in range(kernel[2]):
+                w = start[2] + k
+                if 0 <= w < W and plane[d, h, w] == 0:
+                    return plane[d, h, w]
+    return 0.0
+
+
+def _signed_zeros(shape, rng):
+    """-1, -0.0 and 0.0 at random: windows whose maximum is a zero of either sign, first in any order."""
+    return rng.choice(np.array([-1.0, -0.0, 0.0]), size=shape)
+
+
+def _same_bits(got, want):
+    return np.array_equal(np.isnan(got), np.isnan(want)) and np.array_equal(
+        np.signbit(got[~np.isnan(got)]), np.signbit(want[~np.isnan(want)])) and np.array_equal(got, want, equal_nan=True)
 
 
 @pytest.mark.parametrize("shape, dtype, kw", [
@@ -314,12 +345,15 @@ def test_rows_kernel_math_matches_the_reference(shape, dtype, kw, rng):
     x.reshape(-1)[rng.choice(x.size, 3, replace=False)] = np.nan
     want = F.reference_pool(x, **kw)[0]
     np.testing.assert_array_equal(_emulate_rows(x, cfg, params), want)
+    zeros = _signed_zeros(shape, rng)  # the separable order is not (d, h, w) order: the rescan keeps the sign
+    assert _same_bits(_emulate_rows(zeros, cfg, params), F.reference_pool(zeros, **kw)[0])
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_rows_values_on_gpu(dtype, rng):
-    """fwd_rows (values only, no grad) on the GPU, with NaNs, against the reference."""
+    """fwd_rows (values only, no grad) on the GPU, with NaNs, and with zeros of both signs (the sign of the first
+    maximum in (d, h, w) order), against the reference."""
     cases = [((2, 3, 12, 10, 16), _kw(3, 1)), ((2, 3, 9, 8, 12), _kw((2, 3, 2), (2, 1, 1))),
              ((64, 32, 8, 9, 16), _kw((3, 2, 8), (1, 2, 2), d=(2, 3, 1))), ((2, 16, 32, 32, 32), _kw(8, 1)),
              ((4, 32, 32, 32, 32), _kw(5, 2)), ((4, 32, 16, 16, 24), _kw(3, 1)),
@@ -334,11 +368,14 @@ def test_rows_values_on_gpu(dtype, rng):
             x = random_array(shape, dtype, rng)
             x.reshape(-1)[rng.choice(x.size, 3, replace=False)] = np.nan
             xs.append(x)
+        zero_xs = [_signed_zeros(shape, rng) for shape, _ in cases]
         with jt.no_grad():
-            outs = [ops.max_pool3d(to_jittor(x, dtype), **kw) for x, (_, kw) in zip(xs, cases)]
+            outs = [ops.max_pool3d(to_jittor(x, dtype), **kw) for x, (_, kw) in zip(xs + zero_xs, cases + cases)]
         jt.sync(outs)
         for x, (shape, kw), y in zip(xs, cases, outs):
             np.testing.assert_array_equal(to_numpy64(y), F.reference_pool(x, **kw)[0], err_msg=str((shape, kw)))
+        for x, (shape, kw), y in zip(zero_xs, cases, outs[len(cases):]):
+            assert _same_bits(to_numpy64(y), F.reference_pool(x, **kw)[0]), (shape, kw)
     finally:
         jt.flags.use_cuda = previous
 
