@@ -86,3 +86,20 @@ def test_each_case_is_built_with_its_own_familys_forward():
     graphs = compile_pass.warm_graphs([(f, f.cases[0]) for f in families], ops, limit_bytes=1 << 30)
     assert sorted(built) == [("toy_a", "toy_a"), ("toy_b", "toy_b"), ("toy_c", "toy_c")]
     assert graphs == 6  # ours and the naive composite of each; the toys have no jittor built-in
+
+
+def test_placeholders_and_handed_back_outputs_are_what_the_worker_makes():
+    """Placeholders have the inputs' shapes and dtypes (bfloat16 made from float32, as to_jittor makes it:
+    that cast compiles too); ours' bfloat16 outputs get the float32 cast the worker hands them back with."""
+    import numpy as np
+    from ops.scoring.harness import InputSet
+
+    jt.flags.use_cuda = 0
+    s = InputSet.placeholders([np.zeros((3, 4), np.float32), np.zeros((5,), np.int8)], ["bfloat16", "int8"],
+                              [np.zeros((2, 2), np.float32)], "bfloat16")
+    assert [(tuple(v.shape), str(v.dtype)) for v in s.xs + s.dys] == [((3, 4), "bfloat16"), ((5,), "int8"),
+                                                                      ((2, 2), "bfloat16")]
+    assert s.arrays == [] and s.grad_arrays == []
+    outs = [jt.zeros((2, 3), "bfloat16"), jt.zeros((4,), "float32")]
+    back = compile_pass.handed_back(outs)
+    assert back[:2] == outs and len(back) == 3 and str(back[2].dtype) == "float32" and tuple(back[2].shape) == (2, 3)

@@ -125,10 +125,15 @@ class InputSet:
         graphs on. Values never change which kernels compile, and nothing is made on the host or copied
         (8 GB of zeros copied in took 20-35 s per compile batch on an H100 host). No host arrays: PyTorch
         cannot be run on it."""
+        def empty(shape, dtype):
+            if dtype == "bfloat16":  # as to_jittor makes them: the cast from float32 is a kernel to compile too
+                return jt.empty(tuple(shape), "float32").astype("bfloat16")
+            return jt.empty(tuple(shape), dtype)
+
         placeholder = cls.__new__(cls)
         placeholder.arrays, placeholder.grad_arrays = [], []
-        placeholder.xs = [jt.empty(tuple(a.shape), d) for a, d in zip(arrays, dtypes)]
-        placeholder.dys = [jt.empty(tuple(g.shape), grad_dtype) for g in grads]
+        placeholder.xs = [empty(a.shape, d) for a, d in zip(arrays, dtypes)]
+        placeholder.dys = [empty(g.shape, grad_dtype) for g in grads]
         jt.sync(placeholder.xs + placeholder.dys)
         return placeholder
 
