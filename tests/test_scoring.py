@@ -146,6 +146,62 @@ def test_rounded_outputs_nan_infinities_and_bounds():
     assert not ok and err == pytest.approx(0.01, rel=1e-4) and "first at (3,)" in why
 
 
+def _as_dtype(x64, dtype):
+    """float64 values rounded to ``dtype`` (bfloat16: to nearest even, held in float32)."""
+    if dtype == "bfloat16":
+        return round_to_bfloat16(x64.astype(np.float32))  # f64 -> f32 -> bf16: double rounding harmless here
+    return x64.astype(dtype)
+
+
+def _step(values, dtype, steps):
+    """``values`` moved ``steps`` floats of ``dtype`` up (positive) or down."""
+    out = values.copy()
+    for _ in range(abs(steps)):
+        if dtype == "bfloat16":
+            bits = out.view(np.uint32)
+            up = (steps > 0) == (out >= 0)  # away from zero: the magnitude's bits grow
+            bits[...] = np.where(up, bits + np.uint32(1 << 16), bits - np.uint32(1 << 16))
+        else:
+            out = np.nextafter(out, np.array(np.inf if steps > 0 else -np.inf, out.dtype))
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_faithful_sums_pass_rounded_or_truncated_and_nothing_further(dtype, rng):
+    """transpose_add's verdict: the correctly rounded sum and the neighbour on the exact sum's side (what a
+    truncating conversion gives where rounding went away from zero) pass; the neighbour on the other side, two floats off, NaN and infinities that
+    differ fail. The rounded sum is the float64-exact sum rounded once."""
+    from ops.scoring.fam_permute import rounded_sum
+    a = _as_dtype(rng.standard_normal(4096), dtype)
+    b = _as_dtype(rng.standard_normal(4096) * 2.0 ** rng.integers(-12, 12, 4096), dtype)
+    exact = a.astype(np.float64) + b.astype(np.float64)
+    want, side = rounded_sum(a, b, dtype)
+    np.testing.assert_array_equal(want, _as_dtype(exact, dtype))
+    np.testing.assert_array_equal(side, np.sign(exact - want.astype(np.float64)))
+    exp = Expected(want, (dtype,), "faithful", side)
+    assert judge(want.copy(), dtype, exp)[:2] == (True, 0.0)
+    inexact = np.flatnonzero(side)
+    assert inexact.size > 1000
+    i = inexact[0]
+    for steps, ok in ((int(side[i]), True), (-int(side[i]), False), (2 * int(side[i]), False)):
+        got = want.copy()
+        got[i] = _step(want[i:i + 1], dtype, steps)[0]
+        assert judge(got, dtype, exp)[0] is ok, (steps, want[i], got[i])
+    exact_i = np.flatnonzero(side == 0)[0]
+    got = want.copy()
+    got[exact_i] = _step(want[exact_i:exact_i + 1], dtype, 1)[0]
+    assert not judge(got, dtype, exp)[0]  # an exact sum leaves no room
+    specials = want.copy()
+    specials[:3] = [np.nan, np.inf, -np.inf]
+    exp = Expected(specials, (dtype,), "faithful", side)
+    for k, value, why in ((0, 1.0, "a number where the reference has NaN"), (1, -np.inf, "infinities differ"),
+                          (5, np.nan, "NaN where the reference has none")):
+        got = specials.copy()
+        got[k] = value
+        ok, _, message = judge(got, dtype, exp)
+        assert not ok and why in message
+
+
 def test_ulp_of_each_dtype():
     assert ulp(np.array([1.0]), "float32")[0] == 2.0 ** -23
     assert ulp(np.array([1.5]), "float16")[0] == 2.0 ** -10

@@ -9,8 +9,8 @@ from typing import Tuple
 import numpy as np
 
 from .._codegen import ITEMSIZE
-from .judge import Expected, ulp
-from .spec import DEFAULT_TOLERANCE, EDGE, Family, case
+from .judge import Expected
+from .spec import DEFAULT_TOLERANCE, EDGE, Family, case, round_to_bfloat16
 
 
 def _impl():
@@ -38,6 +38,29 @@ def _inverse(perm):
     return tuple(inv)
 
 
+def rounded_sum(a: np.ndarray, b: np.ndarray, dtype: str):
+    """(the correctly rounded a + b in ``dtype``, the sign of the exact sum minus it as int8) for float
+    arrays of ``dtype`` (bfloat16 held in float32). The sum is taken in a wider float and rounded once more:
+    that wider float has at least 2p + 2 significand bits for the dtype's p, so the double rounding gives the
+    correctly rounded sum (float16 and bfloat16 in float32, float32 in float64); float64 sums in float64 and
+    takes the side from the add's exact error (TwoSum)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        if dtype == "float64":
+            want = a + b
+            back = want - a
+            residual = (a - (want - back)) + (b - back)
+        else:
+            wide = np.float64 if dtype == "float32" else np.float32
+            exact = a.astype(wide) + b.astype(wide)
+            if dtype == "bfloat16":
+                want = round_to_bfloat16(exact)
+            else:
+                want = exact.astype(dtype)
+            residual = exact - want.astype(wide)
+    side = np.subtract(residual > 0, residual < 0, dtype=np.int8)  # NaN: 0
+    return want, side
+
+
 class PermuteFamily(Family):
     def _is_add(self, c) -> bool:
         return c.p.get("op", "permute") == "transpose_add"
@@ -63,10 +86,10 @@ class PermuteFamily(Family):
         return [tuple(c.shapes[0][p] for p in _perm(c))]
 
     def expected(self, c, arrays, grads_out=None):
-        """Moved values bit for bit, -0.0 told from 0.0 (a copy keeps the sign); transpose_add of floats within
-        one unit in the last place of the dtype (its one IEEE add rounds once: half a unit, or a whole one
-        for a conversion that truncates, as jittor's CPU bfloat16 does); of integers and bool exactly (ints
-        wrap, bool adds as logical or)."""
+        """Moved values bit for bit, -0.0 told from 0.0 (a copy keeps the sign); transpose_add of floats
+        faithfully rounded (its one IEEE add rounds once: the correctly rounded sum, or the neighbour on the
+        exact sum's side, as a conversion that truncates gives: jittor's CPU bfloat16); of integers and bool
+        exactly (ints wrap, bool adds as logical or)."""
         if c.direction == "bwd":
             g = grads_out[0]
             grads = {0: np.transpose(g, _inverse(_perm(c))), 1: g}
@@ -76,9 +99,8 @@ class PermuteFamily(Family):
             return [Expected(moved, (c.dtype,), signed_zero=True)]
         if moved.dtype.kind != "f":
             return [Expected(moved + arrays[1], (c.dtype,))]
-        with np.errstate(invalid="ignore", over="ignore"):
-            want = moved.astype(np.float64) + arrays[1].astype(np.float64)
-        return [Expected(want, (c.dtype,), "rounded", ulp(want, c.dtype))]
+        want, side = rounded_sum(moved, arrays[1], c.dtype)
+        return [Expected(want, (c.dtype,), "faithful", side)]
 
     def tolerance(self, c):
         if c.dtype not in DEFAULT_TOLERANCE:

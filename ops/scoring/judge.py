@@ -7,6 +7,12 @@ Rules (``Expected.kind``):
 * ``exact``: the dtype's values bit for bit (NaN matches any NaN). Used where the op copies or selects values
   (permute, broadcast, max_pool3d values and indices) and for integer and bool results. ``signed_zero``: -0.0
   and 0.0 differ, for ops that copy values (a copy keeps the sign).
+* ``faithful``: one rounding of an exactly known result (an IEEE add of two values of the dtype): ``value``
+  is the correctly rounded result in the output dtype and ``bound`` the sign of (exact - value) per element
+  (int8); an output passes where it is that value or the dtype's neighbour on the exact result's side
+  (faithful rounding: a conversion that truncates is one off), NaN where the reference has NaN, the same
+  infinities. Compared as integers in the dtype's own bits, a chunk at a time: a few passes over the
+  output's bytes, where ``rounded`` makes a dozen over float64 copies.
 * ``rounded``: NaN where the reference has NaN, the same infinities, and every finite value within
   ``bound`` (a scalar or a per-element array) of the reference. Families derive the bound from the arithmetic:
   one unit in the last place of the output dtype plus the accumulated rounding of a sum, scaled per element
@@ -40,15 +46,15 @@ SUM_BLOCK = 4096
 class Expected:
     value: np.ndarray  # float64 for floats (NaN/Inf as the reference says), the exact dtype otherwise
     dtypes: Tuple[str, ...]  # accepted output dtypes; the first is the one reported as expected
-    kind: str = "exact"  # "exact" or "rounded"
-    bound: Union[float, np.ndarray, None] = None  # rounded: allowed |error| per finite element
+    kind: str = "exact"  # "exact", "faithful" or "rounded"
+    bound: Union[float, np.ndarray, None] = None  # rounded: allowed |error| per finite element; faithful: sides
     signed_zero: bool = False  # exact floats: -0.0 and 0.0 differ
 
     def __post_init__(self):
-        if self.kind not in ("exact", "rounded"):
-            raise ValueError(f"kind must be 'exact' or 'rounded', got {self.kind!r}")
-        if self.kind == "rounded" and self.bound is None:
-            raise ValueError("a rounded expectation needs a bound")
+        if self.kind not in ("exact", "faithful", "rounded"):
+            raise ValueError(f"kind must be 'exact', 'faithful' or 'rounded', got {self.kind!r}")
+        if self.kind != "exact" and self.bound is None:
+            raise ValueError(f"a {self.kind} expectation needs a bound")
 
 
 def unit_roundoff(dtype: str) -> float:
@@ -93,6 +99,8 @@ def judge(got: np.ndarray, got_dtype: str, exp: Expected) -> Tuple[bool, Optiona
         return _verdict_count(bad, got, want)
     if exp.kind == "exact":
         return _judge_exact(got, want, exp.signed_zero)
+    if exp.kind == "faithful":
+        return _judge_faithful(got, got_dtype, want, np.asarray(exp.bound))
     g, w = _as_float64(got), want.astype(np.float64, copy=False)
     nan_g, nan_w = np.isnan(g), np.isnan(w)
     if not np.array_equal(nan_g, nan_w):
@@ -149,6 +157,66 @@ def _judge_exact(got: np.ndarray, want: np.ndarray, signed_zero: bool):
     finite = np.isfinite(g64) & np.isfinite(w64)
     err = float(np.abs(g64[finite] - w64[finite]).max()) if finite.any() else None
     return False, err, f"{why}, first at {idx}: got {got[idx]!r}, want {w[idx]!r}"
+
+
+# Elements per chunk of the faithful judge (its temporaries: a few int64 arrays of this length, 32 MB each).
+FAITHFUL_CHUNK = 1 << 22
+
+
+def _ordered(values: np.ndarray, dtype: str) -> np.ndarray:
+    """The dtype's bit patterns as integers in the order of the values (-0.0 and 0.0 both 0; the next float up
+    is one more): int32 for the 16-bit dtypes, int64 for the wider. bfloat16 arrives as float32 holding
+    bfloat16 values: its upper 16 bits."""
+    if dtype == "bfloat16":
+        bits, width = (values.view(np.uint32) >> np.uint32(16)).astype(np.int32), 16
+    else:
+        width = 8 * values.dtype.itemsize
+        bits = values.view(_BITS[values.dtype.itemsize]).astype(np.int32 if width == 16 else np.int64)
+    if width == 64:  # int64 cannot hold the unsigned pattern: the sign is the int64's own
+        negative = bits < 0
+        bits &= np.int64(0x7FFFFFFFFFFFFFFF)
+    else:
+        negative = bits >= (1 << (width - 1))
+        bits &= (1 << (width - 1)) - 1
+    np.negative(bits, out=bits, where=negative)
+    return bits
+
+
+def _judge_faithful(got: np.ndarray, dtype: str, want: np.ndarray, side: np.ndarray):
+    """``faithful``: ``got`` equals ``want`` (the correctly rounded result) or is its neighbour towards the
+    exact result (``side``: the sign of exact - want), chunk by chunk over the flat arrays."""
+    g_flat = np.ascontiguousarray(got).reshape(-1)
+    w_flat = np.ascontiguousarray(want.astype(got.dtype, copy=False)).reshape(-1)
+    s_flat = np.broadcast_to(side, want.shape).reshape(-1)
+    bad_total, first, why, worst = 0, None, "", 0.0
+    for start in range(0, g_flat.size, FAITHFUL_CHUNK):
+        g, w = g_flat[start:start + FAITHFUL_CHUNK], w_flat[start:start + FAITHFUL_CHUNK]
+        nan_g, nan_w = np.isnan(g), np.isnan(w)
+        bad = nan_g != nan_w
+        inf = np.isinf(g) | np.isinf(w)
+        bad |= inf & (g != w) & ~(nan_g | nan_w)
+        step = _ordered(g, dtype) - _ordered(w, dtype)
+        finite = ~(nan_g | nan_w | inf)
+        bad |= finite & (step != 0) & (step != s_flat[start:start + FAITHFUL_CHUNK])
+        count = int(np.count_nonzero(bad))
+        if count and first is None:
+            first = start + int(np.argmax(bad))
+            if nan_g[first - start] != nan_w[first - start]:
+                why = "NaN where the reference has none" if nan_g[first - start] else "a number where the reference has NaN"
+            elif inf[first - start]:
+                why = "infinities differ"
+            else:
+                why = "not the correctly rounded sum or its neighbour towards the exact one"
+        bad_total += count
+        if not count:  # the largest error of a passing output: over the elements one off only
+            off = np.flatnonzero(finite & (step != 0))
+            if off.size:
+                worst = max(worst, float(np.abs(g[off].astype(np.float64) - w[off].astype(np.float64)).max()))
+    if first is None:
+        return True, worst, ""
+    idx = tuple(int(i) for i in np.unravel_index(first, got.shape))
+    return False, float(bad_total), (f"{bad_total} elements off ({why}), first at {idx}: got {got[idx]!r}, "
+                                     f"want {w_flat[first]!r}")
 
 
 def _verdict_count(bad: int, got, want):

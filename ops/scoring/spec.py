@@ -84,10 +84,18 @@ def random_array(shape: Shape, dtype: str, rng: np.random.Generator, low=-1.0, h
 
 def round_to_bfloat16(x: np.ndarray) -> np.ndarray:
     """float32 values rounded to the nearest bfloat16 (ties to even), kept in float32."""
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    bits = x.view(np.uint32)
+    rounded = bits >> np.uint32(16)  # in place from here: one temporary (a 280M-element array: 0.7 -> 0.2 s)
+    rounded &= np.uint32(1)
+    rounded += np.uint32(0x7FFF)
+    rounded += bits
+    rounded &= np.uint32(0xFFFF0000)
     out = rounded.view(np.float32)
-    return np.where(np.isnan(x), x, out).astype(np.float32)
+    nan = np.isnan(x)
+    if nan.any():  # a NaN's payload plus the rounding could carry into the sign: NaN stays NaN as it was
+        out[nan] = x[nan]
+    return out
 
 
 def edge_array(shape: Shape, dtype: str, rng: np.random.Generator, density: float = 0.02) -> np.ndarray:
