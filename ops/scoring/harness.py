@@ -74,7 +74,7 @@ class _InjectGrad(jt.Function):
 def to_jittor(arr: np.ndarray, dtype: str):
     """A jittor Var of ``dtype`` holding ``arr`` exactly (jt.array alone narrows int64 and float64)."""
     if dtype == "bfloat16":
-        return jt.array(arr.astype(np.float32), "float32").astype("bfloat16")
+        return jt.array(arr.astype(np.float32, copy=False), "float32").astype("bfloat16")
     return jt.array(arr, dtype)
 
 
