@@ -370,3 +370,24 @@ def test_groups_judged_at_once_only_as_memory_allows(monkeypatch):
     assert runner.judge_threads(c, 4, 4) == 3 and runner.judge_threads(c, 2, 4) == 2
     monkeypatch.setattr(runner, "_available_memory", lambda: 0)
     assert runner.judge_threads(c, 4, 4) == 1
+
+
+def test_workers_share_one_hash_seed_and_cpu_workers_one_thread(tmp_path, monkeypatch):
+    """Every worker gets PYTHONHASHSEED=0 (run-to-run repeatability of few-microsecond calls); CPU workers
+    also OMP_NUM_THREADS=1 unless the user set it."""
+    from ops.scoring import runner
+    seen = []
+
+    class FakeProcess:
+        stdout = iter(())
+
+        def __init__(self, *args, env=None, **kwargs):
+            seen.append(env)
+
+    monkeypatch.setattr(runner.subprocess, "Popen", FakeProcess)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("PYTHONHASHSEED", "random")
+    for device in ("cpu", "cuda"):
+        runner.Worker(device=device, impl="ops", log_path=str(tmp_path / f"{device}.log"), copy=False)
+    assert [e["PYTHONHASHSEED"] for e in seen] == ["0", "0"]
+    assert seen[0]["OMP_NUM_THREADS"] == "1" and "OMP_NUM_THREADS" not in seen[1]

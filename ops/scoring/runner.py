@@ -102,7 +102,11 @@ class Worker:
             # killed for hanging, or one that crashed, must not take the grader down with it.
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         job = {"device": device, "impl": impl, "copy": copy, "log": log_path}
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # One hash seed for every worker: a call's Python overhead (the plan caches' dict lookups, jittor's
+        # keyword handling) depends on where string hashes put the keys, and a few-microsecond CPU case moved
+        # across a tier boundary with it. Two CPU runs kept the points of 61-63 of the 65 base cases in 6 of 6
+        # pairs with it pinned, 55-63 without (2-core machine, 2026-11-26).
+        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONHASHSEED="0")
         if device == "cpu":
             # Single-threaded CPU timing: the CPU cases are small, and with two thread pools (jittor's and
             # PyTorch's) or another busy process, one preempted thread stalls a whole parallel region; that
