@@ -21,7 +21,7 @@ import time
 from typing import Callable, Dict, List, Sequence
 
 from .._jittor import jt
-from .harness import InputSet, JittorImpl, compiled_kernels, input_dtypes
+from .harness import InputSet, JittorImpl, compiled_kernels, for_host, input_dtypes
 from .runner import LOG_TAIL, compile_reason, without_colors
 from .spec import Case
 
@@ -116,10 +116,11 @@ def remember_compiled(key: str) -> None:
 
 
 def handed_back(outs) -> list:
-    """Our outputs and the casts the worker makes to hand them back (``to_numpy``: bfloat16 as float32, a
-    kernel per rank that would otherwise compile inside a timed case's check, ~6 s on an H100 host). Not for
-    the references: their outputs are not handed back, and a cast could fuse into a composite's kernel."""
-    return list(outs) + [o.float32() for o in outs if str(o.dtype) == "bfloat16"]
+    """Our outputs and the casts the worker makes to hand them back (``harness.for_host``: bfloat16 as float32,
+    a kernel per rank that would otherwise compile inside a timed case's check, ~6 s on an H100 host). Not
+    for the references: their outputs are not handed back, and a cast could fuse into a composite's kernel."""
+    outs = list(outs)
+    return outs + [h for o, h in zip(outs, map(for_host, outs)) if h is not o]
 
 
 def ours_forward(fam, api) -> Callable:
@@ -151,12 +152,13 @@ def warm_graphs(items, api, limit_bytes: int, report: Callable[[str, dict], None
         for key, case_id, impl in batch:
             if key in failed:
                 continue
+            name = key.split("/")[1]
             try:
-                vs = step(impl, key.split("/")[1])
+                vs = step(impl, name)
                 ok += 1
             except Exception:
                 continue
-            if key.split("/")[1] == "jittor":
+            if name == "jittor":
                 groups.setdefault(key, (case_id, []))[1].extend(vs)
             else:
                 trusted += vs

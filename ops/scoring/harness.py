@@ -71,11 +71,27 @@ class _InjectGrad(jt.Function):
         return self.dy, None
 
 
+def _host_dtype(dtype: str) -> str:
+    """The dtype a Var of ``dtype`` crosses to and from the host in: NumPy has no bfloat16, so float32 (which
+    holds every bfloat16 exactly), made into bfloat16 on the device by a cast, a kernel of its own."""
+    return "float32" if dtype == "bfloat16" else dtype
+
+
+def _arrived(v, dtype: str):
+    """``v``, of ``dtype``'s host dtype, as ``dtype``."""
+    return v if _host_dtype(dtype) == dtype else v.astype(dtype)
+
+
 def to_jittor(arr: np.ndarray, dtype: str):
     """A jittor Var of ``dtype`` holding ``arr`` exactly (jt.array alone narrows int64 and float64)."""
-    if dtype == "bfloat16":
-        return jt.array(arr.astype(np.float32, copy=False), "float32").astype("bfloat16")
-    return jt.array(arr, dtype)
+    host = _host_dtype(dtype)
+    return _arrived(jt.array(arr.astype(host, copy=False) if host != dtype else arr, host), dtype)
+
+
+def for_host(v):
+    """The Var that ``to_numpy`` reads for ``v``: ``v``, or its cast to the host dtype."""
+    host = _host_dtype(str(v.dtype))
+    return v if host == str(v.dtype) else v.astype(host)
 
 
 def to_numpy64(v) -> np.ndarray:
@@ -85,9 +101,7 @@ def to_numpy64(v) -> np.ndarray:
 
 def to_numpy(v) -> np.ndarray:
     """The Var's values in its own NumPy dtype (bfloat16: float32, which holds each value exactly)."""
-    if str(v.dtype) == "bfloat16":
-        v = v.float32()
-    return v.numpy()
+    return for_host(v).numpy()
 
 
 def short_error(err: BaseException, limit: int = 160) -> str:
@@ -125,10 +139,8 @@ class InputSet:
         graphs on. Values never change which kernels compile, and nothing is made on the host or copied
         (8 GB of zeros copied in took 20-35 s per compile batch on an H100 host). No host arrays: PyTorch
         cannot be run on it."""
-        def empty(shape, dtype):
-            if dtype == "bfloat16":  # as to_jittor makes them: the cast from float32 is a kernel to compile too
-                return jt.empty(tuple(shape), "float32").astype("bfloat16")
-            return jt.empty(tuple(shape), dtype)
+        def empty(shape, dtype):  # made as to_jittor makes them: a host dtype's cast is a kernel to compile too
+            return _arrived(jt.empty(tuple(shape), _host_dtype(dtype)), dtype)
 
         placeholder = cls.__new__(cls)
         placeholder.arrays, placeholder.grad_arrays = [], []
