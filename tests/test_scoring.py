@@ -202,6 +202,26 @@ def test_faithful_sums_pass_rounded_or_truncated_and_nothing_further(dtype, rng)
         assert not ok and why in message
 
 
+@pytest.mark.parametrize("dtype, tiny", [("float16", 2.0 ** -24), ("bfloat16", 2.0 ** -30), ("float32", 2.0 ** -60)])
+def test_a_sum_the_wider_float_rounds_away_keeps_its_side(dtype, tiny):
+    """1 + tiny rounds to 1 already in the wider float the reference sums in: the sum is still inexact (side
+    +1, so a result truncated toward the exact sum passes), and 1 - tiny has side -1 (one float below 1 is
+    then the truncated result and passes too)."""
+    from ops.scoring.fam_permute import rounded_sum
+    a = _as_dtype(np.array([1.0, 1.0, -1.0]), dtype)
+    b = _as_dtype(np.array([tiny, -tiny, tiny]), dtype)
+    want, side = rounded_sum(a, b, dtype)
+    np.testing.assert_array_equal(want.astype(np.float64), [1.0, 1.0, -1.0])
+    np.testing.assert_array_equal(side, [1, -1, 1])
+    exp = Expected(want, (dtype,), "faithful", side)
+    below = want.copy()
+    below[1] = _step(want[1:2], dtype, -1)[0]
+    assert judge(below, dtype, exp)[0]
+    above = want.copy()
+    above[1] = _step(want[1:2], dtype, 1)[0]
+    assert not judge(above, dtype, exp)[0]
+
+
 def test_ulp_of_each_dtype():
     assert ulp(np.array([1.0]), "float32")[0] == 2.0 ** -23
     assert ulp(np.array([1.5]), "float16")[0] == 2.0 ** -10

@@ -42,21 +42,22 @@ def rounded_sum(a: np.ndarray, b: np.ndarray, dtype: str):
     """(the correctly rounded a + b in ``dtype``, the sign of the exact sum minus it as int8) for float
     arrays of ``dtype`` (bfloat16 held in float32). The sum is taken in a wider float and rounded once more:
     that wider float has at least 2p + 2 significand bits for the dtype's p, so the double rounding gives the
-    correctly rounded sum (float16 and bfloat16 in float32, float32 in float64); float64 sums in float64 and
-    takes the side from the add's exact error (TwoSum)."""
+    correctly rounded sum (float16 and bfloat16 in float32, float32 in float64; float64 sums in float64).
+    The side comes from the wide add's exact error (TwoSum) as well as from the second rounding: a wide sum
+    that rounded onto the narrow result (1 + 2**-30 in float32 for bfloat16) still has an inexact side."""
+    wide = np.float64 if dtype in ("float32", "float64") else np.float32
     with np.errstate(invalid="ignore", over="ignore"):
-        if dtype == "float64":
-            want = a + b
-            back = want - a
-            residual = (a - (want - back)) + (b - back)
+        a, b = a.astype(wide, copy=False), b.astype(wide, copy=False)
+        total = a + b
+        back = total - a
+        error = (a - (total - back)) + (b - back)  # a + b == total + error exactly, where nothing overflowed
+        if dtype == "bfloat16":
+            want = round_to_bfloat16(total)
         else:
-            wide = np.float64 if dtype == "float32" else np.float32
-            exact = a.astype(wide) + b.astype(wide)
-            if dtype == "bfloat16":
-                want = round_to_bfloat16(exact)
-            else:
-                want = exact.astype(dtype)
-            residual = exact - want.astype(wide)
+            want = total.astype(dtype)
+        # |total - want| is 0 or at least one wide ulp of total, more than |error|: it decides where it is not 0
+        rounding = total - want.astype(wide)
+        residual = np.where(rounding != 0, rounding, error)
     side = np.subtract(residual > 0, residual < 0, dtype=np.int8)  # NaN: 0
     return want, side
 
