@@ -220,6 +220,9 @@ def test_a_sum_the_wider_float_rounds_away_keeps_its_side(dtype, tiny):
     above = want.copy()
     above[1] = _step(want[1:2], dtype, 1)[0]
     assert not judge(above, dtype, exp)[0]
+    moved = np.tile(a, (4, 1)).T  # a transposed operand, as the family's reference passes it
+    _, side = rounded_sum(moved, np.tile(b[:, None], (1, 4)), dtype)
+    np.testing.assert_array_equal(side, np.tile([[1], [-1], [1]], (1, 4)))
 
 
 def test_ulp_of_each_dtype():

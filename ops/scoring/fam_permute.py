@@ -49,15 +49,15 @@ def rounded_sum(a: np.ndarray, b: np.ndarray, dtype: str):
     with np.errstate(invalid="ignore", over="ignore"):
         a, b = a.astype(wide, copy=False), b.astype(wide, copy=False)
         total = a + b
-        back = total - a
-        error = (a - (total - back)) + (b - back)  # a + b == total + error exactly, where nothing overflowed
-        if dtype == "bfloat16":
-            want = round_to_bfloat16(total)
-        else:
-            want = total.astype(dtype)
-        # |total - want| is 0 or at least one wide ulp of total, more than |error|: it decides where it is not 0
-        rounding = total - want.astype(wide)
-        residual = np.where(rounding != 0, rounding, error)
+        want = round_to_bfloat16(total) if dtype == "bfloat16" else total.astype(dtype)
+        # |total - want| is 0 or at least one wide ulp of total, more than the wide add's error: it decides
+        # where it is not 0; where it is, the add's exact error (TwoSum) does
+        residual = np.subtract(total, want.astype(wide), order="C")  # C order: the flat view below writes it
+        on = np.flatnonzero(residual.reshape(-1) == 0)
+        if on.size:
+            ta, tb, tt = a.ravel()[on], b.ravel()[on], total.ravel()[on]
+            back = tt - ta
+            residual.reshape(-1)[on] = (ta - (tt - back)) + (tb - back)
     side = np.subtract(residual > 0, residual < 0, dtype=np.int8)  # NaN: 0
     return want, side
 
