@@ -17,7 +17,7 @@
 // vectorizes; the order is a function of the segment's length only), its 16-bit elements converted by
 // cpu_common.h's branch-free conversion (jittor's own float16 conversion was 74% of a float16 row pass).
 //
-// `data` holds one-letter keys read in one walk over the map (a lookup builds and hashes a std::string, ~20 ns):
+// `data` holds the fields (cpu_common.h: read_fields, in one key; a lookup would build and hash a std::string):
 // forward n (groups), 'A' + i the group sizes and 'a' + i x's strides (0: broadcast); passes R C S L (row) or
 // N M J S T (column).
 #pragma once
@@ -28,18 +28,8 @@ namespace bcast_cpu {
 
 const int MAX_GROUPS = 16;
 
-struct Params {
-  double v[128];
-};
-template <class Map> inline Params params(Map& data) {
-  Params p;
-  for (int i = 0; i < 128; ++i) p.v[i] = 0;
-  for (const auto& kv : data) {
-    const unsigned char c = (unsigned char)kv.first[0];
-    if (kv.first.size() == 1 && c < 128) p.v[c] = kv.second;
-  }
-  return p;
-}
+typedef ops_cpu::Fields Params;
+template <class Map> inline Params params(Map& data) { return ops_cpu::read_fields(data); }
 
 template <int SIZE> struct Word;
 template <> struct Word<1> { typedef uint8_t type; };

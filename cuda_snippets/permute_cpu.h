@@ -13,9 +13,9 @@
 // the element type, the 16-bit floats in float rounded to nearest even (cpu_common.h's branch-free conversions,
 // bit-identical to jittor's float16 and to the GPU's __float2bfloat16_rn), bool as logical or, integers wrap.
 //
-// `data` holds only one-letter keys, read in one walk over the map (a lookup builds and hashes a std::string,
-// ~20 ns; the former per-call snprintf'd keys cost ~1.5 us): m mode, r row, a A, b B, i isb, o osa, k the outer
-// or batch rank; dims k: 'A' + k sizes, 'I' + k input strides, 'Q' + k output strides (batch dims).
+// `data` holds the plan's fields (cpu_common.h: read_fields, in one key; a lookup would build and hash a
+// std::string, ~20 ns): m mode, r row, a A, b B, i isb, o osa, k the outer or batch rank; dims k: 'A' + k sizes,
+// 'I' + k input strides, 'Q' + k output strides (batch dims).
 #pragma once
 #if defined(__SSE2__) || defined(__AVX2__)
 #include <immintrin.h>
@@ -39,13 +39,7 @@ struct Plan {
 // `grad`: the plan of the backward (the inverse permute of dout), whose keys are the forward's with a '_' in
 // front (the grad source gets the forward's `data`).
 template <class Map> inline Plan plan(Map& data, bool grad = false) {
-  double v[128] = {0};
-  const size_t len = grad ? 2 : 1;
-  for (const auto& kv : data) {
-    if (kv.first.size() != len || (grad && kv.first[0] != '_')) continue;
-    const unsigned char c = (unsigned char)kv.first[len - 1];
-    if (c < 128) v[c] = kv.second;
-  }
+  const ops_cpu::Fields v = ops_cpu::read_fields(data, grad ? '_' : 0);
   Plan p;
   p.mode = (int)v['m'];
   p.rank = (int)v['k'];

@@ -5,7 +5,7 @@ and dtypes, the parameters as the user passed them, grad mode, device) and a dic
 dispatches and renders. What a miss builds is a family's *plan*: a small object whose ``__call__`` takes the input
 Vars and does the least jittor work the call needs (``jt.code`` with prebuilt arguments, a reshape at most).
 
-* :class:`PlanCache` -- a bounded LRU of plans, one per family entry point, with counters the tests read;
+* :class:`PlanCache` -- a bounded dict of plans, one per family entry point, with a counter the tests read;
 * :func:`register_switch`, :func:`switch`, :func:`reload_switches` -- the ``OPS_*`` environment switches, read
   at import (never on the call path); ``reload_switches()`` re-reads them and clears every plan;
 * :func:`on_cuda` -- where jittor runs the next op (the one place the families ask);
@@ -16,13 +16,13 @@ Vars and does the least jittor work the call needs (``jt.code`` with prebuilt ar
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
-from typing import Dict, Optional, Sequence, Tuple
+import re
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from ._jittor import has_cuda, jt
 
-__all__ = ["PlanCache", "Launch", "taped", "register_switch", "switch", "reload_switches", "on_cuda", "wants_grad",
-           "HOST_OPT_SWITCH", "PLAN_CACHE_SIZE", "CODE_MAX_RANK"]
+__all__ = ["PlanCache", "Launch", "taped", "pack_fields", "unpack_fields", "register_switch", "switch",
+           "reload_switches", "on_cuda", "flags", "HOST_OPT_SWITCH", "PLAN_CACHE_SIZE", "CODE_MAX_RANK"]
 
 # jittor's code-op template cannot take a Var of 10 dims (its macros write a rank in hex and then fail on
 # `out0_dim-1` = `a-1`; seen on the H100, 2026-11-25): such a Var goes through the launch flat.
@@ -67,18 +67,14 @@ def reload_switches() -> None:
 # ---- device and grad mode ---------------------------------------------------------------------------------
 
 _HAS_CUDA = has_cuda()
+# jittor's flags object: an entry point reads ``flags.no_grad`` and ``flags.use_cuda`` into its plan key (the raw
+# use_cuda: a plan is made for on_cuda(), which a CPU build answers False whatever the flag says).
+flags = jt.flags
 
 
 def on_cuda() -> bool:
     """Whether jittor runs the next op with CUDA (``jt.flags.use_cuda`` on a CUDA build)."""
-    return bool(jt.flags.use_cuda) and _HAS_CUDA
-
-
-def wants_grad(*vs) -> bool:
-    """Whether a backward may follow: grad mode on and some input not stop_grad."""
-    if jt.flags.no_grad:
-        return False
-    return not all(v.is_stop_grad() for v in vs)
+    return bool(flags.use_cuda) and _HAS_CUDA
 
 
 # ---- plan cache -------------------------------------------------------------------------------------------
@@ -94,23 +90,30 @@ def _freeze(value):
     return value
 
 
-class PlanCache:
-    """Plans of one entry point, keyed by the call signature; least recently used dropped past ``maxsize``.
+class PlanCache(dict):
+    """Plans of one entry point, keyed by the call signature; at most ``maxsize`` of them, the oldest dropped first.
 
-    ``get(key)`` returns the plan or None; ``put(key, plan)`` stores it (after the builder validated the call:
-    a call that raises stores nothing, so every call of a bad signature raises). ``builds`` counts the plans
-    made (the tests check that a repeated signature makes none).
+    The hit path is ``plans[key]``: one dict lookup, no Python frame. A miss (KeyError, or TypeError for a key
+    holding a list or a NanoVector) goes to ``miss(key, build)``, which looks up the key's tuple form and otherwise
+    stores ``build()`` (after the builder validated the call: a call that raises stores nothing, so every call of
+    a bad signature raises). ``builds`` counts the plans made (the tests check that a repeated signature makes
+    none).
+
+    Plans are dropped by age, not by last use: keeping a least-recently-used order costs every hit a
+    ``move_to_end`` and a Python frame, ~110 ns (2026-11-27, 2-core CPU machine: 8% of a (5,6,7,8) permute's
+    build and run); a plan that a sweep of more than ``maxsize`` other signatures pushed out is planned again on
+    its next call.
     """
 
     def __init__(self, name: str, maxsize: int = PLAN_CACHE_SIZE):
+        super().__init__()
         self.name, self.maxsize = name, maxsize
-        self._plans: "OrderedDict" = OrderedDict()
         self.builds = 0
         _CACHES.append(self)
 
     def get(self, key):
         try:
-            plan = self._plans[key]
+            return self[key]
         except KeyError:
             return None
         except TypeError:  # a list or a NanoVector among the arguments: look up its tuple form
@@ -118,8 +121,6 @@ class PlanCache:
                 return self.get(_freeze(key))
             except TypeError:  # not even that: such calls are planned every time
                 return None
-        self._plans.move_to_end(key)
-        return plan
 
     def put(self, key, plan):
         self.builds += 1
@@ -130,16 +131,17 @@ class PlanCache:
                 key = _freeze(key)
             except TypeError:
                 return plan
-        self._plans[key] = plan
-        if len(self._plans) > self.maxsize:
-            self._plans.popitem(last=False)
+        self[key] = plan
+        if len(self) > self.maxsize:
+            del self[next(iter(self))]
         return plan
 
-    def clear(self) -> None:
-        self._plans.clear()
-
-    def __len__(self) -> int:
-        return len(self._plans)
+    def miss(self, key, build: Callable[..., object], *args):
+        """The plan of ``key`` after ``self[key]`` failed: the plan of its tuple form, or ``build(*args)`` stored.
+        (The entry points pass ``build`` and its arguments rather than a lambda: a lambda in the entry point
+        would make the names it uses cells, allocated on every call, ~60 ns.)"""
+        plan = self.get(key)
+        return self.put(key, build(*args)) if plan is None else plan
 
 
 # ---- jt.code ----------------------------------------------------------------------------------------------
@@ -159,15 +161,22 @@ HOST_OPT_MARK = "// ops: host half built with -Xcompiler -O2\n"
 _code = jt.code
 
 
+# jt.code's positional parameters after (shapes, dtypes, inputs), in its order.
+_CODE_PARAMS = ("cpu_src", "cpu_grad_src", "cpu_header", "cuda_src", "cuda_grad_src", "cuda_header", "data")
+
+
 class Launch:
     """One ``jt.code`` launch with its arguments fixed: ``launch(inputs)`` returns the output Var (one output)
-    or the list of outputs.
+    or the list of outputs; :meth:`bind` gives the same call as a function of the input Vars.
 
     ``cuda`` selects the CUDA sources (``cuda_src``, ``cuda_header``, ``cuda_grad_src``) or the CPU ones: a plan
     is made for one device, so only that device's text is handed to jittor (less to copy and to key).
+    ``kwargs`` says what is passed, by name; the call passes all of jt.code's parameters positionally
+    (``args``): jittor's binding matches keywords by name on every call (~0.13 us of a 0.85 us ``jt.code`` on
+    the 2-core CPU machine).
     """
 
-    __slots__ = ("shapes", "dtypes", "kwargs", "options", "single")
+    __slots__ = ("shapes", "dtypes", "kwargs", "args", "options", "single", "_nano")
 
     def __init__(self, shapes, dtypes, *, cuda: bool, src: str, header: str = "",
                  grad_srcs: Optional[Sequence[str]] = None, data: Optional[dict] = None):
@@ -187,12 +196,83 @@ class Launch:
         if data:
             kwargs["data"] = dict(data)
         self.kwargs = kwargs
+        self.args = tuple(kwargs.get(name, {} if name == "data" else [] if name.endswith("grad_src") else "")
+                          for name in _CODE_PARAMS)
+        # the shapes and dtypes as jittor's own types: jt.code converts them on every call otherwise (~45 ns)
+        if self.single:
+            self._nano = (jt.NanoVector(self.shapes), jt.NanoString(self.dtypes))
+        else:
+            self._nano = ([jt.NanoVector(s) for s in self.shapes], [jt.NanoString(d) for d in self.dtypes])
 
     def __call__(self, inputs):
-        out = _code(self.shapes, self.dtypes, inputs, **self.kwargs)
+        out = _code(*self._nano, inputs, *self.args)
         if self.options is not None:
             (out if self.single else out[0]).compile_options = self.options
         return out
+
+    def bind(self, arity: int, first_output: bool = False):
+        """The launch as a function of its ``arity`` input Vars with nothing between the caller and
+        ``jt.code`` (a plan whose call is this launch alone is that function); ``first_output``: it returns
+        the first output only (the others are kept for a backward). The function's ``launch`` is this Launch.
+
+        Why a closure of named values: each frame, ``*`` unpacking or keyword costs 60-100 ns on the 2-core CPU
+        machine, where a (5,6,7,8) permute's whole ``jt.code`` costs ~0.8 us (2026-11-27)."""
+        if self.options is not None or arity not in (1, 2):
+            def launch(*inputs):
+                out = self(list(inputs))
+                return out[0] if first_output and not self.single else out
+        else:
+            code, (shapes, dtypes) = _code, self._nano
+            cpu_src, cpu_grad, cpu_header, cuda_src, cuda_grad, cuda_header, data = self.args
+            if arity == 1 and first_output and not self.single:
+                def launch(x):
+                    return code(shapes, dtypes, [x], cpu_src, cpu_grad, cpu_header, cuda_src, cuda_grad,
+                                cuda_header, data)[0]
+            elif arity == 1:
+                def launch(x):
+                    return code(shapes, dtypes, [x], cpu_src, cpu_grad, cpu_header, cuda_src, cuda_grad,
+                                cuda_header, data)
+            else:
+                def launch(x, y):
+                    return code(shapes, dtypes, [x, y], cpu_src, cpu_grad, cpu_header, cuda_src, cuda_grad,
+                                cuda_header, data)
+        launch.launch = self
+        return launch
+
+
+# ---- data: a CPU launch's integer fields in one entry -------------------------------------------------------
+
+FIELDS_MARK = "#"
+
+
+def pack_fields(fields: Dict[str, float], prefix: str = "") -> Dict[str, float]:
+    """A CPU launch's ``data`` for ``fields`` (one-character keys): the integer ones as the text of one key,
+    ``prefix`` + ``#`` + key, value, key, value, ... (``cpu_common.h``: ``read_fields``), the others as entries of
+    their own (``prefix`` + key). jt.code builds and frees a map node per entry on every call (~40 ns each on the
+    2-core CPU machine, 2026-11-27: a (5,6,7,8) permute's six fields cost ~0.2 us of a ~3 us call)."""
+    text, rest = [], {}
+    for key, value in fields.items():
+        if len(key) != 1 or not key.isprintable() or key.isdigit() or key in "-" + FIELDS_MARK:
+            raise ValueError(f"a packed field's key is one character, not a digit, '-' or '#': {key!r}")
+        if float(value).is_integer():
+            text.append(f"{key}{int(value)}")
+        else:
+            rest[prefix + key] = float(value)
+    return {prefix + FIELDS_MARK + "".join(text): 0.0, **rest} if text else rest
+
+
+def unpack_fields(data: Dict[str, float], prefix: str = "") -> Dict[str, float]:
+    """The fields :func:`pack_fields` put in ``data`` under ``prefix`` (what the C++ reader sees)."""
+    fields = {}
+    for key, value in data.items():
+        if not key.startswith(prefix):
+            continue
+        body = key[len(prefix):]
+        if len(body) == 1:
+            fields[body] = value
+        elif body.startswith(FIELDS_MARK):
+            fields.update((k, int(v)) for k, v in re.findall(r"(.)(-?\d+)", body[1:]))
+    return fields
 
 
 # ---- autograd without jt.Function -------------------------------------------------------------------------

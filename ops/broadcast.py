@@ -448,7 +448,7 @@ def forward_launch(cfg: KernelConfig, dtype: str, cuda: bool, out_shape: Shape,
         return _launch.Launch(out_shape, dtype, cuda=True, src=src, header=_cuda_header(), data=data)
     grad_srcs = [_CPU_GRAD] if need_grad and dtype in ACC_DTYPE else None
     return _launch.Launch(out_shape, dtype, cuda=False, src=_CPU_FWD, header=_cpu_header(),
-                          data=cpu_forward_data(cfg), grad_srcs=grad_srcs)
+                          data=_launch.pack_fields(cpu_forward_data(cfg)), grad_srcs=grad_srcs)
 
 
 def pass_launch(p: ReducePass, cuda: bool) -> _launch.Launch:
@@ -460,7 +460,8 @@ def pass_launch(p: ReducePass, cuda: bool) -> _launch.Launch:
     else:
         shapes, dtypes = (p.out_numel,), p.out_dtype
     if not cuda:
-        src, header, data = _codegen.render(_CPU_PASS[p.kind], ACC=acc), _cpu_header(), cpu_pass_data(p)
+        src, header = _codegen.render(_CPU_PASS[p.kind], ACC=acc), _cpu_header()
+        data = _launch.pack_fields(cpu_pass_data(p))
     elif p.kind == "row_split":
         src, header = _codegen.render(_ROW_SPLIT_CUDA, ACC=acc, INDEX_T=p.index_type), _cuda_header()
     else:
@@ -542,11 +543,14 @@ def _plan(x_shape: Shape, dtype: str, out_shape: Shape, need_grad: bool, cuda: b
         return _EmptyPlan(out_shape, dtype)
     cfg = select_config(x_shape, out_shape, dtype)
     need_grad = need_grad and dtype in ACC_DTYPE
-    return _Plan(forward_launch(cfg, dtype, cuda, out_shape, need_grad), need_grad,
-                 (x_shape, out_shape, dtype, cuda))
+    plan = _Plan(forward_launch(cfg, dtype, cuda, out_shape, need_grad), need_grad, (x_shape, out_shape, dtype, cuda))
+    if plan.flat_in is None and plan.out_shape is None and not (need_grad and cuda):
+        return plan.launch.bind(1)  # the call is the launch alone (its backward, if any, a grad source)
+    return plan
 
 
 _PLANS = _launch.PlanCache("broadcast_to")
+_jt_flags = _launch.flags
 
 
 # ==============================================================================================================
@@ -557,20 +561,25 @@ def _check_var(v, name: str, fn: str):
         raise TypeError(f"{fn}: {name} must be a jittor Var, got {type(v).__name__}")
 
 
+def _plan_of(x, target, other_name: str, need_grad: bool):
+    """The plan of broadcasting ``x`` to ``target`` (a shape, or a Var lending its shape), after checking it."""
+    x_shape = tuple(x.shape)
+    if other_name == "shape":
+        target_shape = _as_shape(target, "shape")
+        check_rank(len(target_shape), "shape")
+    else:
+        target_shape = tuple(target.shape)
+    out_shape = broadcast_shape(x_shape, target_shape, "x", other_name)
+    return _plan(x_shape, str(x.dtype), out_shape, need_grad, _launch.on_cuda())
+
+
 def _broadcast(x, target, other_name: str, key):
-    need_grad = not (jt.flags.no_grad or x.is_stop_grad())
-    cuda = _launch.on_cuda()
-    key = key + (need_grad, cuda)
-    plan = _PLANS.get(key)
-    if plan is None:
-        x_shape = tuple(x.shape)
-        if other_name == "shape":
-            target_shape = _as_shape(target, "shape")
-            check_rank(len(target_shape), "shape")
-        else:
-            target_shape = tuple(target.shape)
-        out_shape = broadcast_shape(x_shape, target_shape, "x", other_name)
-        plan = _PLANS.put(key, _plan(x_shape, str(x.dtype), out_shape, need_grad, cuda))
+    need_grad = not (_jt_flags.no_grad or x.is_stop_grad())
+    key = key + (need_grad, _jt_flags.use_cuda)
+    try:
+        plan = _PLANS[key]
+    except (KeyError, TypeError):
+        plan = _PLANS.miss(key, _plan_of, x, target, other_name, need_grad)
     return plan(x)
 
 

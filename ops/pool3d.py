@@ -715,11 +715,14 @@ def plan(x_shape: Tuple[int, ...], dtype: str, params: PoolParams, return_indice
         src, header = cpu_forward_src(mode), cpu_header()
     shapes, dtypes = ([out5, out5], [dtype, "int32"]) if with_indices else (out5, dtype)
     launch = _launch.Launch(shapes, dtypes, cuda=cuda, src=src, header=header, grad_srcs=grad, data=data)
+    if len(x_shape) == 5 and not return_indices:  # the call is the launch alone: the plan is the bound launch
+        return launch.bind(1, first_output=True)
     in_shape = None if len(x_shape) == 5 else shape5
     return _Plan(launch, in_shape, None if len(x_shape) == 5 else out_shape, bool(return_indices))
 
 
 _PLANS = _launch.PlanCache("max_pool3d")
+_jt_flags = _launch.flags
 
 
 # ---- functional API and Module ----------------------------------------------------------------------------
@@ -740,11 +743,12 @@ def _check_input(x) -> None:
                          f"(indices are int32)")
 
 
-def _build(x, key, kernel_size, stride, padding, dilation, ceil_mode, return_indices, need_grad, cuda):
+def _plan_of(x, kernel_size, stride, padding, dilation, ceil_mode, return_indices, need_grad):
+    """The plan of a call, after checking its arguments."""
     _check_input(x)
     params = normalize_params(kernel_size, stride, padding, dilation, ceil_mode)
     shape = tuple(int(n) for n in x.shape)
-    return _PLANS.put(key, plan(shape, str(x.dtype), params, bool(return_indices), need_grad, cuda))
+    return plan(shape, str(x.dtype), params, bool(return_indices), need_grad, _launch.on_cuda())
 
 
 def max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
@@ -756,13 +760,14 @@ def max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     """
     if type(x) is not jt.Var:
         _check_input(x)
-    need_grad = not (jt.flags.no_grad or x.is_stop_grad())
-    cuda = _launch.on_cuda()
+    need_grad = not (_jt_flags.no_grad or x.is_stop_grad())
     key = (str(x.shape), str(x.dtype), kernel_size, stride, padding, dilation, ceil_mode, return_indices,
-           need_grad, cuda)
-    p = _PLANS.get(key)
-    if p is None:
-        p = _build(x, key, kernel_size, stride, padding, dilation, ceil_mode, return_indices, need_grad, cuda)
+           need_grad, _jt_flags.use_cuda)
+    try:
+        p = _PLANS[key]
+    except (KeyError, TypeError):
+        p = _PLANS.miss(key, _plan_of, x, kernel_size, stride, padding, dilation, ceil_mode, return_indices,
+                        need_grad)
     return p(x)
 
 

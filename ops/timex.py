@@ -404,14 +404,14 @@ def launch_grad_w(k, g, cfg: KernelConfig = None):
 
 
 class _Plan:
-    """timex of one signature: the forward launch, recorded for autograd (``_launch.taped``) when a backward may
-    follow: grad_k is the forward kernel on time-reversed dy, grad_w its own kernel (both launches made on the
-    first backward)."""
+    """timex of one signature where a backward may follow: the forward launch recorded for autograd
+    (``_launch.taped``): grad_k is the forward kernel on time-reversed dy, grad_w its own kernel (both launches
+    made on the first backward). Without a backward to follow, the plan is the bound forward launch."""
 
-    __slots__ = ("forward_launch", "need_grad", "grad_key", "_grad")
+    __slots__ = ("forward_launch", "grad_key", "_grad")
 
-    def __init__(self, forward, need_grad, grad_key):
-        self.forward_launch, self.need_grad, self.grad_key, self._grad = forward, need_grad, grad_key, None
+    def __init__(self, forward, grad_key):
+        self.forward_launch, self.grad_key, self._grad = forward, grad_key, None
 
     def forward(self, inputs):
         return self.forward_launch(inputs)
@@ -430,19 +430,20 @@ class _Plan:
         return grad_w([k, dout]), grad_k([w, dout])
 
     def __call__(self, w, k):
-        if not self.need_grad:
-            return self.forward_launch([w, k])
         return _launch.taped((w, k), self.forward, lambda dout: self.grad(w, k, dout))
 
 
-def _plan(shape: Tuple[int, int, int], dtype: str, eps: float, need_grad: bool, cuda: bool) -> _Plan:
+def _plan(shape: Tuple[int, int, int], dtype: str, eps: float, need_grad: bool, cuda: bool):
     cfg = select_config(shape, "forward", tensor_cores=tensor_cores_available(), dtype=dtype)
     select_config(shape, "grad_w")  # a T too long for the grid fails here, not inside a backward
     forward = forward_launch(cfg, shape, dtype, eps, False, cuda) if cuda else direct_launch(shape, dtype, eps, False)
-    return _Plan(forward, need_grad, (shape, dtype, cfg, cuda))
+    if not need_grad:
+        return forward.bind(2)  # the call is the launch alone
+    return _Plan(forward, (shape, dtype, cfg, cuda))
 
 
 _PLANS = _launch.PlanCache("timex")
+_jt_flags = _launch.flags
 
 
 # ---- functional API and Module ----------------------------------------------------------------------------
@@ -478,6 +479,12 @@ def _validate(w, k, eps) -> float:
     return _check_eps(eps)
 
 
+def _plan_of(w, k, eps, need_grad: bool):
+    """The plan of ``timex(w, k, eps)``, after checking its arguments."""
+    eps = _validate(w, k, eps)
+    return _plan(tuple(int(n) for n in k.shape), str(k.dtype), eps, need_grad, _launch.on_cuda())
+
+
 def timex(w, k, eps=0.0):
     """RWKV time-mix: ``out[b, c, t] = eps + sum_{u<=t} w[c, T-1-(t-u)] * k[b, c, u]``.
 
@@ -490,13 +497,12 @@ def timex(w, k, eps=0.0):
     """
     if type(w) is not jt.Var or type(k) is not jt.Var:
         _validate(w, k, eps)
-    need_grad = _launch.wants_grad(w, k)
-    cuda = _launch.on_cuda()
-    key = (str(w.shape), str(w.dtype), str(k.shape), str(k.dtype), eps, need_grad, cuda)
-    plan = _PLANS.get(key)
-    if plan is None:
-        eps = _validate(w, k, eps)
-        plan = _PLANS.put(key, _plan(tuple(int(n) for n in k.shape), str(k.dtype), eps, need_grad, cuda))
+    need_grad = not (_jt_flags.no_grad or (w.is_stop_grad() and k.is_stop_grad()))
+    key = (str(w.shape), str(w.dtype), str(k.shape), str(k.dtype), eps, need_grad, _jt_flags.use_cuda)
+    try:
+        plan = _PLANS[key]
+    except (KeyError, TypeError):
+        plan = _PLANS.miss(key, _plan_of, w, k, eps, need_grad)
     return plan(w, k)
 
 

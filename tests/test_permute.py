@@ -1118,12 +1118,13 @@ def test_cpu_plans_carry_their_gradients_as_grad_sources(op, monkeypatch, rng):
     cfg = P.select_config(shape, perm, "float32", op)
     launch = P.launch(cfg, False, shape, perm)
     out_shape = tuple(shape[p] for p in perm)
-    want_grad = {"_" + k: v for k, v in P.cpu_plan_data(out_shape, perm if op == "transpose_add"
-                                                          else tuple(np.argsort(perm))).items()}
+    want_grad = P.cpu_plan_data(out_shape, perm if op == "transpose_add" else tuple(np.argsort(perm)))
     assert launch.shapes == out_shape  # the Vars as they are: no reshape around the launch
     assert launch.kwargs["cpu_grad_src"][0] == P._CPU_GRAD_SRC
     assert len(launch.kwargs["cpu_grad_src"]) == (2 if op == "transpose_add" else 1)
-    assert {k: v for k, v in launch.kwargs["data"].items() if k.startswith("_")} == want_grad
+    assert ops._launch.unpack_fields(launch.kwargs["data"], "_") == want_grad
+    assert ops._launch.unpack_fields(launch.kwargs["data"]) == P.cpu_plan_data(shape, perm)
+    assert len(launch.kwargs["data"]) == 2  # the forward's fields and the backward's, each in one entry
     lean = P.launch(cfg, False, shape, perm, need_grad=False)  # no backward to follow: no grad sources, no '_' keys
     assert "cpu_grad_src" not in lean.kwargs and not any(k.startswith("_") for k in lean.kwargs["data"])
 

@@ -545,14 +545,15 @@ def test_plans_are_made_once_per_signature(switches, rng):
         ops.max_pool3d(x, 0)
 
 
-def test_plan_cache_is_bounded():
+def test_plan_cache_is_bounded_and_drops_its_oldest_plan_first():
     cache = ops._launch.PlanCache("bounded-test", maxsize=3)
     for k in range(5):
         cache.put(("k", k), k)
     assert len(cache) == 3 and cache.get(("k", 0)) is None and cache.get(("k", 4)) == 4
-    cache.get(("k", 2))  # recently used: kept
     cache.put(("k", 5), 5)
-    assert cache.get(("k", 2)) == 2 and cache.get(("k", 3)) is None
+    assert cache.get(("k", 2)) is None and cache.get(("k", 3)) == 3
+    assert cache.miss(("k", 2), lambda: "again") == "again" and cache.get(("k", 3)) is None  # planned anew
+    assert cache.miss(["k", 5], lambda: "unused") == 5  # a list key finds its tuple form's plan
 
 
 # ---- values and indices -----------------------------------------------------------------------------------

@@ -256,7 +256,7 @@ def test_cpu_plans_run_the_direct_sums_and_a_given_config_the_gpu_emulation():
     source per dtype); launch_forward with a config runs that GPU kernel's emulation (the tests of the GPU's index math)."""
     fwd = X._plan((2, 3, 40), "float32", 0.5, True, False).forward_launch.kwargs
     assert fwd["cpu_src"] == X._DIRECT_SRC and fwd["data"] == {"e": 0.5, "r": 0}
-    assert X._plan((1, 1, 1), "float32", 0.0, False, False).forward_launch.kwargs["cpu_src"] == X._DIRECT_SRC
+    assert X._plan((1, 1, 1), "float32", 0.0, False, False).launch.kwargs["cpu_src"] == X._DIRECT_SRC
     assert X.direct_launch((2, 3, 40), "float32", 0.0, True).kwargs["data"] == {"e": 0.0, "r": 1}
     assert X.direct_grad_w_launch((2, 3, 40), "float32").kwargs["cpu_src"] == X._DIRECT_GW_SRC
     cfg = X.select_config((2, 3, 40))
