@@ -65,16 +65,27 @@ def call_cases(jt, ops, np, torch, cuda: bool):
             return None
         return torch.rand(shape, device=dev, requires_grad=grad)
 
+    # forward + backward as a training step meets them: the loss (the forward's output, summed) and the
+    # gradient are both computed; with the gradient alone jittor may leave out a built-in's forward (the sum of a
+    # broadcast needs no broadcast to differentiate), which no training step can.
     def fwd_bwd(f, x):
         def step():
-            (dx,) = jt.grad(f(x).sum(), [x])
-            return dx
+            loss = f(x).sum()
+            (dx,) = jt.grad(loss, [x])
+            return loss, dx
+        return step
+
+    def fwd_bwd2(f, a, b):
+        def step():
+            loss = f(a, b).sum()
+            return [loss] + jt.grad(loss, [a, b])
         return step
 
     def torch_fwd_bwd(f, x):
         def step():
-            (dx,) = torch.autograd.grad(f(x).sum(), [x])
-            return dx
+            loss = f(x).sum()
+            (dx,) = torch.autograd.grad(loss, [x])
+            return loss, dx
         return step
 
     x5, x5g = var((1, 1, 4, 4, 4)), var((1, 1, 4, 4, 4), True)
@@ -119,8 +130,7 @@ def call_cases(jt, ops, np, torch, cuda: bool):
          torch and torch_fwd_bwd(lambda x: x.expand(5, 128, 128).contiguous(), teg)),
         ("timex B1 C64 T64", lambda: ops.timex(w, k), lambda: timex_naive(w, k),
          torch and (lambda: timex_torch(tt((64, 64)), tt((1, 64, 64))))),
-        ("timex fwd+bwd B1 C64 T64", lambda: jt.grad(ops.timex(wg, kg).sum(), [wg, kg]),
-         lambda: jt.grad(timex_naive(wg, kg).sum(), [wg, kg]), None),
+        ("timex fwd+bwd B1 C64 T64", fwd_bwd2(ops.timex, wg, kg), fwd_bwd2(timex_naive, wg, kg), None),
     ]
     return cases
 

@@ -399,6 +399,8 @@ _GRAD_CASES = [
     ((1, 6, 1), (5, 6, 7), "bfloat16"),            # row_small + col (bf16 -> f32 -> bf16)
     ((45, 1), (45, 807), "float64"),               # row_warp
     ((2, 1, 9), (2, 30, 9), "float64"),            # col
+    ((1, 3, 1, 8), (2, 3, 5000, 8), "float32"),    # CPU: blocks of 4096 rows, summed twice over the leading dim
+    ((1, 1, 100), (2, 4097, 100), "float16"),      # CPU: rows of 100 through the scratch row, two blocks
 ]
 
 
@@ -689,7 +691,8 @@ def test_nvcc_compiles_every_instantiation():
 
 def test_cpu_backward_is_the_grad_source_of_the_forward(monkeypatch, rng):
     """On the CPU the forward launch holds the backward (one pass over dout) as its grad source, for the float
-    dtypes only: no tape; the gradient is the float64 sum rounded once."""
+    dtypes only: no tape; a kept inner dim under a broadcast one sums its rows in order in float32 (as jittor's
+    sum and the GPU passes do), bit for bit."""
     jt.flags.use_cuda = 0
     cfg = B.select_config((8, 1, 256), (8, 128, 256), "float32")
     assert B.forward_launch(cfg, "float32", False, (8, 128, 256)).kwargs["cpu_grad_src"] == [B._CPU_GRAD]
@@ -704,5 +707,9 @@ def test_cpu_backward_is_the_grad_source_of_the_forward(monkeypatch, rng):
     x = jt.array(random_array((8, 1, 256), "float32", rng))
     w = random_array((8, 128, 256), "float32", rng)
     got = jt.grad((ops.broadcast_to(x, (8, 128, 256)) * jt.array(w)).sum(), x).numpy()
-    want = w.astype(np.float64).sum(axis=1, keepdims=True).astype(np.float32)
+    want = np.zeros((8, 1, 256), np.float32)
+    for m in range(128):  # float32 adds, row after row
+        want[:, 0] += w[:, m]
     assert np.array_equal(got, want)
+    exact = w.astype(np.float64).sum(axis=1, keepdims=True)
+    assert np.abs(got - exact).max() <= 1e-5 * np.abs(w).sum(axis=1).max()
