@@ -396,11 +396,12 @@ ops_bcast_row_split<in0_type, out0_type, ${ACC}, ${INDEX_T}>(
 """
 
 # ---- CPU: cuda_snippets/broadcast_cpu.h --------------------------------------------------------------------
-# One compile per dtype (and per accumulator/output type for the passes); shapes through `data`, in the one-letter
-# keys broadcast_cpu.h reads in one walk over the map.
+# One compile per dtype (and per accumulator/output type for the passes). The forward and its backward take their
+# groups from the Vars' shapes (no `data`, but for flat launches past CODE_MAX_RANK dims); the passes take theirs
+# through `data`, packed (_launch.pack_fields).
 
-_CPU_FWD = "bcast_cpu::forward(in0_p, out0_p, out0->num, bcast_cpu::params(data));"
-_CPU_GRAD = "bcast_cpu::backward(dout_p, out0_p, out0->num, bcast_cpu::params(data));"
+_CPU_FWD = "bcast_cpu::forward(in0_p, out0_p, out0->num, bcast_cpu::groups(in0->shape, out0->shape, data));"
+_CPU_GRAD = "bcast_cpu::backward(dout_p, out0_p, out0->num, bcast_cpu::groups(in0->shape, dout->shape, data));"
 _CPU_PASS = {
     "row": "bcast_cpu::row_reduce<${ACC}>(in0_p, out0_p, bcast_cpu::params(data));",
     "row_split": "bcast_cpu::row_split_reduce<${ACC}>(in0_p, out0_p, out1_p, bcast_cpu::params(data));",
@@ -439,7 +440,8 @@ def forward_launch(cfg: KernelConfig, dtype: str, cuda: bool, out_shape: Shape,
     """The forward: x (any shape: the kernel reads its elements in order) to the output of ``out_shape`` (flat
     past ``CODE_MAX_RANK`` dims); the simplified groups through ``data``. On the CPU the backward rides along
     as a grad source when one may follow."""
-    if len(out_shape) > CODE_MAX_RANK:
+    flat = len(out_shape) > CODE_MAX_RANK
+    if flat:
         out_shape = (cfg.numel,)
     data = cfg.data()
     if cuda:
@@ -448,7 +450,7 @@ def forward_launch(cfg: KernelConfig, dtype: str, cuda: bool, out_shape: Shape,
         return _launch.Launch(out_shape, dtype, cuda=True, src=src, header=_cuda_header(), data=data)
     grad_srcs = [_CPU_GRAD] if need_grad and dtype in ACC_DTYPE else None
     return _launch.Launch(out_shape, dtype, cuda=False, src=_CPU_FWD, header=_cpu_header(),
-                          data=_launch.pack_fields(cpu_forward_data(cfg)), grad_srcs=grad_srcs)
+                          data=_launch.pack_fields(cpu_forward_data(cfg)) if flat else None, grad_srcs=grad_srcs)
 
 
 def pass_launch(p: ReducePass, cuda: bool) -> _launch.Launch:
@@ -573,16 +575,6 @@ def _plan_of(x, target, other_name: str, need_grad: bool):
     return _plan(x_shape, str(x.dtype), out_shape, need_grad, _launch.on_cuda())
 
 
-def _broadcast(x, target, other_name: str, key):
-    need_grad = not (_jt_flags.no_grad or x.is_stop_grad())
-    key = key + (need_grad, _jt_flags.use_cuda)
-    try:
-        plan = _PLANS[key]
-    except (KeyError, TypeError):
-        plan = _PLANS.miss(key, _plan_of, x, target, other_name, need_grad)
-    return plan(x)
-
-
 def broadcast_to(x, shape):
     """``x`` broadcast to ``shape`` (NumPy rules; leading dims may be added; ``-1`` keeps x's size there).
 
@@ -592,7 +584,13 @@ def broadcast_to(x, shape):
     """
     if type(x) is not jt.Var:
         _check_var(x, "x", "broadcast_to")
-    return _broadcast(x, shape, "shape", ("to", str(x.shape), str(x.dtype), shape))
+    need_grad = not (_jt_flags.no_grad or x.is_stop_grad())
+    key = ("to", str(x.shape), str(x.dtype), shape, need_grad, _jt_flags.use_cuda)
+    try:
+        plan = _PLANS[key]
+    except (KeyError, TypeError):
+        plan = _PLANS.miss(key, _plan_of, x, shape, "shape", need_grad)
+    return plan(x)
 
 
 def expand_as(x, other):
@@ -600,7 +598,13 @@ def expand_as(x, other):
     if type(x) is not jt.Var or type(other) is not jt.Var:
         _check_var(x, "x", "expand_as")
         _check_var(other, "other", "expand_as")
-    return _broadcast(x, other, "other's shape", ("as", str(x.shape), str(x.dtype), str(other.shape)))
+    need_grad = not (_jt_flags.no_grad or x.is_stop_grad())
+    key = ("as", str(x.shape), str(x.dtype), str(other.shape), need_grad, _jt_flags.use_cuda)
+    try:
+        plan = _PLANS[key]
+    except (KeyError, TypeError):
+        plan = _PLANS.miss(key, _plan_of, x, other, "other's shape", need_grad)
+    return plan(x)
 
 
 class ExpandAs(jt.Module):
