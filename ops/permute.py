@@ -610,7 +610,7 @@ _CPU_SRC = {
 # backward): dx is the inverse permute of dout, planned under '_' keys; transpose_add's dy is dout.
 _CPU_GRAD_SRC = "permute_cpu::permute(dout_p, out0_p, dout->num, permute_cpu::plan(data, true));"
 _CPU_COPY_GRAD_SRC = "std::memcpy(out0_p, dout_p, (size_t)dout->num * sizeof(*out0_p));"
-# The one-letter keys of the CPU plan's dims (permute_cpu.h): sizes, input strides, output strides.
+# The one-letter fields of the CPU plan's dims (permute_cpu.h): sizes, input strides, output strides.
 _CPU_DIM_KEYS = ("A", "I", "Q")
 
 
