@@ -508,9 +508,13 @@ def test_ten_dims_and_no_more(device, rng):
     """jittor Vars hold at most 10 dims (NanoVector); past that, a ValueError naming shape, not jittor's check."""
     x_np = random_array((3, 1), "float32", rng)
     shape = (2, 1, 2, 1, 2, 1, 2, 1, 3, 2)
-    y = ops.broadcast_to(to_var(x_np, "float32"), shape)
+    x = to_var(x_np, "float32")
+    y = ops.broadcast_to(x, shape)
     assert tuple(y.shape) == shape
     np.testing.assert_array_equal(y.numpy(), np.broadcast_to(x_np, shape))
+    w = random_array(shape, "float32", rng)  # the gradient of a launch on flat Vars (its groups in data)
+    dx = jt.grad((y * jt.array(w)).sum(), x).numpy()
+    np.testing.assert_allclose(dx, w.astype(np.float64).reshape(-1, 3, 2).sum(axis=(0, 2))[:, None], rtol=1e-5)
     with pytest.raises(ValueError, match="shape has 11 dims; jittor Vars have at most 10"):
         ops.broadcast_to(to_var(x_np, "float32"), (1,) + shape)
 
