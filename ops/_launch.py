@@ -263,8 +263,9 @@ def pack_fields(fields: Dict[str, float], prefix: str = "") -> Dict[str, float]:
     2-core CPU machine, 2026-11-27: a (5,6,7,8) permute's six fields cost ~0.2 us of a ~3 us call)."""
     text, rest = [], {}
     for key, value in fields.items():
-        if len(key) != 1 or not key.isprintable() or key.isdigit() or key in "-" + FIELDS_MARK:
-            raise ValueError(f"a packed field's key is one character, not a digit, '-' or '#': {key!r}")
+        if len(key) != 1 or not (key.isascii() and key.isprintable()) or key.isdigit() or key in "-" + FIELDS_MARK:
+            raise ValueError(f"a packed field's key is one printable ASCII character, not a digit, '-' or '#': "
+                             f"{key!r}")
         if float(value).is_integer():
             text.append(f"{key}{int(value)}")
         else:

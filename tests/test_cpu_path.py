@@ -268,6 +268,26 @@ def test_cpu_plan_modes():
     assert PM.cpu_plan_data((5, 6, 7, 8), (2, 3, 0, 1))["k"] == 0  # simplified to a (30, 56) transpose
 
 
+def test_fields_travel_in_one_data_entry_and_read_back():
+    """pack_fields puts the integer fields in one key (the others apart), under a prefix when given;
+    read_fields (cpu_common.h) reads that key and one-character entries alike."""
+    from ops._launch import pack_fields, unpack_fields
+    fields = {"m": 2, "a": 56, "o": -30, "A": 2 ** 40, "e": 0.5}
+    data = {**pack_fields(fields), **pack_fields({"m": 1, "r": 16}, "_")}
+    assert len(data) == 3 and data["e"] == 0.5
+    assert unpack_fields(data) == fields and unpack_fields(data, "_") == {"m": 1, "r": 16}
+    for bad in ("ab", "7", "-", "#", "\u00e9"):
+        with pytest.raises(ValueError, match="one printable ASCII character"):
+            pack_fields({bad: 1})
+    header = _codegen.include(("cpu_common.h",))
+    src = ("auto f = ops_cpu::read_fields(data); auto g = ops_cpu::read_fields(data, '_');\n"
+           "const char keys[] = {'m', 'a', 'o', 'A', 'e', 'r'};\n"
+           "for (int i = 0; i < 6; ++i) { out0_p[i] = f[keys[i]]; out0_p[6 + i] = g[keys[i]]; }")
+    got = jt.code((12,), "float64", [jt.array(np.zeros(1, np.float32))], cpu_src=src, cpu_header=header,
+                  data=data).numpy()
+    np.testing.assert_array_equal(got, [2, 56, -30, 2 ** 40, 0.5, 0, 1, 0, 0, 0, 0, 16])
+
+
 # Shapes for the tiles (blocks of 8 and 4, remainders, several tiles, batch dims), the rows (64-, 32-, 16-,
 # 8-byte multiples and odd sizes) and the identity.
 PERMUTE_PATHS = [
