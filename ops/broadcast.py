@@ -438,8 +438,9 @@ CODE_MAX_RANK = _launch.CODE_MAX_RANK
 def forward_launch(cfg: KernelConfig, dtype: str, cuda: bool, out_shape: Shape,
                    need_grad: bool = True) -> _launch.Launch:
     """The forward: x (any shape: the kernel reads its elements in order) to the output of ``out_shape`` (flat
-    past ``CODE_MAX_RANK`` dims); the simplified groups through ``data``. On the CPU the backward rides along
-    as a grad source when one may follow."""
+    past ``CODE_MAX_RANK`` dims). The GPU kernel takes the simplified groups through ``data``; the CPU one derives
+    them from the Vars' shapes (``bcast_cpu::groups``), but for a flat launch, whose ``data`` holds them. On the
+    CPU the backward rides along as a grad source when one may follow."""
     flat = len(out_shape) > CODE_MAX_RANK
     if flat:
         out_shape = (cfg.numel,)
