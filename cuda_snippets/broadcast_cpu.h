@@ -11,7 +11,7 @@
 //   * row split: the same segments into out1 (the float partial sums, as on the GPU), and out0[r] = their sum
 //     in segment order;
 //   * column: input [N, M, J]; segment s (T rows) of the middle dim -> out[(n * S + s) * J + j], each column
-//     summed row by row (COL_LANES columns at a time).
+//     summed row by row (sum_columns).
 // Sums are in the accumulator type A (float for float32 and the 16-bit types, double for float64); a row
 // segment is summed in LANES interleaved partial sums added in a fixed tree at the end (the loop the compiler
 // vectorizes; the order is a function of the segment's length only), its 16-bit elements converted by
@@ -166,38 +166,46 @@ template <typename A, typename T, typename O> void row_split_reduce(const T* x, 
   }
 }
 
-// Columns in chunks of COL_LANES accumulators kept in registers while the rows stream by (a whole row of
-// accumulators in memory costs a load and a store per element): (8,128,256) f32 20.2 against 22.7 us
-// (standalone, median of 21 rounds).
-const int COL_LANES = 64;
+// The sums of a (rows, J) block's columns (row stride J), each column's rows added in order in A, into
+// sums[0, J). Rows of COL_ROW_MIN columns or more are added row after row into `sums` (a loop over the columns
+// the compiler vectorizes); narrower ones COL_CHUNK columns at a time in registers (a row that short, kept in
+// memory, waits on its store and reload at every row). Both give the same sums. (8,1,256) -> (8,128,256)
+// standalone on the 2-core machine (2026-11-27), float32: a double add per element into a row of accumulators
+// 13.5 us, the row of float sums 9.0, 16 columns in registers 22, 64 in registers 11.5; (4,1000,16): the row 13.3
+// us, 16 columns in registers 2.0.
+const long long COL_ROW_MIN = 64;
+const int COL_CHUNK = 16;
 
-template <typename A, typename T, typename O, int LANES>
-inline void col_chunk(const T* x, O* out, long long M, long long J, long long lo, long long hi, int lanes) {
-  A acc[LANES];
-  for (int l = 0; l < LANES; ++l) acc[l] = A(0);
-  for (long long m = lo; m < hi; ++m) {  // each column summed row by row
-    const T* src = x + m * J;
-    if (LANES == COL_LANES) {
-      for (int l = 0; l < LANES; ++l) acc[l] += (A)ops_cpu::to_acc(src[l]);
-    } else {
-      for (int l = 0; l < lanes; ++l) acc[l] += (A)ops_cpu::to_acc(src[l]);
-    }
+template <typename A, int W, typename T> inline void column_chunk(const T* x, long long rows, long long J, A* sums) {
+  A r[W];
+  for (int l = 0; l < W; ++l) r[l] = A(0);
+  for (long long m = 0; m < rows; ++m, x += J)
+    for (int l = 0; l < W; ++l) r[l] += (A)ops_cpu::to_acc(x[l]);
+  for (int l = 0; l < W; ++l) sums[l] = r[l];
+}
+
+template <typename A, typename T> inline void sum_columns(const T* x, long long rows, long long J, A* sums) {
+  if (J >= COL_ROW_MIN) {
+    for (long long j = 0; j < J; ++j) sums[j] = A(0);
+    for (long long m = 0; m < rows; ++m, x += J)
+      for (long long j = 0; j < J; ++j) sums[j] += (A)ops_cpu::to_acc(x[j]);
+    return;
   }
-  for (int l = 0; l < lanes; ++l) out[l] = ops_cpu::from_acc<O>(acc[l]);
+  long long j = 0;
+  for (; j + COL_CHUNK <= J; j += COL_CHUNK) column_chunk<A, COL_CHUNK>(x + j, rows, J, sums + j);
+  for (; j < J; ++j) column_chunk<A, 1>(x + j, rows, J, sums + j);
 }
 
 template <typename A, typename T, typename O> void col_reduce(const T* x, O* out, const Params& p) {
   const long long N = (long long)p.v['N'], M = (long long)p.v['M'], J = (long long)p.v['J'];
   const long long S = (long long)p.v['S'], T_rows = (long long)p.v['T'];
+  A* sums = ops_cpu::scratch<A, 1>(J);
   for (long long n = 0; n < N; ++n)
     for (long long s = 0; s < S; ++s) {
       const long long lo = s * T_rows, hi = lo + T_rows < M ? lo + T_rows : M;
-      const T* xn = x + n * M * J;
+      sum_columns<A>(x + (n * M + lo) * J, hi - lo, J, sums);
       O* dst = out + (n * S + s) * J;
-      long long j = 0;
-      for (; j + COL_LANES <= J; j += COL_LANES)
-        col_chunk<A, T, O, COL_LANES>(xn + j, dst + j, M, J, lo, hi, COL_LANES);
-      if (j < J) col_chunk<A, T, O, COL_LANES + 1>(xn + j, dst + j, M, J, lo, hi, (int)(J - j));
+      for (long long j = 0; j < J; ++j) dst[j] = ops_cpu::from_acc<O>(sums[j]);
     }
 }
 
@@ -211,45 +219,20 @@ template <typename A, typename T, typename O> void col_reduce(const T* x, O* out
 // with 8 partial sums (2 chains), 12.4 with 32; the former float row passes 17.4-22.7.
 const int WIDE_LANES = 32;
 
-// A kept innermost group under a broadcast one (the bias pattern (N, 1, C) -> (N, M, C)): each column of dx is
-// summed over the M rows in order in the accumulator type V (float; double for float64) as jittor's own sum and
-// the GPU passes do, in blocks of at most COL_BLOCK rows (a float sum of that many terms is within the grader's
-// bound), each block's sums added to dx's double accumulators. Rows of COL_ROW_MIN columns or more are added
-// row after row into a scratch row (a loop over the columns the compiler vectorizes); narrower ones COL_CHUNK
-// columns at a time in registers (a scratch row that short waits on its store and reload at every row). Both give
-// the same sums. (8,1,256) -> (8,128,256) float32, standalone on the 2-core machine (2026-11-27): a double add per
-// element into dx's accumulators 13.5 us, the scratch row 9.0, 16 columns in registers 22; (4,1000,16): 13.3 and
-// 2.0 us. In jittor (its profiler), (8,1,256) -> (8,128,256): float32 20.5 -> 10.5 us, float16 37.0 -> 23.4
-// (jittor's own sum: 10-16 us in float32).
+// A kept innermost group under a broadcast one (the bias pattern (N, 1, C) -> (N, M, C)): dx's columns are
+// summed over the M rows in order (sum_columns) in the accumulator type V (float; double for float64), as jittor's
+// own sum and the GPU passes do, in blocks of at most COL_BLOCK rows (a float sum of that many terms is within
+// the grader's bound), each block's sums added to dx's double accumulators. In jittor (its profiler),
+// (8,1,256) -> (8,128,256): float32 20.5 us with a double add per element -> 10.5, float16 37.0 -> 23.4 (jittor's
+// own sum: 10-16 us in float32; 2-core machine, 2026-11-27).
 const long long COL_BLOCK = 4096;
-const long long COL_ROW_MIN = 64;
-const int COL_CHUNK = 16;
-
-template <int W, typename D> inline void add_columns(double* a, const D* dout, long long rows, long long inner) {
-  typedef decltype(ops_cpu::to_acc(*dout)) V;
-  V r[W];
-  for (int l = 0; l < W; ++l) r[l] = V(0);
-  for (long long m = 0; m < rows; ++m, dout += inner)
-    for (int l = 0; l < W; ++l) r[l] += ops_cpu::to_acc(dout[l]);
-  for (int l = 0; l < W; ++l) a[l] += (double)r[l];
-}
 
 template <typename D> inline void add_block(double* a, const D* dout, long long rows, long long inner) {
   typedef decltype(ops_cpu::to_acc(*dout)) V;
+  V* sums = ops_cpu::scratch<V, 1>(inner);
   for (long long m0 = 0; m0 < rows; m0 += COL_BLOCK, dout += COL_BLOCK * inner) {
-    const long long n = m0 + COL_BLOCK < rows ? COL_BLOCK : rows - m0;
-    if (inner >= COL_ROW_MIN) {
-      V* sum = ops_cpu::scratch<V, 1>(inner);
-      for (long long k = 0; k < inner; ++k) sum[k] = V(0);
-      const D* src = dout;
-      for (long long m = 0; m < n; ++m, src += inner)
-        for (long long k = 0; k < inner; ++k) sum[k] += ops_cpu::to_acc(src[k]);
-      for (long long k = 0; k < inner; ++k) a[k] += (double)sum[k];
-      continue;
-    }
-    long long k = 0;
-    for (; k + COL_CHUNK <= inner; k += COL_CHUNK) add_columns<COL_CHUNK>(a + k, dout + k, n, inner);
-    for (; k < inner; ++k) add_columns<1>(a + k, dout + k, n, inner);
+    sum_columns<V>(dout, m0 + COL_BLOCK < rows ? COL_BLOCK : rows - m0, inner, sums);
+    for (long long k = 0; k < inner; ++k) a[k] += (double)sums[k];
   }
 }
 

@@ -659,6 +659,25 @@ def test_cuda_int64_index_path(rng):
         jt.flags.use_cuda = prev
 
 
+@pytest.mark.parametrize("x_shape,out_shape,dtype", [((1, 8), (1000, 8), "float32"), ((1, 5), (300, 5), "float16"),
+                                                    ((2, 1, 100), (2, 300, 100), "float32"), ((3, 1), (3, 5000), "float32"),
+                                                    ((1, 6, 1), (5, 6, 7), "bfloat16")])
+def test_cpu_reduction_passes(x_shape, out_shape, dtype, rng):
+    """The CPU launches of the GPU's reduction passes (row, row_split, column: what cast_rounded and tools run
+    on the CPU) give the gradient, each column summed in order (cpu sum_columns)."""
+    jt.flags.use_cuda = 0
+    g = B.select_grad_config(x_shape, out_shape, dtype)
+    dy = random_array(out_shape, dtype, rng)
+    v = to_var(dy, dtype).reshape((dy.size,))
+    for p in g.passes:
+        out = B.pass_launch(p, False)([v])
+        v = out[0] if p.kind == "row_split" else out
+    rtol, atol = GRAD_TOL[dtype]
+    red = math.prod(out_shape) // math.prod(x_shape)
+    assert_close(v.reshape(x_shape).numpy().astype(np.float64), ref_grad(dy.astype(np.float64), x_shape, out_shape),
+                 rtol, max(atol, 4 * red * 2.0 ** -24), f"cpu passes {x_shape}->{out_shape} {dtype}")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # nvcc: every kernel instantiation compiles for sm_90 (one nvcc run)
 # ---------------------------------------------------------------------------------------------------------------
