@@ -68,17 +68,10 @@ def call_cases(jt, ops, np, torch, cuda: bool):
     # forward + backward as a training step meets them: the loss (the forward's output, summed) and the
     # gradient are both computed; with the gradient alone jittor may leave out a built-in's forward (the sum of a
     # broadcast needs no broadcast to differentiate), which no training step can.
-    def fwd_bwd(f, x):
+    def fwd_bwd(f, *xs):
         def step():
-            loss = f(x).sum()
-            (dx,) = jt.grad(loss, [x])
-            return loss, dx
-        return step
-
-    def fwd_bwd2(f, a, b):
-        def step():
-            loss = f(a, b).sum()
-            return [loss] + jt.grad(loss, [a, b])
+            loss = f(*xs).sum()
+            return [loss] + jt.grad(loss, list(xs))
         return step
 
     def torch_fwd_bwd(f, x):
@@ -130,7 +123,7 @@ def call_cases(jt, ops, np, torch, cuda: bool):
          torch and torch_fwd_bwd(lambda x: x.expand(5, 128, 128).contiguous(), teg)),
         ("timex B1 C64 T64", lambda: ops.timex(w, k), lambda: timex_naive(w, k),
          torch and (lambda: timex_torch(tt((64, 64)), tt((1, 64, 64))))),
-        ("timex fwd+bwd B1 C64 T64", fwd_bwd2(ops.timex, wg, kg), fwd_bwd2(timex_naive, wg, kg), None),
+        ("timex fwd+bwd B1 C64 T64", fwd_bwd(ops.timex, wg, kg), fwd_bwd(timex_naive, wg, kg), None),
     ]
     return cases
 
