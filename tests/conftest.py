@@ -90,3 +90,13 @@ class Switches:
 @pytest.fixture
 def switches(monkeypatch):
     return Switches(monkeypatch)
+
+
+@pytest.fixture
+def toy_worker_env(monkeypatch):
+    """The grader's worker processes see the toy family (tests/toy_family.py) and run on the CPU."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    monkeypatch.setenv("OPS_SCORING_FAMILY_MODULES", "toy_family")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([os.path.join(root, "tests"), root,
+                                                      os.environ.get("PYTHONPATH", "")]))
+    jt.flags.use_cuda = 0

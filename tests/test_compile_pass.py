@@ -3,22 +3,9 @@ only, a finished pass is remembered for the same cases and code, kernels that do
 import json
 import os
 
-import pytest
-
 import ops
 from ops._jittor import jt
 from ops.scoring import compile_pass, runner
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@pytest.fixture
-def toy_worker_env(monkeypatch):
-    monkeypatch.setenv("OPS_SCORING_FAMILY_MODULES", "toy_family")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([os.path.join(ROOT, "tests"), ROOT,
-                                                      os.environ.get("PYTHONPATH", "")]))
-    jt.flags.use_cuda = 0
-
 
 def forget(ids):
     """Drop a finished pass over ``ids`` from the kernel folder's record (an earlier test run may have left it)."""

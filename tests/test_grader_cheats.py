@@ -6,17 +6,21 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from ops.scoring import grading
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def grade(impl, *args, env_extra=None, tmp_path):
-    out = tmp_path / f"{impl}.json"
+def grade(impl, *args, env_extra=None, tmp_path, device="cpu"):
+    out = tmp_path / f"{impl}-{device}.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "tests"), ROOT,
                                                        os.environ.get("PYTHONPATH", "")]), **(env_extra or {}))
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "get_score.py"), "--device", "cpu", "--impl", impl,
-                           "--no-progress", "--no-warm", "--repeats", "1", "--references", "naive", "--json",
+    # On the GPU the compile pass compiles a run's kernels in parallel; on the CPU the few kernels compile fast
+    warm = ["--no-warm"] if device == "cpu" else []
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "get_score.py"), "--device", device, "--impl", impl,
+                           "--no-progress", *warm, "--repeats", "1", "--references", "naive", "--json",
                            str(out), *args], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {r["case_id"]: r for r in json.loads(out.read_text())["results"]}
@@ -95,3 +99,52 @@ def test_waiting_for_work_done_elsewhere_counts(tmp_path):
     for case_id, r in results.items():
         assert r["correct"], (case_id, r["why"])
         assert r["ours"]["ms"] >= 2.0 and r["ours"]["call_ms"] >= 2.0, (case_id, r["ours"])
+
+
+# The same modules on the GPU's cases: (module, its arguments, the reason every affected case must give). Two
+# runs for the replay (the first records). The host cheat's output is right: it must lose its points to the
+# wall clock that holds the host work (a host transpose of 16 MB against a GPU kernel of tens of microseconds).
+GPU_CHEATS = {
+    "cheat_cache": (("-k", "k2s2_tiny,10_int64,paddle1-5x1x1-to-5x128x128-float32", "--direction", "fwd"),
+                    "timed call on input set"),
+    "cheat_judge": (("--op", "permute", "-k", "10_int64,021_int8"), "checked call"),
+    "cheat_dtype": (("-k", "k2s2_f16_16x64,k3s2p1_bf16_8x64,021_int8", "--direction", "fwd"), "dtype"),
+    "cheat_ulp": (("--op", "max_pool3d", "--direction", "fwd", "-k",
+                   "k2s2_tiny,k3s2p1_bf16_8x64,k2s2_f16_16x64,k2s2_idx_8x32"), "elements differ (exact op)"),
+    "cheat_grad": (("--op", "expand_as", "--direction", "bwd", "-k",
+                    "paddle0-1785x1-to-1785x128-float,paddle1-5x1x1-to-5x128x128-float32,scalar,ends"),
+                   "first at (0"),
+}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("impl", sorted(GPU_CHEATS))
+def test_cheats_score_zero_on_the_gpu(impl, tmp_path):
+    args, why = GPU_CHEATS[impl]
+    assert_all_zero(grade(impl, *args, tmp_path=tmp_path, device="cuda"), why)
+
+
+@pytest.mark.cuda
+def test_replayed_answers_fail_on_the_gpu(tmp_path):
+    store = tmp_path / "answers"
+    store.mkdir()
+    args = ("-k", "k2s2_tiny,021_int8", "--direction", "fwd", "--seed", "5")
+    grade("cheat_replay", *args, env_extra={"CHEAT_REPLAY_DIR": str(store)}, tmp_path=tmp_path, device="cuda")
+    assert list(store.iterdir())
+    results = grade("cheat_replay", *args, env_extra={"CHEAT_REPLAY_DIR": str(store)}, tmp_path=tmp_path,
+                    device="cuda")
+    assert_all_zero(results, "timed call on input set")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("impl", ["cheat_host", "cheat_wait"])
+def test_work_outside_the_gpu_kernels_earns_no_points_on_the_gpu(impl, tmp_path):
+    cases = "k2s2_8x32x32x64x64,021_f32_16MB,ta_batched_f32" if impl == "cheat_host" else "021_f32_16MB,10_int64"
+    results = grade(impl, "-k", cases, "--direction", "fwd", "--op", "max_pool3d", "--op", "permute",
+                    tmp_path=tmp_path, device="cuda")
+    plain = {k: v for k, v in results.items() if "edge" not in k}
+    assert plain
+    for case_id, r in plain.items():
+        ours = r["ours"]
+        assert r["correct"], (case_id, r["why"])
+        assert ours["ms"] >= ours["kernel_ms"] and r["points"] == 0, (case_id, ours, r["points"])

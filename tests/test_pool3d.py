@@ -154,8 +154,16 @@ def _brute_force(x, k, s, p, d, ceil):
 ])
 def test_reference_is_pytorchs_loop(k, s, p, d, ceil, rng):
     x = rng.integers(0, 4, size=(2, 5, 6, 7)).astype(np.float64)
-    x.reshape(-1)[rng.choice(x.size, 5, replace=False)] = np.nan
+    special = rng.choice(x.size, 25, replace=False)
+    x.reshape(-1)[special[:5]] = np.nan
+    x.reshape(-1)[special[5:]] = -np.inf  # windows whose elements inside are all -inf: the first one inside
     want, want_arg = _brute_force(x, k, s, p, d, ceil)
+    got, got_arg = F.reference_pool(x, k, s, p, d, ceil)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got_arg, want_arg)
+    x.reshape(-1)[rng.random(x.size) < 0.9] = -np.inf  # most windows: -inf inside only, some a NaN too
+    want, want_arg = _brute_force(x, k, s, p, d, ceil)
+    assert (want == -np.inf).any()
     got, got_arg = F.reference_pool(x, k, s, p, d, ceil)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(got_arg, want_arg)

@@ -359,17 +359,22 @@ def test_a_compile_failure_is_reported_by_its_first_compiler_error():
     assert compile_error("RuntimeError: size of var should be larger", log) == "RuntimeError: size of var should be larger"
 
 
+@pytest.mark.parametrize("case_id", ["permute/fwd/cpu_021_f32", "max_pool3d/fwd/cpu_k2s2"])
 @pytest.mark.parametrize("threads, eager_limit", [(1, 1 << 30), (3, 1 << 30), (3, 0)])
-def test_references_made_in_advance_or_by_the_judge_give_one_verdict(tmp_path, monkeypatch, threads, eager_limit):
-    """prepare_case computes the references with the inputs (threads > 1, small enough) or leaves them to the
-    judge; either way the outputs of the reference itself pass and a changed element fails."""
+def test_references_made_in_advance_or_by_the_judge_give_one_verdict(tmp_path, monkeypatch, threads, eager_limit,
+                                                                       case_id):
+    """prepare_case computes the references with the inputs (threads > 1, small enough, a family that does
+    not judge by blocks of rows) or leaves them to the judge; either way the outputs of the reference itself
+    pass and a changed element fails."""
     from ops.scoring import runner
     from ops.scoring.families import load_families
     monkeypatch.setattr(runner, "EAGER_REFERENCE_BYTES", eager_limit)
-    fam = load_families(["permute"])[0]
-    c = next(c for c in fam.all_cases() if c.id == "permute/fwd/cpu_021_f32")
+    fam = load_families([case_id.split("/")[0]])[0]
+    c = next(c for c in fam.all_cases() if c.id == case_id)
     prepared = runner.prepare_case(fam, c, str(tmp_path), 7, 11, threads=threads)
-    assert (prepared.expected[0] is not None) == (threads > 1 and eager_limit > 0)
+    by_rows = fam.expected_rows(c, *prepared.sets[0]) is not None
+    assert by_rows == (fam.name == "permute")
+    assert (prepared.expected[0] is not None) == (threads > 1 and eager_limit > 0 and not by_rows)
     files = {}
     for k, (arrays, _) in enumerate(prepared.sets):
         want = fam.expected(c, arrays)[0].value.astype(np.float32)
@@ -414,3 +419,29 @@ def test_workers_share_one_hash_seed_and_cpu_workers_one_thread(tmp_path, monkey
         runner.Worker(device=device, impl="ops", log_path=str(tmp_path / f"{device}.log"), copy=False)
     assert [e["PYTHONHASHSEED"] for e in seen] == ["0", "0"]
     assert seen[0]["OMP_NUM_THREADS"] == "1" and "OMP_NUM_THREADS" not in seen[1]
+
+
+@pytest.mark.parametrize("case_id", ["permute/fwd/cpu_ta_f32", "permute/fwd/cpu_021_f32"])
+def test_judged_by_blocks_of_rows_as_whole(tmp_path, monkeypatch, case_id):
+    """A judge by blocks of rows (small blocks here, several threads) passes what the whole judge passes and
+    fails what it fails, naming the element's index in the whole output."""
+    from ops.scoring import runner
+    from ops.scoring.families import load_families
+    monkeypatch.setattr(runner, "ROW_BLOCK_ELEMENTS", 64)
+    fam = load_families(["permute"])[0]
+    c = next(c for c in fam.all_cases() if c.id == case_id)
+    arrays = fam.make_inputs(c, np.random.default_rng(3))
+    whole = fam.expected(c, arrays)[0]
+    got = whole.value.astype(np.float32)
+    np.save(tmp_path / "out.npy", got)
+    listed = [["out.npy", "float32"]]
+    assert runner.judge_by_rows(fam, c, arrays, [], listed, str(tmp_path), 3)[0]
+    last = tuple(n - 1 for n in got.shape)
+    got[last] += 1.0
+    got[(1,) + last[1:]] += 1.0
+    np.save(tmp_path / "out.npy", got)
+    ok, _, why = runner.judge_by_rows(fam, c, arrays, [], listed, str(tmp_path), 3)
+    assert not ok and judge(got, "float32", whole)[0] is False
+    assert f"first at {(1,) + last[1:]}" in why and "1 more blocks" in why
+    np.save(tmp_path / "out.npy", got[:-1])
+    assert "rows" in runner.judge_by_rows(fam, c, arrays, [], listed, str(tmp_path), 3)[2]

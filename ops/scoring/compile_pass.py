@@ -186,7 +186,9 @@ def warm_graphs(items, api, limit_bytes: int, report: Callable[[str, dict], None
             arrays, grads = fam.zero_inputs(case)
             size = sum(a.nbytes for a in arrays) + sum(g.nbytes for g in grads)
             if batch and held + size > limit_bytes:
+                flushing = time.monotonic()
                 flush()
+                started += time.monotonic() - flushing  # the batch's syncs are not this case's inputs
             sets = [InputSet.placeholders(arrays, input_dtypes(case, arrays), grads, case.dtype)]
         except Exception:
             consumed += 1

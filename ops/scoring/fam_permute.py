@@ -95,13 +95,28 @@ class PermuteFamily(Family):
             g = grads_out[0]
             grads = {0: np.transpose(g, _inverse(_perm(c))), 1: g}
             return [Expected(grads[i], (c.dtype,), signed_zero=True) for i in c.grad_of]
+        return [self._forward_expected(c, np.transpose(arrays[0], _perm(c)), arrays[1] if self._is_add(c) else None)]
+
+    def expected_rows(self, c, arrays, grads_out):
+        """Rows of the output are rows of the moved operand (a view) and of the added one."""
+        if c.direction == "bwd":
+            if len(c.grad_of) != 1:
+                return None
+            g = grads_out[0]
+            grad = np.transpose(g, _inverse(_perm(c))) if c.grad_of[0] == 0 else g
+            return grad.shape[0], lambda rows: Expected(grad[rows], (c.dtype,), signed_zero=True)
         moved = np.transpose(arrays[0], _perm(c))
-        if not self._is_add(c):
-            return [Expected(moved, (c.dtype,), signed_zero=True)]
+        added = arrays[1] if self._is_add(c) else None
+        return moved.shape[0], lambda rows: self._forward_expected(c, moved[rows],
+                                                                   None if added is None else added[rows])
+
+    def _forward_expected(self, c, moved, added):
+        if added is None:
+            return Expected(moved, (c.dtype,), signed_zero=True)
         if moved.dtype.kind != "f":
-            return [Expected(moved + arrays[1], (c.dtype,))]
-        want, side = rounded_sum(moved, arrays[1], c.dtype)
-        return [Expected(want, (c.dtype,), "faithful", side)]
+            return Expected(moved + added, (c.dtype,))
+        want, side = rounded_sum(moved, added, c.dtype)
+        return Expected(want, (c.dtype,), "faithful", side)
 
     def tolerance(self, c):
         if c.dtype not in DEFAULT_TOLERANCE:

@@ -62,8 +62,9 @@ def jittor_cuda_backward_reads_outside(shape, kernel_size, stride, padding, ceil
     return False
 
 
-# Window elements per chunk of reference_pool's work (~128 MB of float64 windows at a time).
-_REFERENCE_CHUNK = 1 << 24
+# Output elements per block of reference_pool's work (its running maximum and the flags of one window
+# element: ~10 MB, in the caches).
+_REFERENCE_BLOCK = 1 << 20
 
 
 def reference_pool(x: np.ndarray, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
@@ -71,10 +72,10 @@ def reference_pool(x: np.ndarray, kernel_size, stride=None, padding=0, dilation=
 
     The definition: window elements are taken in (d, h, w) order; an element replaces the running maximum
     when the window had none yet, when it is NaN, or when it is larger and the maximum is not NaN. A window
-    without elements gives -inf and index -1. Computed on each window laid out flat (padding = -inf):
-    * no NaN, maximum above -inf: the first maximum (``argmax``), never a pad;
-    * a NaN: value NaN, index of the last NaN (each NaN takes over);
-    * maximum -inf: the first element inside the input (all inside are -inf), or -1 when there is none.
+    without elements gives -inf and index -1. Computed as that running maximum, one window element at a time
+    over every window at once (padding = -inf, which replaces nothing), then:
+    * a maximum still -inf (every element inside the input is -inf): the first element inside the input, or
+      -1 when there is none.
     ``tests/test_pool3d.py`` checks this against the definition's loop written out.
     """
     k, p, dl = _triple(kernel_size), _triple(padding), _triple(dilation)
@@ -93,38 +94,42 @@ def reference_pool(x: np.ndarray, kernel_size, stride=None, padding=0, dilation=
     xp = np.pad(planes, pad, constant_values=-np.inf)
     inside = np.pad(np.ones(spatial, dtype=bool), pad[1:])
 
-    def windows(a, first):
-        v = np.lib.stride_tricks.sliding_window_view(a, span, axis=(first, first + 1, first + 2))
-        sl = [slice(None)] * first + [slice(0, (o - 1) * si + 1, si) for o, si in zip(out, s)]
-        return v[tuple(sl) + tuple(slice(None, None, di) for di in dl)]
+    elements = list(np.ndindex(*k))  # (d, h, w) order
 
-    kvol = k[0] * k[1] * k[2]
+    def element(a, j):
+        """Window element j of every window: a strided view of the padded array ``a`` (..., D, H, W)."""
+        lo = [jj * di for jj, di in zip(elements[j], dl)]
+        return a[(Ellipsis,) + tuple(slice(l0, l0 + (o - 1) * si + 1, si) for l0, o, si in zip(lo, out, s))]
+
     # position of window element j of output o: base[o] + offset[j] (pads map outside [0, D*H*W))
     H, W = spatial[1], spatial[2]
     od, oh, ow = np.meshgrid(*[np.arange(o) * si - pi for o, si, pi in zip(out, s, p)], indexing="ij")
-    base = ((od * H + oh) * W + ow).reshape(-1)
-    jd, jh, jw = np.meshgrid(*[np.arange(ki) * di for ki, di in zip(k, dl)], indexing="ij")
-    offset = ((jd * H + jh) * W + jw).reshape(-1)
-    inside_windows = windows(inside, 0).reshape(-1, kvol)
-    first_inside, any_inside = inside_windows.argmax(axis=1), inside_windows.any(axis=1)
+    base = (od * H + oh) * W + ow
+    offset = np.array([(jd * dl[0] * H + jh * dl[1]) * W + jw * dl[2] for jd, jh, jw in elements], dtype=np.int64)
+    first_inside = np.full(out, -1, dtype=np.int64)  # index of each window's first element inside the input
+    for j in reversed(range(len(elements))):
+        np.copyto(first_inside, base + offset[j], where=element(inside, j))
 
-    n_out = int(np.prod(out))
-    best = np.empty((n_planes, n_out))
-    arg = np.empty((n_planes, n_out), dtype=np.int64)
-    step = max(1, _REFERENCE_CHUNK // max(1, n_out * kvol))
+    best = np.empty((n_planes,) + out, dtype=xp.dtype)
+    which = np.zeros((n_planes,) + out, dtype=np.int16 if len(elements) < 1 << 15 else np.int64)
+    has_nan = bool(np.isnan(planes).any())
+    step = max(1, _REFERENCE_BLOCK // max(1, int(np.prod(out))))
     for p0 in range(0, n_planes, step):
-        w = windows(xp[p0:p0 + step], 1).reshape(-1, n_out, kvol)
-        j = w.argmax(axis=2)
-        m = np.take_along_axis(w, j[..., None], axis=2)[..., 0].astype(np.float64)
-        isnan = np.isnan(w)
-        has_nan = isnan.any(axis=2)
-        j = np.where(has_nan, kvol - 1 - isnan[..., ::-1].argmax(axis=2), j)
-        low = ~has_nan & (m == -np.inf)
-        j = np.where(low, first_inside[None], j)
-        m = np.where(has_nan, np.nan, m)
-        best[p0:p0 + step] = m
-        arg[p0:p0 + step] = np.where(low & ~any_inside[None], -1, base[None] + offset[j])
-    return best.reshape(lead + out), arg.reshape(lead + out)
+        block = xp[p0:p0 + step]
+        m, jb = best[p0:p0 + step], which[p0:p0 + step]
+        np.copyto(m, element(block, 0))
+        take = np.empty(m.shape, dtype=bool)
+        for j in range(1, len(elements)):
+            v = element(block, j)
+            np.greater(v, m, out=take)  # False where the maximum is NaN
+            if has_nan:
+                take |= np.isnan(v)
+            np.copyto(m, v, where=take)
+            np.copyto(jb, j, where=take)
+    arg = base[None] + offset[which]
+    low = best == -np.inf  # every element inside is -inf (NaN compares unequal)
+    arg = np.where(low, first_inside[None], arg)
+    return best.astype(np.float64).reshape(lead + out), arg.reshape(lead + out)
 
 
 def reference_grad(x_shape, arg: np.ndarray, dy: np.ndarray) -> np.ndarray:

@@ -87,8 +87,9 @@ def _as_float64(got: np.ndarray) -> np.ndarray:
     return got.astype(np.float64, copy=False)
 
 
-def judge(got: np.ndarray, got_dtype: str, exp: Expected) -> Tuple[bool, Optional[float], str]:
-    """(ok, max abs error over comparable elements or a count of differing elements, why)."""
+def judge(got: np.ndarray, got_dtype: str, exp: Expected, origin: Tuple[int, ...] = ()) -> Tuple[bool, Optional[float], str]:
+    """(ok, max abs error over comparable elements or a count of differing elements, why). ``origin``: where
+    ``got`` starts in the whole output (a block of rows judged alone), added to the index a failure names."""
     want = np.asarray(exp.value)
     if tuple(got.shape) != tuple(want.shape):
         return False, None, f"shape {tuple(got.shape)} != expected {tuple(want.shape)}"
@@ -96,20 +97,20 @@ def judge(got: np.ndarray, got_dtype: str, exp: Expected) -> Tuple[bool, Optiona
         return False, None, f"dtype {got_dtype} != expected {exp.dtypes[0]}"
     if want.dtype.kind not in "fc":
         bad = np.count_nonzero(got != want)
-        return _verdict_count(bad, got, want)
+        return _verdict_count(bad, got, want, origin)
     if exp.kind == "exact":
-        return _judge_exact(got, want, exp.signed_zero)
+        return _judge_exact(got, want, exp.signed_zero, origin)
     if exp.kind == "faithful":
-        return _judge_faithful(got, got_dtype, want, np.asarray(exp.bound))
+        return _judge_faithful(got, got_dtype, want, np.asarray(exp.bound), origin)
     g, w = _as_float64(got), want.astype(np.float64, copy=False)
     nan_g, nan_w = np.isnan(g), np.isnan(w)
     if not np.array_equal(nan_g, nan_w):
         return _first(nan_g != nan_w, g, w, "NaN where the reference has none" if (nan_g & ~nan_w).any()
-                      else "a number where the reference has NaN")
+                      else "a number where the reference has NaN", origin)
     inf_w = np.isinf(w)
     inf_differ = (np.isinf(g) | inf_w) & (g != w)
     if inf_differ.any():
-        return _first(inf_differ, g, w, f"{int(inf_differ.sum())} infinities differ")
+        return _first(inf_differ, g, w, f"{int(inf_differ.sum())} infinities differ", origin)
     finite = ~(nan_w | inf_w)
     err = np.where(finite, np.abs(g - np.where(finite, w, 0.0)), 0.0)
     bad = err > exp.bound
@@ -117,7 +118,7 @@ def judge(got: np.ndarray, got_dtype: str, exp: Expected) -> Tuple[bool, Optiona
     if bad.any():
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
         bound = exp.bound[idx] if np.ndim(exp.bound) else exp.bound
-        return False, max_err, (f"{int(bad.sum())} elements off, first at {idx}: got {g[idx]!r}, want {w[idx]!r} "
+        return False, max_err, (f"{int(bad.sum())} elements off, first at {_shifted(idx, origin)}: got {g[idx]!r}, want {w[idx]!r} "
                                 f"(allowed {float(bound):.3g})")
     return True, max_err, ""
 
@@ -125,7 +126,7 @@ def judge(got: np.ndarray, got_dtype: str, exp: Expected) -> Tuple[bool, Optiona
 _BITS = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
-def _judge_exact(got: np.ndarray, want: np.ndarray, signed_zero: bool):
+def _judge_exact(got: np.ndarray, want: np.ndarray, signed_zero: bool, origin=()):
     """Exact floats, compared as bit patterns in the output's own dtype (a few passes over the output's
     bytes rather than a dozen over float64 copies: a 128 MB output takes a fraction of a second). The values
     a copy or a selection must give are values of that dtype; a reference that holds any other value (it
@@ -156,7 +157,7 @@ def _judge_exact(got: np.ndarray, want: np.ndarray, signed_zero: bool):
     g64, w64 = g_c[~same].astype(np.float64), w_c[~same].astype(np.float64)
     finite = np.isfinite(g64) & np.isfinite(w64)
     err = float(np.abs(g64[finite] - w64[finite]).max()) if finite.any() else None
-    return False, err, f"{why}, first at {idx}: got {got[idx]!r}, want {w[idx]!r}"
+    return False, err, f"{why}, first at {_shifted(idx, origin)}: got {got[idx]!r}, want {w[idx]!r}"
 
 
 # Elements per chunk of the faithful judge (its temporaries: a few int64 arrays of this length, 32 MB each).
@@ -182,7 +183,7 @@ def _ordered(values: np.ndarray, dtype: str) -> np.ndarray:
     return bits
 
 
-def _judge_faithful(got: np.ndarray, dtype: str, want: np.ndarray, side: np.ndarray):
+def _judge_faithful(got: np.ndarray, dtype: str, want: np.ndarray, side: np.ndarray, origin=()):
     """``faithful``: ``got`` equals ``want`` (the correctly rounded result) or is its neighbour towards the
     exact result (``side``: the sign of exact - want), chunk by chunk over the flat arrays."""
     g_flat = np.ascontiguousarray(got).reshape(-1)
@@ -215,17 +216,21 @@ def _judge_faithful(got: np.ndarray, dtype: str, want: np.ndarray, side: np.ndar
     if first is None:
         return True, worst, ""
     idx = tuple(int(i) for i in np.unravel_index(first, got.shape))
-    return False, float(bad_total), (f"{bad_total} elements off ({why}), first at {idx}: got {got[idx]!r}, "
+    return False, float(bad_total), (f"{bad_total} elements off ({why}), first at {_shifted(idx, origin)}: got {got[idx]!r}, "
                                      f"want {w_flat[first]!r}")
 
 
-def _verdict_count(bad: int, got, want):
+def _shifted(idx: Tuple[int, ...], origin: Tuple[int, ...]) -> Tuple[int, ...]:
+    return tuple(i + (origin[d] if d < len(origin) else 0) for d, i in enumerate(idx))
+
+
+def _verdict_count(bad: int, got, want, origin=()):
     if bad == 0:
         return True, 0.0, ""
     idx = tuple(int(i) for i in np.argwhere(got != want)[0])
-    return False, float(bad), f"{bad} elements differ, first at {idx}: got {got[idx]!r}, want {want[idx]!r}"
+    return False, float(bad), f"{bad} elements differ, first at {_shifted(idx, origin)}: got {got[idx]!r}, want {want[idx]!r}"
 
 
-def _first(mask, g, w, why, err=None):
+def _first(mask, g, w, why, origin=(), err=None):
     idx = tuple(int(i) for i in np.argwhere(mask)[0])
-    return False, err, f"{why}, first at {idx}: got {g[idx]!r}, want {w[idx]!r}"
+    return False, err, f"{why}, first at {_shifted(idx, origin)}: got {g[idx]!r}, want {w[idx]!r}"

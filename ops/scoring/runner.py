@@ -8,6 +8,7 @@ here, where nothing the graded module does can reach it.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -20,8 +21,8 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -33,7 +34,9 @@ DEFAULT_TIMEOUT_S = 600.0  # per case: first-time kernel compiles and torch.comp
 DEFAULT_REFERENCE_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 300.0  # a worker imports jittor, ops and the graded module, and measures the copy bandwidth
 SMALL_CASE_BYTES = 64 << 20  # cases whose inputs are at most this get 3 timed sets, larger ones 2
-PREPARE_THREADS = 4  # on a GPU host: the input sets of the next case made and judged in advance in parallel
+PREPARE_THREADS = 4  # on a GPU host: the input sets of a case made (and their references computed) in parallel
+AHEAD = 3  # on a GPU host: cases prepared ahead of the one the worker runs
+JUDGES = 2  # on a GPU host: finished cases judged at once while the worker runs the next
 # References computed in advance hold at most this much at once (one case ahead, one being judged): a host with
 # 32 GB of memory still runs the largest cases, whose references the judge then computes set by set.
 EAGER_REFERENCE_BYTES = 4 << 30
@@ -235,7 +238,9 @@ def prepare_case(fam: Family, case: Case, folder: str, check_seed: Optional[int]
                 np.save(os.path.join(folder, name), a)
                 dtype = case.dtype if a.dtype.kind == "f" else str(a.dtype)
                 entry[role].append([name, dtype])
-        expected = _expected(fam, case, arrays, grads) if eager else None
+        # a family that computes blocks of rows is judged by them, in parallel: cheaper than whole references
+        expected = _expected(fam, case, arrays, grads) if eager and fam.expected_rows(case, arrays, grads) is None \
+            else None
         return entry, (arrays, grads), expected
 
     if threads > 1:
@@ -271,6 +276,53 @@ def judge_threads(case: Case, groups: int, threads: int) -> int:
     return int(max(1, min(groups, threads, fits)))
 
 
+def case_footprint(fam: Family, case: Case) -> int:
+    """Bytes the parent holds for a case from the start of its preparation to the end of its judge, at most:
+    per set and input element its host array, its .npy file and our output's file (the dtype's host size,
+    bfloat16 held as float32), and float64 references with their bounds."""
+    host = 4 if case.dtype == "bfloat16" else np.dtype(case.dtype).itemsize
+    elements = sum(int(np.prod(s)) for s in case.shapes)
+    return (3 * host + 16) * elements * (1 + timed_sets(fam, case))
+
+
+def in_flight_limit() -> int:
+    """Bytes of cases in flight (prepared ahead, or judged) at once on a GPU host: a third of the free memory
+    (and at least 4 GB); a case larger than that runs with nothing else in flight."""
+    return max(4 << 30, _available_memory() // 3)
+
+
+# Elements per block of a judge by rows (its float64 temporaries: a few times 16 MB per thread).
+ROW_BLOCK_ELEMENTS = 1 << 21
+
+
+def judge_by_rows(fam: Family, case: Case, arrays, grads, listed: list, folder: str,
+                  threads: int) -> Optional[Tuple[bool, Optional[float], str]]:
+    """The verdict on a single output judged in blocks of rows, ``threads`` blocks at a time (the float64
+    references of the largest cases, whole, are gigabytes computed by one thread; in blocks they stay in the
+    caches and every core works); None where the family does not compute blocks of rows."""
+    rows = fam.expected_rows(case, arrays, grads) if len(listed) == 1 else None
+    if rows is None:
+        return None
+    n, block = rows
+    name, dtype = listed[0]
+    got = np.load(os.path.join(folder, name), mmap_mode="r")
+    if got.ndim == 0 or got.shape[0] != n:
+        return False, None, f"shape {tuple(got.shape)}: expected {n} rows"
+    step = max(1, ROW_BLOCK_ELEMENTS // max(1, int(np.prod(got.shape[1:]))))
+
+    def one(start):
+        return judge(np.asarray(got[start:start + step]), dtype, block(slice(start, start + step)), origin=(start,))
+
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        verdicts = list(pool.map(one, range(0, n, step)))
+    failing = [v for v in verdicts if not v[0]]
+    if failing:
+        ok, err, why = failing[0]
+        more = f" (and {len(failing) - 1} more blocks of {step} rows fail)" if len(failing) > 1 else ""
+        return False, err, why + more
+    return True, max((v[1] or 0.0 for v in verdicts), default=0.0), ""
+
+
 def judge_outputs(fam: Family, case: Case, prepared: Prepared, files: Dict[str, list],
                   threads: int = 1) -> Tuple[bool, str, Optional[float], int]:
     """(correct, why, max error, outputs checked) over every output group the worker wrote: ``check`` (set 0)
@@ -287,6 +339,13 @@ def judge_outputs(fam: Family, case: Case, prepared: Prepared, files: Dict[str, 
         listed, expected = files[tag], prepared.expected[k]
         if expected is None:
             arrays, grads = prepared.sets[k]
+            verdict = judge_by_rows(fam, case, arrays, grads, listed, prepared.folder, threads)
+            if verdict is not None:
+                ok, err, why = verdict
+                if ok:
+                    return True, "", err, 1
+                where = "checked call" if tag == "check" else f"timed call on input set {k}"
+                return False, f"{where}, output 0: {why}", err, 1
             expected = _expected(fam, case, arrays, grads)
         if len(listed) != len(expected):
             return False, f"{tag}: {len(listed)} outputs, expected {len(expected)}", None, 0
@@ -493,8 +552,10 @@ def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, r
               reference_timeout_s: float = DEFAULT_REFERENCE_TIMEOUT_S, repeats: int = 5,
               stored_tiers: Optional[dict] = None, deadline: Optional[float] = None,
               nbytes_of: Optional[Callable[[str], int]] = None,
-              on_result: Optional[Callable[[CaseResult], None]] = None, scratch: Optional[str] = None):
+              on_result: Optional[Callable[[CaseResult], None]] = None, scratch: Optional[str] = None,
+              overlap: Optional[bool] = None):
     """Run every case; returns (env, results in the given order). A hang or crash fails that case only.
+    ``overlap`` (default: on a GPU): prepare and judge cases in the parent while the worker runs others.
 
     ``deadline`` (a time.monotonic() value): the case running then is stopped and it and the rest are reported
     as not run. :class:`Interrupted` (a signal handler) ends the run the same way.
@@ -514,47 +575,77 @@ def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, r
                 if on_result:
                     on_result(res)
 
-    # On a GPU the next case's inputs are made, and the last case judged, while the worker runs this one (the
-    # host has cores to spare); on the CPU that would slow the timed calls down.
-    ahead = ThreadPoolExecutor(1) if device == "cuda" else None
-    judging = ThreadPoolExecutor(1) if device == "cuda" else None
-    upcoming, judged = None, None
+    # On a GPU the parent works beside the worker (the host has cores to spare): the next AHEAD cases' inputs
+    # and references are made, and up to JUDGES finished cases judged, while the worker runs this one, as far
+    # as memory allows; on the CPU that would slow the timed calls down, and each case runs alone.
+    overlap = device == "cuda" if overlap is None else overlap
+    ahead = ThreadPoolExecutor(1) if overlap else None
+    judging = ThreadPoolExecutor(JUDGES) if overlap else None
+    upcoming: Deque[Tuple[int, Future, int]] = collections.deque()  # (index, prepared, footprint)
+    judged: Deque[Tuple[Future, int]] = collections.deque()  # (finished result, footprint), oldest first
+    limit = in_flight_limit()
+    held, queued = 0, 0  # bytes in flight; items handed to ``ahead``
 
     def record(res: CaseResult) -> None:
         results[res.case_id] = res
         if on_result:
             on_result(res)
 
-    def collect(wait: Optional[float] = None) -> None:
-        nonlocal judged
-        if judged is not None:
-            pending, judged = judged, None
-            record(pending.result(timeout=wait))
+    def settle(block: bool, wait: Optional[float] = None) -> None:
+        """Record the judged cases: those done (``block``: the oldest too, waiting for it)."""
+        nonlocal held
+        while judged and (judged[0][0].done() or block):
+            done, footprint = judged.popleft()
+            held -= footprint
+            block = False
+            record(done.result(timeout=wait))
+
+    def top_up() -> None:
+        nonlocal held, queued
+        while queued < len(items) and len(upcoming) < AHEAD:
+            footprint = case_footprint(*items[queued])
+            if (upcoming or judged) and held + footprint > limit:
+                return
+            upcoming.append((queued, ahead.submit(runner.prepare, *items[queued], queued), footprint))
+            held += footprint
+            queued += 1
 
     try:
         for index, (fam, case) in enumerate(items):
             if runner._budget_left() <= 0:
                 break
-            prepared = upcoming.result() if upcoming is not None else runner.prepare(fam, case, index)
-            upcoming = None
-            if ahead is not None and index + 1 < len(items):
-                upcoming = ahead.submit(runner.prepare, *items[index + 1], index + 1)
+            footprint = 0
+            if ahead is None:
+                prepared = runner.prepare(fam, case, index)
+            else:
+                top_up()
+                while not upcoming:  # memory: wait for the oldest judge
+                    settle(block=True)
+                    top_up()
+                _, pending, footprint = upcoming.popleft()
+                prepared = pending.result()
+                top_up()
             res, finish = runner.run_case(fam, case, nbytes_of(case.id) if nbytes_of else fam.bytes_moved(case),
                                           prepared)
-            collect()
             if res.why == "not run: time budget spent":
                 finish()
                 break
-            if judging is not None:
-                judged = judging.submit(finish)
-            else:
+            if judging is None:
                 record(finish())
-        collect()
+                continue
+            settle(block=False)
+            while len(judged) >= JUDGES:
+                settle(block=True)
+            judged.append((judging.submit(finish), footprint))
+        while judged:
+            settle(block=True)
         not_run("not run: time budget spent")
     except Interrupted as stop:
         runner.stop()
         try:
-            collect(wait=10.0)  # a case measured before the signal is judged and kept
+            stop_by = time.monotonic() + 10.0  # the cases measured before the signal are judged and kept
+            while judged:
+                settle(block=True, wait=max(0.0, stop_by - time.monotonic()))
         except Exception:
             pass
         not_run(f"not run: interrupted ({stop})")

@@ -8,7 +8,7 @@ The tests import the same tables.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -193,6 +193,14 @@ class Family:
             else:
                 out.append(Expected(w, (str(w.dtype),)))
         return out
+
+    def expected_rows(self, case: Case, arrays: Sequence[np.ndarray], grads_out: Optional[Sequence[np.ndarray]]
+                      ) -> Optional[Tuple[int, Callable[[slice], Expected]]]:
+        """For a case with a single output: (its length along the first axis, a function giving what a block of
+        rows of it must be, computed from those rows alone); None (the default) where the family does not
+        compute blocks of rows on their own. The judge of a case too large to have its references made in
+        advance judges such a case block by block, in parallel."""
+        return None
 
     def reference_forward(self, case: Case, arrays: Sequence[np.ndarray]) -> List[np.ndarray]:
         """float64 outputs of the op on ``arrays``."""
