@@ -151,8 +151,13 @@ class InputSet:
 
     @classmethod
     def from_files(cls, case_dir: str, entry: dict) -> "InputSet":
-        arrays = [np.load(os.path.join(case_dir, f)) for f, _ in entry["inputs"]]
-        grads = [np.load(os.path.join(case_dir, f)) for f, _ in entry.get("grads", [])]
+        """The set the parent wrote. Mapped, not read: the files are in memory already (/dev/shm), and a read
+        into fresh memory pays a page fault per page (268 MB: 0.64 s loaded and 0.70 s into a Var, against
+        0.14 s mapped, on a 2-core host); copy-on-write, so that PyTorch may take the arrays as they are."""
+        def load(f):
+            return np.load(os.path.join(case_dir, f), mmap_mode="c")
+        arrays = [load(f) for f, _ in entry["inputs"]]
+        grads = [load(f) for f, _ in entry.get("grads", [])]
         grad_dtype = entry["grads"][0][1] if entry.get("grads") else None
         return cls(arrays, [d for _, d in entry["inputs"]], grads, grad_dtype)
 
