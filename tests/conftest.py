@@ -28,6 +28,10 @@ _import_ops_alone()
 import ops  # noqa: E402,F401  (bootstraps jittor)
 from ops._jittor import has_cuda, jt  # noqa: E402
 
+if os.environ.get("OPS_RECORD_CALLS"):  # tests/call_record.py: before the test modules import ops' functions
+    import call_record  # noqa: E402
+    call_record.install(os.environ["OPS_RECORD_CALLS"])
+
 
 def pytest_collection_modifyitems(config, items):
     skip_cuda = pytest.mark.skip(reason="needs a CUDA GPU (jittor has_cuda is false here)")

@@ -4,12 +4,20 @@ jittor compiles the new kernels of one ``jt.sync`` in parallel (one nvcc per tra
 meets them one at a time, and several pytest workers sharing jittor's cache serialize on its lock. This builds a
 tiny call of every op for every dtype and direction (each of them one translation unit of a menu, the same for
 every shape) and syncs them once, so the tests then find their kernels in the cache.
+
+It also replays the calls of ``tests/cuda_calls.jsonl`` (``tests/call_record.py``): every call the CPU half of the
+op tests makes, with the same shapes, dtypes and switches as the CUDA half, so that the CUDA tests meet no kernel
+to compile (jittor compiles one per dtype and rank of each code op: broadcast's alone are a hundred).
 """
+import argparse
+import os
 import sys
+import tempfile
 import time
 
 import numpy as np
 
+import call_record
 import ops
 from ops._jittor import jt
 
@@ -47,15 +55,49 @@ def calls(rng):
     return out
 
 
-def main() -> int:
+# Outputs synced at once (jittor compiles each sync's new kernels in parallel): few enough elements to fit
+# any GPU.
+SYNC_ELEMENTS = 1 << 28
+
+
+def sync_in_batches(outs) -> None:
+    batch, held = [], 0
+    for v in outs:
+        batch.append(v)
+        held += int(np.prod(v.shape))
+        if held > SYNC_ELEMENTS:
+            jt.sync(batch)
+            batch, held = [], 0
+    jt.sync(batch)
+
+
+# The CUDA-only tests' first calls, replayed up to this many input elements (their GPU-sized cases included;
+# synced in batches).
+GPU_TEST_ELEMENTS = 1 << 28
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--gpu-tests", action="store_true",
+                    help="also run the CUDA tests in record-only mode (each stops at its first op call) and "
+                         "compile what those calls need: the CUDA-only tests, which the recording lacks")
+    args = ap.parse_args(argv)
     if not ops.has_cuda():
         print("warm_cuda: jittor has no CUDA here; nothing to compile")
         return 0
     jt.flags.use_cuda = 1
     start = time.monotonic()
-    outs = calls(np.random.default_rng(0))
-    jt.sync(outs)
-    print(f"warm_cuda: {len(outs)} outputs built in {time.monotonic() - start:.1f} s")
+    rng = np.random.default_rng(0)
+    entries = call_record.load(call_record.RECORDING)
+    if args.gpu_tests:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "calls.jsonl")
+            call_record.record_cuda_tests(path)
+            entries += call_record.load(path, GPU_TEST_ELEMENTS) if os.path.exists(path) else []
+        print(f"warm_cuda: CUDA tests recorded in {time.monotonic() - start:.1f} s")
+    outs = calls(rng) + call_record.replay(entries, rng)
+    sync_in_batches(outs)
+    print(f"warm_cuda: {len(outs)} outputs ({len(entries)} recorded calls) built in {time.monotonic() - start:.1f} s")
     return 0
 
 

@@ -1,0 +1,232 @@
+"""The public calls a test run makes, recorded and replayed: how ``tests/warm_cuda.py`` learns which kernels the
+CUDA tests compile (``tests/cuda_calls.jsonl``; after changing the tests, ``python tests/call_record.py`` records
+it again on any machine, in seconds).
+
+jittor compiles one kernel per code op's (input and output dtypes and ranks, header, source), and the tests call
+every op with many dtypes and ranks. Met one at a time by parallel pytest workers, those compiles wait for each
+other on jittor's cache lock (one nvcc of a menu takes 5-15 s); compiled up front in one ``jt.sync`` they run in
+parallel. The CPU half of the tests runs the same bodies with the same shapes and dtypes as the CUDA half (the
+``device`` fixture), so recording its calls (``OPS_RECORD_CALLS=<file>``, installed by ``conftest.py``) and
+replaying them with CUDA on compiles what the CUDA half will meet.
+"""
+import json
+import os
+from typing import Callable, Dict, List
+
+import numpy as np
+
+import ops
+from ops import _launch
+from ops._jittor import jt
+
+RECORD_ENV = "OPS_RECORD_CALLS"
+ONLY_ENV = "OPS_RECORD_ONLY"
+PUBLIC = {"ops.pool3d": ("max_pool3d",), "ops.permute": ("permute", "transpose", "transpose_add"),
+          "ops.broadcast": ("broadcast_to", "expand_as"), "ops.timex": ("timex",)}
+MAX_ELEMENTS = 1 << 24  # calls on more input elements are not replayed by default
+HERE = os.path.dirname(os.path.abspath(__file__))
+RECORDING = os.path.join(HERE, "cuda_calls.jsonl")
+# The test files whose CPU half (the ``device`` fixture's "cpu") runs the bodies the CUDA half runs.
+RECORDED_FILES = ("test_broadcast.py", "test_permute.py", "test_pool3d.py", "test_timex.py")
+
+
+class Unrecordable(Exception):
+    pass
+
+
+def encode(value):
+    """A JSON form of a call argument: Vars by shape and dtype, sequences and scalars as they are."""
+    if isinstance(value, jt.Var):
+        return {"var": list(value.shape), "dtype": str(value.dtype)}
+    if isinstance(value, (list, tuple)):
+        return {"seq": [encode(v) for v in value], "tuple": isinstance(value, tuple)}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, np.integer):
+        return int(value)
+    raise Unrecordable(type(value).__name__)
+
+
+def _elements(encoded) -> int:
+    if isinstance(encoded, dict) and "var" in encoded:
+        return int(np.prod(encoded["var"]))
+    if isinstance(encoded, dict):
+        return sum(_elements(v) for v in encoded["seq"])
+    return 0
+
+
+class RecordedOnly(Exception):
+    """Raised instead of running a call in record-only mode (``OPS_RECORD_ONLY=1``): the test stops at its first
+    call of an op, which is all a record of the CUDA-only tests needs (its gradient is replayed with it)."""
+
+
+def _write(path: str, entry: dict) -> None:
+    line = (json.dumps(entry, sort_keys=True) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)  # one write per line: lines of parallel workers never interleave
+    finally:
+        os.close(fd)
+
+
+def _recorder(module: str, name: str, fn: Callable, path: str, only: bool) -> Callable:
+    def entry(args, kwargs):
+        return {"fn": f"{module}.{name}", "args": encode(list(args)), "kwargs": encode(sorted(kwargs.items())),
+                "no_grad": bool(jt.flags.no_grad),
+                "switches": {k: v for k, v in sorted(_launch._SWITCH_VALUES.items()) if v}}
+
+    def recorded(*args, **kwargs):
+        if only:
+            _write(path, entry(args, kwargs))
+            raise RecordedOnly(name)
+        out = fn(*args, **kwargs)
+        try:
+            _write(path, entry(args, kwargs))
+        except Unrecordable:
+            pass
+        return out
+    recorded.__wrapped__ = fn
+    return recorded
+
+
+def install(path: str, patch: Callable = setattr) -> None:
+    """Record every public call of this process to ``path`` (one JSON line each; call before the test modules
+    import ``ops``' functions). ``patch``: how to replace a function (a test passes monkeypatch.setattr)."""
+    import importlib
+    for module, names in PUBLIC.items():
+        mod = importlib.import_module(module)
+        for name in names:
+            wrapped = _recorder(module, name, getattr(mod, name), path, os.environ.get(ONLY_ENV) == "1")
+            patch(mod, name, wrapped)
+            if getattr(ops, name, None) is not None:
+                patch(ops, name, wrapped)
+
+
+def load(path: str, max_elements: int = MAX_ELEMENTS) -> List[dict]:
+    """The distinct recorded calls on at most ``max_elements`` input elements."""
+    seen: Dict[str, dict] = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line and line not in seen:
+                entry = json.loads(line)
+                if _elements(entry["args"]) <= max_elements:
+                    seen[line] = entry
+    return list(seen.values())
+
+
+def _decode(encoded, rng):
+    if isinstance(encoded, dict) and "var" in encoded:
+        shape, dtype = encoded["var"], encoded["dtype"]
+        if dtype == "bool":
+            return jt.array(rng.integers(0, 2, shape).astype(bool))
+        values = rng.integers(-3, 4, shape) if "int" in dtype else rng.uniform(-1, 1, shape)
+        return jt.array(values.astype(np.float64 if dtype == "bfloat16" else dtype)).astype(dtype)
+    if isinstance(encoded, dict):
+        items = [_decode(v, rng) for v in encoded["seq"]]
+        return tuple(items) if encoded["tuple"] else items
+    return encoded
+
+
+def _function(name: str) -> Callable:
+    import importlib
+    module, fn = name.rsplit(".", 1)
+    f = getattr(importlib.import_module(module), fn)
+    return getattr(f, "__wrapped__", f)
+
+
+def replay(entries: List[dict], rng) -> List:
+    """Each call again on fresh values under its grad mode and switches, with the gradient of its float outputs
+    where grad was on: the Vars to sync (nothing has run yet). Calls that raise are left out."""
+    outs = []
+    for switches, group in _by_switches(entries).items():
+        with _switched(dict(switches)):
+            for entry in group:
+                try:
+                    outs += _replay_one(entry, rng)
+                except Exception:
+                    continue
+    return outs
+
+
+def _by_switches(entries):
+    groups: Dict[tuple, list] = {}
+    for e in entries:
+        groups.setdefault(tuple(sorted(e["switches"].items())), []).append(e)
+    return groups
+
+
+class _switched:
+    """The ``OPS_*`` switches set as recorded (the others unset), restored after."""
+
+    def __init__(self, values: Dict[str, str]):
+        self.values = values
+
+    def __enter__(self):
+        self.saved = {k: os.environ.get(k) for k in _launch._SWITCH_VALUES}
+        for k in _launch._SWITCH_VALUES:
+            os.environ.pop(k, None)
+        os.environ.update(self.values)
+        _launch.reload_switches()
+
+    def __exit__(self, *exc):
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        _launch.reload_switches()
+
+
+def _replay_one(entry: dict, rng) -> list:
+    fn = _function(entry["fn"])
+    args = _decode(entry["args"], rng)
+    kwargs = dict(_decode(entry["kwargs"], rng))
+    if entry["no_grad"]:
+        with jt.no_grad():
+            out = fn(*args, **kwargs)
+        return list(out) if isinstance(out, (list, tuple)) else [out]
+    out = fn(*args, **kwargs)
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    floats = [o for o in outs if "float" in str(o.dtype)]
+    xs = [a for a in args if isinstance(a, jt.Var) and "float" in str(a.dtype)]
+    if floats and xs:
+        loss = sum((o.float32() * o.float32()).sum() for o in floats)
+        outs += jt.grad(loss, xs)
+    return outs
+
+
+def record(path: str = RECORDING) -> int:
+    """Run the CPU half of the op tests with recording on; write the distinct calls, sorted, to ``path``."""
+    import subprocess
+    import sys
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = os.path.join(tmp, "calls.jsonl")
+        env = dict(os.environ, **{RECORD_ENV: raw})
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:benchmark", "-m", "not cuda",
+                               "-k", "cpu", *(os.path.join(HERE, f) for f in RECORDED_FILES)], env=env, cwd=HERE)
+        if proc.returncode != 0:
+            return proc.returncode
+        with open(raw) as f:
+            lines = sorted({line for line in f if line.strip()})
+    with open(path, "w") as f:
+        f.writelines(lines)
+    print(f"{len(lines)} distinct calls -> {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(record())
+
+
+def record_cuda_tests(path: str) -> None:
+    """Run the CUDA tests in record-only mode (each stops at its first call of an op), appending to ``path``.
+    The grader's and jittor's own CUDA tests are left out: they call no op in this process."""
+    import subprocess
+    import sys
+    env = dict(os.environ, **{RECORD_ENV: path, ONLY_ENV: "1"})
+    skip = ("test_grader_cheats.py", "test_grader_references.py", "test_jittor_cuda.py")
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:benchmark", "-m", "cuda", "--no-header",
+                    "-o", "addopts=", *(f"--ignore={os.path.join(HERE, f)}" for f in skip), HERE],
+                   env=env, cwd=HERE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -1,0 +1,51 @@
+"""tests/call_record.py: the recorder writes what a call was given, the committed recording decodes and replays."""
+import json
+
+import numpy as np
+import pytest
+
+import call_record
+import ops
+from ops._jittor import jt
+
+
+def test_recorded_calls_name_shapes_dtypes_arguments_and_grad_mode(tmp_path, monkeypatch):
+    path = tmp_path / "calls.jsonl"
+    call_record.install(str(path), patch=monkeypatch.setattr)
+    x = jt.array(np.ones((2, 3, 4), np.float32))
+    ops.permute(x, 2, 0, 1)
+    with jt.no_grad():
+        ops.max_pool3d(jt.array(np.ones((1, 1, 4, 4, 4), np.float32)), 2, return_indices=True)
+    ops.expand_as(jt.array(np.ones((3, 1), np.float32)), x)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines[0] == {"fn": "ops.permute.permute", "no_grad": False, "switches": {},
+                        "args": {"seq": [{"var": [2, 3, 4], "dtype": "float32"}, 2, 0, 1], "tuple": False},
+                        "kwargs": {"seq": [], "tuple": False}}
+    assert lines[1]["no_grad"] and lines[1]["args"]["seq"][1:] == [2]
+    assert lines[1]["kwargs"]["seq"] == [{"seq": ["return_indices", True], "tuple": True}]
+    assert [e["fn"] for e in lines[2:]] == ["ops.broadcast.expand_as"]
+
+
+def test_the_committed_recording_replays(monkeypatch):
+    """Every recorded call decodes and names a function of ops; a sample of them replays (on this machine's
+    device), the forwards of the grad-mode calls with their gradients."""
+    entries = call_record.load(call_record.RECORDING)
+    assert len(entries) > 100
+    assert {e["fn"] for e in entries} <= {f"{m}.{n}" for m, names in call_record.PUBLIC.items() for n in names}
+    rng = np.random.default_rng(0)
+    for e in entries:
+        call_record._decode(e["args"], rng)
+    sample = entries[::25]
+    outs = call_record.replay(sample, rng)
+    assert len(outs) > len(sample)  # gradients too
+    jt.sync(outs)
+
+
+def test_record_only_mode_records_and_stops_the_call(tmp_path, monkeypatch):
+    path = tmp_path / "calls.jsonl"
+    monkeypatch.setenv(call_record.ONLY_ENV, "1")
+    call_record.install(str(path), patch=monkeypatch.setattr)
+    with pytest.raises(call_record.RecordedOnly):
+        ops.timex(jt.array(np.ones((2, 5), np.float32)), jt.array(np.ones((1, 2, 5), np.float32)))
+    (entry,) = [json.loads(line) for line in path.read_text().splitlines()]
+    assert entry["fn"] == "ops.timex.timex" and entry["args"]["seq"][1] == {"var": [1, 2, 5], "dtype": "float32"}
