@@ -339,7 +339,7 @@ def judge_outputs(fam: Family, case: Case, prepared: Prepared, files: Dict[str, 
         listed, expected = files[tag], prepared.expected[k]
         if expected is None:
             arrays, grads = prepared.sets[k]
-            verdict = judge_by_rows(fam, case, arrays, grads, listed, prepared.folder, threads)
+            verdict = judge_by_rows(fam, case, arrays, grads, listed, prepared.folder, max(1, threads // at_once))
             if verdict is not None:
                 ok, err, why = verdict
                 if ok:
