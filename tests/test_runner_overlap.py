@@ -36,3 +36,22 @@ def test_footprint_counts_every_set_and_the_host_dtype():
     big = next(c for c in fam.all_cases() if c.id == "permute/fwd/ta_24300x11520_bf16")
     elements = 2 * 24300 * 11520
     assert runner.case_footprint(fam, big) == (3 * 4 + 16) * elements * (1 + runner.timed_sets(fam, big))
+
+
+def test_an_interrupt_keeps_the_judged_cases_and_reports_the_rest_not_run(toy_items, tmp_path):
+    """Interrupted (as get_score's signal handler raises it) while cases are in flight: the cases judged by then
+    keep their verdicts, the others are reported as not run."""
+    seen = []
+
+    def on_result(r):
+        seen.append(r.case_id)
+        if len(seen) == 2:
+            raise runner.Interrupted("SIGTERM")
+
+    _, results = runner.run_cases(toy_items, device="cpu", impl="ops", references=["naive"], seed=None, repeats=1,
+                                  timeout_s=120, scratch=str(tmp_path), on_result=on_result, overlap=True)
+    assert [r.case_id for r in results] == IDS
+    kept = [r for r in results if not r.why.startswith("not run")]
+    assert [r.case_id for r in kept] == seen[:len(kept)] and len(kept) >= 2
+    assert all(r.why == "not run: interrupted (SIGTERM)" for r in results if r not in kept)
+    assert any(r.why == "not run: interrupted (SIGTERM)" for r in results)

@@ -41,6 +41,9 @@ JUDGES = 2  # on a GPU host: finished cases judged at once while the worker runs
 # 32 GB of memory still runs the largest cases, whose references the judge then computes set by set.
 EAGER_REFERENCE_BYTES = 4 << 30
 KILL_WAIT_S = 5.0
+# After a signal, judges of cases measured before it get this long (an interrupted run must end within 10 s of
+# the signal, its report written: the report takes ~1 s, a largest case's judge up to ~10 s on a GPU host).
+INTERRUPT_JUDGE_S = 5.0
 LOG_TAIL = 4000  # characters of a failing reference's compiler output kept in the JSON
 
 
@@ -643,7 +646,7 @@ def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, r
     except Interrupted as stop:
         runner.stop()
         try:
-            stop_by = time.monotonic() + 10.0  # the cases measured before the signal are judged and kept
+            stop_by = time.monotonic() + INTERRUPT_JUDGE_S  # cases measured before the signal: judged and kept
             while judged:
                 settle(block=True, wait=max(0.0, stop_by - time.monotonic()))
         except Exception:
