@@ -353,8 +353,8 @@ __global__ void __launch_bounds__(BLOCK) pool3d_fwd_k2s2(const T* __restrict__ x
 // data never takes that path; an all-zero window (after a ReLU) costs one more pass over it, from cache. The
 // scan is a call after the item's outputs are written, taking the geometry by value: called from inside the
 // unrolled output loop with the geometry by reference, it put the kernel parameters on a 120-byte stack frame
-// in every thread and doubled the kernel's time (k3s1 (4,32,32,32,32) float32 on an H100: 19.7 -> 52.0 us);
-// inlined, ptxas held the kernel to 32 registers and spilled.
+// in every thread and doubled the kernel's time (k3s1 (4,32,32,32,32) float32 on an H100: 19.7 -> 52.0 us).
+// Inlined or called, the scan made ptxas hold the kernel to 32 registers and spill: see the launch bounds.
 __device__ __forceinline__ float pool3d_max_nan(float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   float r;
@@ -392,8 +392,15 @@ __device__ __noinline__ typename Pool3dAcc<T>::type pool3d_first_zero(const T* _
   return A(0);
 }
 
+// At least 1280 threads resident per SM (5 blocks of 256): up to 48 registers a thread, the most a fwd_rows
+// kernel took before the zero scan existed. Without the bound, ptxas held the kernels that hold the scan's call
+// to 32 registers and spilled in 12 of the 60 float32 ones (28 of 60 float16); with it, by `ptxas -v` for
+// sm_90, 1 of 60 float32, none of float16 or bfloat16 and 3 of 30 float64 keep a stack frame (before the scan:
+// 2, 13 and 10).
+constexpr int POOL3D_ROWS_MIN_THREADS = 1280;
+
 template <typename T, typename I, int VEC, int KW, int SW, int PW, bool NOPAD, int BLOCK>
-__global__ void __launch_bounds__(BLOCK) pool3d_fwd_rows(const T* __restrict__ x, T* __restrict__ y,
+__global__ void __launch_bounds__(BLOCK, POOL3D_ROWS_MIN_THREADS / BLOCK) pool3d_fwd_rows(const T* __restrict__ x, T* __restrict__ y,
                                                          const Pool3dArgs<I> a) {
   typedef typename Pool3dAcc<T>::type A;
   typedef OpsVec<T, VEC> V;
