@@ -184,6 +184,10 @@ class Launch:
         self.shapes = tuple(shapes) if self.single else [tuple(s) for s in shapes]
         self.dtypes = dtypes if self.single else list(dtypes)
         self.options = None
+        if cuda and data and all(type(v) is int for v in data.values()):
+            data = pack_named(data)
+            src = _packed(src)
+            grad_srcs = [_packed(g) for g in grad_srcs] if grad_srcs else grad_srcs
         if cuda and switch(HOST_OPT_SWITCH) == "1":
             src = HOST_OPT_MARK + src
             self.options = HOST_OPT_OPTIONS
@@ -249,6 +253,42 @@ class Launch:
                 return out[0] if first_output else out
         launch.launch = self
         return launch
+
+
+# ---- data: a launch's integer parameters in one entry -------------------------------------------------------
+
+NAMED_MARK = "$"
+PACKED_MAX = 48  # OpsData::kMax in common.cuh
+# A CUDA source whose `data` is packed runs in a block where `data` is common.cuh's OpsData over the op's map
+# (jit_run is a CodeOp member: `this->data` is jittor's map, which the block's `data` hides).
+_PACKED_OPEN = "{ const OpsData data(this->data);\n"
+_PACKED_CLOSE = "\n}"
+
+
+def pack_named(data: Dict[str, int]) -> Dict[str, float]:
+    """A CUDA launch's integer parameters as one ``data`` key, ``$name=value,name=value,...`` (read by
+    ``OpsData`` of ``common.cuh``). jt.code builds and frees a map node per entry on every call: a permute's 17
+    entries cost 0.72 us of a 1.2 us ``jt.code`` on the 2-core CPU machine, one packed key 0.21 (2026-11-27); the
+    GPU machines' hosts pay several times that."""
+    if len(data) > PACKED_MAX:
+        raise ValueError(f"at most {PACKED_MAX} packed parameters (common.cuh: OpsData::kMax), got {len(data)}")
+    for key in data:
+        if not key or not all(c.isalnum() or c == "_" for c in key):
+            raise ValueError(f"a packed parameter's name is letters, digits and '_': {key!r}")
+    return {NAMED_MARK + ",".join(f"{k}={int(v)}" for k, v in data.items()): 0.0}
+
+
+def unpack_named(data: Dict[str, float]) -> Dict[str, int]:
+    """The parameters :func:`pack_named` put in ``data`` (what OpsData reads)."""
+    out = {}
+    for key in data:
+        if key.startswith(NAMED_MARK):
+            out.update((k, int(v)) for k, v in (item.split("=") for item in key[1:].split(",") if item))
+    return out
+
+
+def _packed(src: str) -> str:
+    return _PACKED_OPEN + src + _PACKED_CLOSE
 
 
 # ---- data: a CPU launch's integer fields in one entry -------------------------------------------------------
