@@ -184,7 +184,7 @@ class Launch:
         self.shapes = tuple(shapes) if self.single else [tuple(s) for s in shapes]
         self.dtypes = dtypes if self.single else list(dtypes)
         self.options = None
-        if cuda and data and all(type(v) is int for v in data.values()):
+        if cuda and data and all(type(v) is int for v in data.values()) and switch(PACKED_SWITCH) == "1":
             data = pack_named(data)
             src = _packed(src)
             grad_srcs = [_packed(g) for g in grad_srcs] if grad_srcs else grad_srcs
@@ -259,6 +259,9 @@ class Launch:
 
 NAMED_MARK = "$"
 PACKED_MAX = 48  # OpsData::kMax in common.cuh
+# OPS_CUDA_PACKED_DATA=0: the CUDA launches pass their parameters as an entry each (the A/B of the packing)
+PACKED_SWITCH = "OPS_CUDA_PACKED_DATA"
+register_switch(PACKED_SWITCH, ("1", "0"))
 # A CUDA source whose `data` is packed runs in a block where `data` is common.cuh's OpsData over the op's map
 # (jit_run is a CodeOp member: `this->data` is jittor's map, which the block's `data` hides).
 _PACKED_OPEN = "{ const OpsData data(this->data);\n"

@@ -52,6 +52,12 @@ def test_cuda_launches_carry_one_packed_key_and_read_it_through_opsdata(name, la
         assert "const OpsData data(this->data);" in src
 
 
+def test_the_switch_turns_the_packing_off(switches):
+    switches.setenv(_launch.PACKED_SWITCH, "0")
+    launch = permute._permute_plan((64, 48), "float32", (1, 0), False, True).launch
+    assert "A" in launch.kwargs["data"] and "OpsData" not in launch.kwargs["cuda_src"]
+
+
 def test_cpu_launches_and_float_parameters_stay_as_they_are():
     cpu = permute._permute_plan((5, 6, 7, 8), "float32", (0, 2, 1, 3), False, False).launch
     assert not any(k.startswith("$") for k in cpu.kwargs.get("data", {}))
