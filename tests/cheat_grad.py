@@ -1,10 +1,21 @@
-"""Cheat for the grader's tests: ops, but the gradient of broadcast_to/expand_as is off by 1e-2 in one
-element (its first); the rest is the float32 sum of the output gradient over the broadcast axes."""
+"""Cheat for the grader's tests: ops, but the gradient of broadcast_to/expand_as is off in one element (its first):
+by 1e-2 in float32 and float64, and in a 16-bit dtype by 1e-2 or 3 units in the last place of that element,
+whichever is more (a float16 value of 16 or more has no neighbour within 1e-2: 1e-2 alone there is a rounding the
+judge must allow, and it let this cheat pass 21 times in 300 on a float16 case). The rest is the float32 sum of
+the output gradient over the broadcast axes."""
 import numpy as np
 
 import ops
 from ops import *  # noqa: F401,F403
 from ops._jittor import jt
+
+
+def _ulp(value: float, dtype: str) -> float:
+    if dtype == "float16":
+        return float(np.spacing(np.float16(abs(value))))
+    if dtype == "bfloat16":
+        return 2.0 ** (np.floor(np.log2(abs(value))) - 7) if value else 2.0 ** -133
+    return 0.0
 
 
 class _BroadcastOffByOne(jt.Function):
@@ -17,8 +28,9 @@ class _BroadcastOffByOne(jt.Function):
         padded = (1,) * lead + self.x_shape
         axes = [d for d, (a, b) in enumerate(zip(padded, g.shape)) if d < lead or (a == 1 and b != 1)]
         total = g.float32().sum(dims=axes, keepdims=True) if axes else g.float32()
+        first = float(total.reshape(-1)[0].item())
         bump = np.zeros(self.x_shape, dtype=np.float32)
-        bump.reshape(-1)[0] = 1e-2
+        bump.reshape(-1)[0] = max(1e-2, 3 * _ulp(first, self.dtype))
         return (total.reshape(self.x_shape) + jt.array(bump)).astype(self.dtype), None
 
 
