@@ -445,3 +445,23 @@ def test_judged_by_blocks_of_rows_as_whole(tmp_path, monkeypatch, case_id):
     assert f"first at {(1,) + last[1:]}" in why and "1 more blocks" in why
     np.save(tmp_path / "out.npy", got[:-1])
     assert "rows" in runner.judge_by_rows(fam, c, arrays, [], listed, str(tmp_path), 3)[2]
+
+
+def test_rounds_stop_early_only_far_from_every_tier():
+    """The worker stops after MIN_ROUNDS where ours is FAR_FROM_TIER or more from every tier's boundary."""
+    from ops.scoring import harness as H
+
+    class Best:
+        def __init__(self, ms):
+            self.ms = ms
+
+        def best(self):
+            return self.ms
+
+    refs = [Best(1.0), Best(2.0)]  # boundaries where ours * 0.95 equals a reference's time
+
+    def near(ms, margin):
+        return H.near_a_tier(Best(ms), refs, 1, None, 0.95, margin)
+    assert not near(0.5, H.FAR_FROM_TIER) and not near(1.5, H.FAR_FROM_TIER)  # far: stop after MIN_ROUNDS
+    assert near(1.0, H.FAR_FROM_TIER) and near(2.0 / 0.95 * 1.1, H.FAR_FROM_TIER)  # within 20% of one: go on
+    assert near(1.0 / 0.95, H.NEAR_TIER) and not near(1.2, H.NEAR_TIER)

@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--reference-timeout", type=float, default=DEFAULT_REFERENCE_TIMEOUT_S,
                     help="seconds a reference may take to compile and run once before it is skipped")
     ap.add_argument("--repeats", type=int, default=5,
-                    help="interleaved timing rounds per implementation (median; more near a tier boundary)")
+                    help="interleaved timing rounds per implementation, at most: 3 where ours is 20%% or more "
+                         "from every tier boundary; up to twice as many more within 6%% of one")
     ap.add_argument("--budget", type=float, default=None, metavar="S",
                     help="stop after S seconds: cases not finished by then are reported as not run (0 points)")
     ap.add_argument("--no-warm", action="store_true", help="skip the kernel-compile pass before timing")

@@ -126,9 +126,12 @@ def run_case(fam, case, api, cmd) -> None:
 
     emit("phase", "rounds")
     fast = [m for m in meters if not m.slow]
-    for _ in range(cmd["repeats"]):
+    for done in range(1, cmd["repeats"] + 1):
         for m in [ours] + fast:
             m.round()
+        if done >= H.MIN_ROUNDS and not H.near_a_tier(ours, fast, cmd["nbytes"], cmd.get("tiers"), TIER_FRACTION,
+                                                      H.FAR_FROM_TIER):
+            break
     # Near a tier's boundary a few percent of noise decides the points: take more rounds there.
     extra = 0
     while extra < 2 * cmd["repeats"] and H.near_a_tier(ours, fast, cmd["nbytes"], cmd.get("tiers"),
