@@ -1,8 +1,8 @@
 """Cheat for the grader's tests: ops, but the gradient of broadcast_to/expand_as is off in one element (its first):
 by 1e-2 in float32 and float64, and in a 16-bit dtype by 1e-2 or 3 units in the last place of that element,
-whichever is more (a float16 value of 16 or more has no neighbour within 1e-2: 1e-2 alone there is a rounding the
-judge must allow, and it let this cheat pass 21 times in 300 on a float16 case). The rest is the float32 sum of
-the output gradient over the broadcast axes."""
+whichever is more (from 8 up a float16's unit in the last place is 0.0078 or more, so 1e-2 is at most 1.3 of
+them, within what a judge of rounded sums must allow: 1e-2 alone let this cheat pass 21 times in 300 on a
+float16 case). The rest is the float32 sum of the output gradient over the broadcast axes."""
 import numpy as np
 
 import ops
