@@ -91,24 +91,26 @@ class PermuteFamily(Family):
         faithfully rounded (its one IEEE add rounds once: the correctly rounded sum, or the neighbour on the
         exact sum's side, as a conversion that truncates gives: jittor's CPU bfloat16); of integers and bool
         exactly (ints wrap, bool adds as logical or)."""
+        return [block(slice(None)) for _, block in self._outputs(c, arrays, grads_out)]
+
+    def expected_rows(self, c, arrays, grads_out):
+        outputs = self._outputs(c, arrays, grads_out)
+        return outputs[0] if len(outputs) == 1 else None
+
+    def _outputs(self, c, arrays, grads_out):
+        """Each output as (its length along the first axis, what a block of its rows must be): rows of the
+        output are rows of the moved operand (a view) and of the added one."""
         if c.direction == "bwd":
             g = grads_out[0]
             grads = {0: np.transpose(g, _inverse(_perm(c))), 1: g}
-            return [Expected(grads[i], (c.dtype,), signed_zero=True) for i in c.grad_of]
-        return [self._forward_expected(c, np.transpose(arrays[0], _perm(c)), arrays[1] if self._is_add(c) else None)]
 
-    def expected_rows(self, c, arrays, grads_out):
-        """Rows of the output are rows of the moved operand (a view) and of the added one."""
-        if c.direction == "bwd":
-            if len(c.grad_of) != 1:
-                return None
-            g = grads_out[0]
-            grad = np.transpose(g, _inverse(_perm(c))) if c.grad_of[0] == 0 else g
-            return grad.shape[0], lambda rows: Expected(grad[rows], (c.dtype,), signed_zero=True)
+            def rows_of(grad):
+                return grad.shape[0], lambda rows: Expected(grad[rows], (c.dtype,), signed_zero=True)
+            return [rows_of(grads[i]) for i in c.grad_of]
         moved = np.transpose(arrays[0], _perm(c))
         added = arrays[1] if self._is_add(c) else None
-        return moved.shape[0], lambda rows: self._forward_expected(c, moved[rows],
-                                                                   None if added is None else added[rows])
+        return [(moved.shape[0], lambda rows: self._forward_expected(c, moved[rows],
+                                                                    None if added is None else added[rows]))]
 
     def _forward_expected(self, c, moved, added):
         if added is None:
