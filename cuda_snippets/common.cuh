@@ -14,7 +14,10 @@
 // "$name=value,name=value,..." instead of an entry each, since jt.code builds and frees a map node per entry on
 // every call (a permute's 17 entries cost 0.72 us of a 1.2 us jt.code on a 2-core host, the packed key 0.21).
 // The launch's source sees it under jittor's name `data` (a block that shadows the op's map), and reads it as it
-// reads a map: data["name"]; a name not there reads 0, as jittor's map gives. Host code only.
+// reads a map: data["name"]; a name not there reads 0, as jittor's map gives. Host code only. (The CPU kernels'
+// fields, cpu_common.h's Fields, are one character each in a table the kernels index by character arithmetic
+// ('A' + i) and that shape-derived code fills too; the CUDA launchers read names, as they read jittor's map,
+// so none of them changed for this.)
 struct OpsData {
   static constexpr int kMax = 48;
   const char* name[kMax];

@@ -32,7 +32,8 @@ typedef float __attribute__((may_alias)) alias_f32;
 // text of one `data` key: an optional prefix, '#', then character, decimal value, character, value, ...
 // ("#m2a56b30"; the prefix '_' marks a backward's fields): jt.code builds and frees a map node per `data` entry
 // on every call, ~40 ns each on the 2-core CPU machine, so six fields in one key save ~0.2 us a call.
-// Entries of one character after the prefix (a value that is not an integer) are read too.
+// Entries of one character after the prefix (a value that is not an integer) are read too. (The CUDA launches
+// pack theirs by name, common.cuh's OpsData: their launchers read names as they read jittor's map.)
 struct Fields {
   double v[128];
   double operator[](int c) const { return v[c & 127]; }
