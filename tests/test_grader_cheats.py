@@ -111,8 +111,10 @@ GPU_CHEATS = {
     "cheat_dtype": (("-k", "k2s2_f16_16x64,k3s2p1_bf16_8x64,021_int8", "--direction", "fwd"), "dtype"),
     "cheat_ulp": (("--op", "max_pool3d", "--direction", "fwd", "-k",
                    "k2s2_tiny,k3s2p1_bf16_8x64,k2s2_f16_16x64,k2s2_idx_8x32"), "elements differ (exact op)"),
+    # Not the 67M-term scalar-1-to-8192x8192: its float32 sum's bound is 0.06-0.12 (five seeds), and honest float32
+    # sums err by 0.003-0.017 there (serial blocks of 4096; six seeds): 1e-2 is within rounding (README).
     "cheat_grad": (("--op", "expand_as", "--direction", "bwd", "-k",
-                    "paddle0-1785x1-to-1785x128-float,paddle1-5x1x1-to-5x128x128-float32,scalar,ends"),
+                    "paddle0-1785x1-to-1785x128-float,paddle1-5x1x1-to-5x128x128-float32,ends"),
                    "first at (0"),
 }
 
