@@ -276,3 +276,12 @@ template <typename D, typename T> void backward(const D* dout, T* dx, long long 
 }
 
 }  // namespace bcast_cpu
+
+// The jt.code sources of ops/broadcast.py, one short name each: jittor copies a code op's source into its
+// kernel key byte by byte on every execution (~1.6 ns a byte on the 2-core CPU machine), and these names
+// expand where the source stands, with its in0_p, out0_p, dout_p and data.
+#define OPS_BCAST_FWD bcast_cpu::forward(in0_p, out0_p, out0->num, bcast_cpu::groups(in0->shape, out0->shape, data))
+#define OPS_BCAST_GRAD bcast_cpu::backward(dout_p, out0_p, out0->num, bcast_cpu::groups(in0->shape, dout->shape, data))
+#define OPS_BCAST_ROW(ACC) bcast_cpu::row_reduce<ACC>(in0_p, out0_p, bcast_cpu::params(data))
+#define OPS_BCAST_ROW_SPLIT(ACC) bcast_cpu::row_split_reduce<ACC>(in0_p, out0_p, out1_p, bcast_cpu::params(data))
+#define OPS_BCAST_COL(ACC) bcast_cpu::col_reduce<ACC>(in0_p, out0_p, bcast_cpu::params(data))

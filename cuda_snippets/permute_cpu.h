@@ -317,3 +317,10 @@ template <typename T> void transpose_add(const T* xt, const T* yt, T* outt, long
 }
 
 }  // namespace permute_cpu
+
+// The jt.code sources of ops/permute.py, one short name each (broadcast_cpu.h says why): the forward, the
+// gradient through the inverse plan ('_' keys), and transpose_add's gradient of y (dout itself).
+#define OPS_PERMUTE_FWD permute_cpu::permute(in0_p, out0_p, in0->num, permute_cpu::plan(data))
+#define OPS_TRANSPOSE_ADD_FWD permute_cpu::transpose_add(in0_p, in1_p, out0_p, in0->num, permute_cpu::plan(data))
+#define OPS_PERMUTE_GRAD permute_cpu::permute(dout_p, out0_p, dout->num, permute_cpu::plan(data, true))
+#define OPS_COPY_GRAD std::memcpy(out0_p, dout_p, (size_t)dout->num * sizeof(*out0_p))

@@ -400,13 +400,9 @@ ops_bcast_row_split<in0_type, out0_type, ${ACC}, ${INDEX_T}>(
 # groups from the Vars' shapes (no `data`, but for flat launches past CODE_MAX_RANK dims); the passes take theirs
 # through `data`, packed (_launch.pack_fields).
 
-_CPU_FWD = "bcast_cpu::forward(in0_p, out0_p, out0->num, bcast_cpu::groups(in0->shape, out0->shape, data));"
-_CPU_GRAD = "bcast_cpu::backward(dout_p, out0_p, out0->num, bcast_cpu::groups(in0->shape, dout->shape, data));"
-_CPU_PASS = {
-    "row": "bcast_cpu::row_reduce<${ACC}>(in0_p, out0_p, bcast_cpu::params(data));",
-    "row_split": "bcast_cpu::row_split_reduce<${ACC}>(in0_p, out0_p, out1_p, bcast_cpu::params(data));",
-    "col": "bcast_cpu::col_reduce<${ACC}>(in0_p, out0_p, bcast_cpu::params(data));",
-}
+_CPU_FWD = "OPS_BCAST_FWD;"  # the names broadcast_cpu.h defines (a short source keys and copies faster)
+_CPU_GRAD = "OPS_BCAST_GRAD;"
+_CPU_PASS = {"row": "OPS_BCAST_ROW(${ACC});", "row_split": "OPS_BCAST_ROW_SPLIT(${ACC});", "col": "OPS_BCAST_COL(${ACC});"}
 
 
 def cpu_forward_data(cfg: KernelConfig) -> Dict[str, float]:

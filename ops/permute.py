@@ -602,14 +602,12 @@ _CUDA_SRC = {
     "permute": "ops_permute_menu<in0_type, {I}>((int)data[\"v\"], in0_p, out0_p, data);",
     "transpose_add": "ops_transpose_add_menu<in0_type, {I}>((int)data[\"v\"], in0_p, in1_p, out0_p, data);",
 }
-_CPU_SRC = {
-    "permute": "permute_cpu::permute(in0_p, out0_p, in0->num, permute_cpu::plan(data));",
-    "transpose_add": "permute_cpu::transpose_add(in0_p, in1_p, out0_p, in0->num, permute_cpu::plan(data));",
-}
-# The CPU plans' gradients as jt.code grad sources (jittor builds the backward op itself: no Python per
-# backward): dx is the inverse permute of dout, planned under '_' keys; transpose_add's dy is dout.
-_CPU_GRAD_SRC = "permute_cpu::permute(dout_p, out0_p, dout->num, permute_cpu::plan(data, true));"
-_CPU_COPY_GRAD_SRC = "std::memcpy(out0_p, dout_p, (size_t)dout->num * sizeof(*out0_p));"
+# The CPU sources: names permute_cpu.h defines (a short source keys and copies faster). The gradients are jt.code
+# grad sources (jittor builds the backward op itself: no Python per backward): dx is the inverse permute of dout,
+# planned under '_' keys; transpose_add's dy is dout.
+_CPU_SRC = {"permute": "OPS_PERMUTE_FWD;", "transpose_add": "OPS_TRANSPOSE_ADD_FWD;"}
+_CPU_GRAD_SRC = "OPS_PERMUTE_GRAD;"
+_CPU_COPY_GRAD_SRC = "OPS_COPY_GRAD;"
 # The one-letter fields of the CPU plan's dims (permute_cpu.h): sizes, input strides, output strides.
 _CPU_DIM_KEYS = ("A", "I", "Q")
 
