@@ -1,13 +1,16 @@
 """The public calls a test run makes, recorded and replayed: how ``tests/warm_cuda.py`` learns which kernels the
-CUDA tests compile (``tests/cuda_calls.jsonl``; after changing the tests, ``python tests/call_record.py`` records
-it again on any machine, in seconds).
+CUDA tests compile (``tests/cuda_calls.jsonl`` and ``tests/cuda_test_calls.jsonl``; after changing the tests,
+``python tests/call_record.py`` records both again on any machine, a GPU not needed, in a few minutes).
 
 jittor compiles one kernel per code op's (input and output dtypes and ranks, header, source), and the tests call
 every op with many dtypes and ranks. Met one at a time by parallel pytest workers, those compiles wait for each
 other on jittor's cache lock (one nvcc of a menu takes 5-15 s); compiled up front in one ``jt.sync`` they run in
 parallel. The CPU half of the tests runs the same bodies with the same shapes and dtypes as the CUDA half (the
 ``device`` fixture), so recording its calls (``OPS_RECORD_CALLS=<file>``, installed by ``conftest.py``) and
-replaying them with CUDA on compiles what the CUDA half will meet.
+replaying them with CUDA on compiles what the CUDA half will meet. The CUDA-only tests (GPU-sized cases, forced
+kernel variants) have no CPU half: they are run in record-only mode (``OPS_RECORD_ONLY=1``: each test stops at its
+first op call, which is recorded), on a machine without a GPU too (``RecordingFlags`` takes their
+``jt.flags.use_cuda = 1``), into ``tests/cuda_test_calls.jsonl``.
 """
 import json
 import os
@@ -26,6 +29,9 @@ PUBLIC = {"ops.pool3d": ("max_pool3d",), "ops.permute": ("permute", "transpose",
 MAX_ELEMENTS = 1 << 24  # calls on more input elements are not replayed by default
 HERE = os.path.dirname(os.path.abspath(__file__))
 RECORDING = os.path.join(HERE, "cuda_calls.jsonl")
+CUDA_TESTS_RECORDING = os.path.join(HERE, "cuda_test_calls.jsonl")  # first calls of the CUDA tests
+# Test files whose CUDA tests call no op in the test process (get_score.py runs, jittor's own kernels).
+NO_OP_CALLS = ("test_grader_cheats.py", "test_grader_references.py", "test_jittor_cuda.py")
 # The test files whose CPU half (the ``device`` fixture's "cpu") runs the bodies the CUDA half runs.
 RECORDED_FILES = ("test_broadcast.py", "test_permute.py", "test_pool3d.py", "test_timex.py")
 
@@ -196,8 +202,53 @@ def _replay_one(entry: dict, rng) -> list:
     return outs
 
 
-def record(path: str = RECORDING) -> int:
-    """Run the CPU half of the op tests with recording on; write the distinct calls, sorted, to ``path``."""
+class RecordingFlags:
+    """jittor's flags, but ``use_cuda`` is held here: set to 1 on a machine without CUDA (where jittor refuses it),
+    it reads back 1. Record-only runs of the CUDA tests install it as ``jt.flags`` (``conftest.py``): a test
+    that turns CUDA on reaches its first op call, which is recorded, not run. ``cuda_archs``, which a build
+    without CUDA lacks, reads as the H100's (the tests choose their tensor-core cases by it)."""
+
+    ARCHS = [90]
+
+    def __init__(self, flags):
+        object.__setattr__(self, "_flags", flags)
+        object.__setattr__(self, "_use_cuda", 0)
+
+    def __getattr__(self, name):
+        if name == "use_cuda":
+            return self._use_cuda
+        if name == "cuda_archs" and not hasattr(self._flags, name):
+            return self.ARCHS
+        return getattr(self._flags, name)
+
+    def __setattr__(self, name, value):
+        if name == "use_cuda":
+            object.__setattr__(self, "_use_cuda", int(value))
+        else:
+            setattr(self._flags, name, value)
+
+
+def pretend_cuda() -> None:
+    """On a machine without CUDA, for a record-only run: ``jt.flags`` takes ``use_cuda = 1`` and the launch layer
+    answers ``on_cuda()`` by it, so that the CUDA tests' dispatch checks before their first op call pass (the
+    call itself is recorded, not run)."""
+    jt.flags = RecordingFlags(jt.flags)
+    _launch.flags = jt.flags
+    _launch._HAS_CUDA = True
+
+
+def _distinct_lines(raw: str, path: str) -> int:
+    with open(raw) as f:
+        lines = sorted({line for line in f if line.strip()})
+    with open(path, "w") as f:
+        f.writelines(lines)
+    print(f"{len(lines)} distinct calls -> {path}")
+    return len(lines)
+
+
+def record(path: str = RECORDING, cuda_tests_path: str = CUDA_TESTS_RECORDING) -> int:
+    """Run the CPU half of the op tests with recording on, then the CUDA tests in record-only mode; write the
+    distinct calls of each, sorted, to ``path`` and ``cuda_tests_path``."""
     import subprocess
     import sys
     import tempfile
@@ -208,25 +259,19 @@ def record(path: str = RECORDING) -> int:
                                "-k", "cpu", *(os.path.join(HERE, f) for f in RECORDED_FILES)], env=env, cwd=HERE)
         if proc.returncode != 0:
             return proc.returncode
-        with open(raw) as f:
-            lines = sorted({line for line in f if line.strip()})
-    with open(path, "w") as f:
-        f.writelines(lines)
-    print(f"{len(lines)} distinct calls -> {path}")
+        _distinct_lines(raw, path)
+        raw = os.path.join(tmp, "cuda_tests.jsonl")
+        env = dict(os.environ, **{RECORD_ENV: raw, ONLY_ENV: "1"})
+        # every test fails at its first op call (RecordedOnly): the return code says nothing
+        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:benchmark", "-m", "cuda", "--no-header",
+                        "-o", "addopts=", *(f"--ignore={os.path.join(HERE, f)}" for f in NO_OP_CALLS), HERE],
+                       env=env, cwd=HERE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if not os.path.exists(raw):
+            print("no CUDA test reached an op call")
+            return 1
+        _distinct_lines(raw, cuda_tests_path)
     return 0
 
 
 if __name__ == "__main__":
     raise SystemExit(record())
-
-
-def record_cuda_tests(path: str) -> None:
-    """Run the CUDA tests in record-only mode (each stops at its first call of an op), appending to ``path``.
-    The grader's and jittor's own CUDA tests are left out: they call no op in this process."""
-    import subprocess
-    import sys
-    env = dict(os.environ, **{RECORD_ENV: path, ONLY_ENV: "1"})
-    skip = ("test_grader_cheats.py", "test_grader_references.py", "test_jittor_cuda.py")
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:benchmark", "-m", "cuda", "--no-header",
-                    "-o", "addopts=", *(f"--ignore={os.path.join(HERE, f)}" for f in skip), HERE],
-                   env=env, cwd=HERE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

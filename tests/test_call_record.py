@@ -49,3 +49,27 @@ def test_record_only_mode_records_and_stops_the_call(tmp_path, monkeypatch):
         ops.timex(jt.array(np.ones((2, 5), np.float32)), jt.array(np.ones((1, 2, 5), np.float32)))
     (entry,) = [json.loads(line) for line in path.read_text().splitlines()]
     assert entry["fn"] == "ops.timex.timex" and entry["args"]["seq"][1] == {"var": [1, 2, 5], "dtype": "float32"}
+
+
+def test_the_committed_cuda_test_recording_names_gpu_only_calls():
+    """``tests/cuda_test_calls.jsonl`` holds the first calls of the CUDA-only tests (recorded without a GPU):
+    tensor-core timex switches and GPU-sized inputs, which the CPU half never calls."""
+    entries = call_record.load(call_record.CUDA_TESTS_RECORDING, 1 << 28)
+    assert len(entries) > 100
+    assert {e["fn"] for e in entries} <= {f"{m}.{n}" for m, names in call_record.PUBLIC.items() for n in names}
+    assert {e["switches"].get("OPS_TIMEX_MMA") for e in entries} >= {"1", "2", "3"}
+    assert max(call_record._elements(e["args"]) for e in entries) > call_record.MAX_ELEMENTS
+
+
+def test_recording_flags_hold_use_cuda_and_forward_the_rest():
+    real = jt.flags
+    flags = call_record.RecordingFlags(real)
+    flags.use_cuda = 1
+    assert flags.use_cuda == 1 and real.use_cuda == 0
+    previous = real.no_grad
+    flags.no_grad = 1
+    try:
+        assert real.no_grad == 1 and flags.no_grad == 1
+    finally:
+        real.no_grad = previous
+    assert min(flags.cuda_archs) >= 80 if not hasattr(real, "cuda_archs") else flags.cuda_archs == real.cuda_archs

@@ -6,13 +6,13 @@ tiny call of every op for every dtype and direction (each of them one translatio
 every shape) and syncs them once, so the tests then find their kernels in the cache.
 
 It also replays the calls of ``tests/cuda_calls.jsonl`` (``tests/call_record.py``): every call the CPU half of the
-op tests makes, with the same shapes, dtypes and switches as the CUDA half, so that the CUDA tests meet no kernel
-to compile (jittor compiles one per dtype and rank of each code op: broadcast's alone are a hundred).
+op tests makes, with the same shapes, dtypes and switches as the CUDA half, and of ``tests/cuda_test_calls.jsonl``:
+the first op call of every CUDA test (the CUDA-only ones have no CPU half), recorded beforehand on any machine,
+so that the CUDA tests meet few kernels to compile (jittor compiles one per dtype and rank of each code op:
+broadcast's alone are a hundred).
 """
 import argparse
-import os
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -71,30 +71,21 @@ def sync_in_batches(outs) -> None:
     jt.sync(batch)
 
 
-# The CUDA-only tests' first calls, replayed up to this many input elements (their GPU-sized cases included;
-# synced in batches).
+# The CUDA tests' first calls are replayed up to this many input elements (their GPU-sized cases included; synced
+# in batches).
 GPU_TEST_ELEMENTS = 1 << 28
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--gpu-tests", action="store_true",
-                    help="also run the CUDA tests in record-only mode (each stops at its first op call) and "
-                         "compile what those calls need: the CUDA-only tests, which the recording lacks")
-    args = ap.parse_args(argv)
+    argparse.ArgumentParser(description=__doc__.split("\n")[0]).parse_args(argv)
     if not ops.has_cuda():
         print("warm_cuda: jittor has no CUDA here; nothing to compile")
         return 0
     jt.flags.use_cuda = 1
     start = time.monotonic()
     rng = np.random.default_rng(0)
-    entries = call_record.load(call_record.RECORDING)
-    if args.gpu_tests:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "calls.jsonl")
-            call_record.record_cuda_tests(path)
-            entries += call_record.load(path, GPU_TEST_ELEMENTS) if os.path.exists(path) else []
-        print(f"warm_cuda: CUDA tests recorded in {time.monotonic() - start:.1f} s")
+    entries = call_record.load(call_record.RECORDING) + call_record.load(call_record.CUDA_TESTS_RECORDING,
+                                                                         GPU_TEST_ELEMENTS)
     outs = calls(rng) + call_record.replay(entries, rng)
     sync_in_batches(outs)
     print(f"warm_cuda: {len(outs)} outputs ({len(entries)} recorded calls) built in {time.monotonic() - start:.1f} s")
