@@ -225,6 +225,35 @@ def test_a_sum_the_wider_float_rounds_away_keeps_its_side(dtype, tiny):
     np.testing.assert_array_equal(side, np.tile([[1], [-1], [1]], (1, 4)))
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_the_transpose_add_judge_finds_sides_only_where_outputs_differ(dtype, rng):
+    """The family's expectation gives the sides as a function of the differing elements (not computed for a
+    right output): the same verdicts as the eager sides, on blocks of rows with their origin."""
+    import dataclasses
+
+    from ops.scoring.fam_permute import rounded_sum
+    from ops.scoring.families import load_families
+    (fam,) = load_families(["permute"])
+    base = next(c for c in fam.all_cases() if c.p.get("op") == "transpose_add" and c.direction == "fwd")
+    c = dataclasses.replace(base, shapes=((96, 40), (40, 96)), dtype=dtype)
+    x = random_array((96, 40), dtype, rng)
+    y = random_array((40, 96), dtype, rng) * np.float32(2.0) ** rng.integers(-12, 12, (40, 96)).astype(np.float32)
+    y = _as_dtype(y.astype(np.float64), dtype)
+    want, side = rounded_sum(np.transpose(x), y, dtype)
+    n, block = fam.expected_rows(c, [x, y], None)
+    assert n == 40 and callable(block(slice(0, 8)).bound)
+    assert judge(want[8:16].copy(), dtype, block(slice(8, 16)), origin=(8,))[:2] == (True, 0.0)
+    inexact = np.argwhere(side[8:16] != 0)
+    r, k = inexact[0]
+    for steps, ok in ((int(side[8 + r, k]), True), (-int(side[8 + r, k]), False)):
+        got = want[8:16].copy()
+        got[r, k] = _step(got[r:r + 1, k], dtype, steps)[0]
+        verdict = judge(got, dtype, block(slice(8, 16)), origin=(8,))
+        assert verdict[0] is ok, (steps, verdict)
+        if not ok:
+            assert f"first at ({8 + r}, {k})" in verdict[2]
+
+
 def test_ulp_of_each_dtype():
     assert ulp(np.array([1.0]), "float32")[0] == 2.0 ** -23
     assert ulp(np.array([1.5]), "float16")[0] == 2.0 ** -10
