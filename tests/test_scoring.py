@@ -261,6 +261,31 @@ def test_ulp_of_each_dtype():
     assert ulp(np.array([0.0]), "float16")[0] == 2.0 ** -24  # subnormal spacing
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_ulp_in_blocks_is_the_spacing_of_the_dtype(dtype, rng, monkeypatch):
+    """``ulp`` works on blocks of the flat values (BOUND_BLOCK): across block edges, and for zeros,
+    float64 subnormals, infinities and NaN, each value's spacing is NumPy's of the dtype at |value| (the
+    smallest normal's spacing below it)."""
+    from ops.scoring import judge as J
+    monkeypatch.setattr(J, "BOUND_BLOCK", 7)
+    values = rng.standard_normal((5, 13)) * 2.0 ** rng.integers(-30, 30, (5, 13))
+    values.flat[:6] = [0.0, -0.0, 5e-324, np.inf, -np.inf, np.nan]
+    narrow = {"float16": np.float16, "float32": np.float32, "float64": np.float64}.get(dtype, np.float32)
+    tiny = {"float16": 2.0 ** -14, "bfloat16": 2.0 ** -126, "float32": 2.0 ** -126, "float64": 2.0 ** -1022}[dtype]
+    a = np.where(np.isfinite(values), np.abs(values), 0.0)
+    a = np.maximum(np.where(a >= tiny, a, tiny), tiny)
+    exponent = np.frexp(a)[1] - 1  # |value| in [2**exponent, 2**(exponent + 1))
+    want = np.ldexp(1.0, exponent - (J.SIGNIFICAND_BITS[dtype] - 1))
+    got = ulp(values, dtype)
+    assert got.shape == values.shape
+    np.testing.assert_array_equal(got, want)
+    if dtype != "bfloat16":
+        fits = np.isfinite(values) & (np.abs(values) >= tiny) & (np.abs(values) < np.finfo(narrow).max / 2)
+        spacing = np.spacing(np.abs(values[fits]).astype(narrow)).astype(np.float64)
+        exact = np.abs(values[fits]).astype(narrow).astype(np.float64) == np.abs(values[fits])
+        np.testing.assert_array_equal(got[fits][exact], spacing[exact])
+
+
 @pytest.mark.parametrize("n", [81, 4096, 167049, 262144])
 def test_a_1e_2_error_in_one_float32_sum_is_outside_the_bound(n):
     """The bound comes from each sum's own value and terms: a plain float32 loop of up to 4096 terms and a
