@@ -736,3 +736,23 @@ def test_cpu_backward_is_the_grad_source_of_the_forward(monkeypatch, rng):
     assert np.array_equal(got, want)
     exact = w.astype(np.float64).sum(axis=1, keepdims=True)
     assert np.abs(got - exact).max() <= 1e-5 * np.abs(w).sum(axis=1).max()
+
+
+@pytest.mark.parametrize("x_shape, out_shape", [((1,), (37, 23)), ((37, 1), (37, 23)), ((1, 23), (37, 23)),
+                                                ((5, 1, 7), (3, 5, 11, 7)), ((1, 4, 1), (9, 4, 6)), ((), ())])
+def test_the_graders_backward_sums_in_blocks(x_shape, out_shape, rng, monkeypatch):
+    """The grader's float64 reference of the backward (sums over the broadcast axes and the 2-norms of their
+    finite terms), computed over blocks of dy's first axis: the whole-array sums, NaN and infinities included."""
+    monkeypatch.setattr(fam_broadcast, "SUM_BLOCK_ELEMENTS", 40)
+    g = rng.standard_normal(out_shape).astype(np.float32)
+    if g.size > 8:
+        g.flat[[1, 5, 8]] = [np.nan, np.inf, -np.inf]
+    axes = fam_broadcast._reduce_axes(x_shape, out_shape)
+    sums, l2 = fam_broadcast.reference_sums(g, axes)
+    g64 = g.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        want = g64.sum(axis=axes, keepdims=True)
+    finite = np.where(np.isfinite(g64), g64, 0.0)
+    np.testing.assert_allclose(sums, want, rtol=1e-12, atol=1e-12)
+    assert np.array_equal(np.isnan(sums), np.isnan(want)) and np.array_equal(np.isinf(sums), np.isinf(want))
+    np.testing.assert_allclose(l2, np.sqrt((finite * finite).sum(axis=axes, keepdims=True)), rtol=1e-12)
