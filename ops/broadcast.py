@@ -402,7 +402,8 @@ ops_bcast_row_split<in0_type, out0_type, ${ACC}, ${INDEX_T}>(
 
 _CPU_FWD = "OPS_BCAST_FWD;"  # the names broadcast_cpu.h defines (a short source keys and copies faster)
 _CPU_GRAD = "OPS_BCAST_GRAD;"
-_CPU_PASS = {"row": "OPS_BCAST_ROW(${ACC});", "row_split": "OPS_BCAST_ROW_SPLIT(${ACC});", "col": "OPS_BCAST_COL(${ACC});"}
+_CPU_PASS = {"row": "OPS_BCAST_ROW(${ACC});", "row_split": "OPS_BCAST_ROW_SPLIT(${ACC});",
+             "col": "OPS_BCAST_COL(${ACC});"}
 
 
 def cpu_forward_data(cfg: KernelConfig) -> Dict[str, float]:

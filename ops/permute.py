@@ -598,6 +598,7 @@ def cuda_header(op: str, itemsize: int) -> str:
             + menu(op, itemsize).render(head, op))
     return _codegen.include(("common", "permute"), (_codegen.generated(f"{op}_menu_{itemsize}", text),))
 
+
 _CUDA_SRC = {
     "permute": "ops_permute_menu<in0_type, {I}>((int)data[\"v\"], in0_p, out0_p, data);",
     "transpose_add": "ops_transpose_add_menu<in0_type, {I}>((int)data[\"v\"], in0_p, in1_p, out0_p, data);",

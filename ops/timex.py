@@ -312,8 +312,8 @@ def select_config(k_shape: Sequence[int], kernel: str = "forward", *, single_max
 # geometry arriving through `data`; one for grad_w. The CPU path has its own menu of the host loops.
 
 _TMS = (1, 2, 4)
-_FWD_CUDA_MENU = _codegen.Menu([("launch", tm) for tm in _TMS] + [(fn, nt) for fn in ("mma_launch", "mma2_launch",
-                                                                                    "mma3_launch") for nt in _TMS],
+_FWD_CUDA_MENU = _codegen.Menu([("launch", tm) for tm in _TMS]
+                               + [(fn, nt) for fn in ("mma_launch", "mma2_launch", "mma3_launch") for nt in _TMS],
                                lambda e: f"timex_fwd_{e[0]}<T, {e[1]}, I>(w, k, out, p)")
 _FWD_CPU_MENU = _codegen.Menu([("host", tm) for tm in _TMS], lambda e: f"timex_fwd_{e[0]}<T, {e[1]}, I>(w, k, out, p)")
 _MENU_HEAD = ("template <typename T, typename I>\n"

@@ -1,6 +1,6 @@
 """Cheat for the grader's tests: ops, but it replaces the grader's comparison functions in its own process
 with ones that always pass, and its permute returns zeros."""
-import ops
+import ops  # noqa: F401  (the module whose functions it re-exports)
 from ops import *  # noqa: F401,F403
 from ops._jittor import jt
 from ops.scoring import judge as _judge

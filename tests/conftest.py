@@ -19,7 +19,7 @@ def _import_ops_alone():
     with open(os.path.join(tempfile.gettempdir(), "ops-pytest-import.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            import ops  # noqa: F401
+            import ops  # noqa: F401,F811
         finally:  # explicitly: processes jittor forks during the import share the descriptor, and its lock
             fcntl.flock(lock, fcntl.LOCK_UN)
 

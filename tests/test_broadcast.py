@@ -659,9 +659,9 @@ def test_cuda_int64_index_path(rng):
         jt.flags.use_cuda = prev
 
 
-@pytest.mark.parametrize("x_shape,out_shape,dtype", [((1, 8), (1000, 8), "float32"), ((1, 5), (300, 5), "float16"),
-                                                    ((2, 1, 100), (2, 300, 100), "float32"), ((3, 1), (3, 5000), "float32"),
-                                                    ((1, 6, 1), (5, 6, 7), "bfloat16")])
+@pytest.mark.parametrize("x_shape,out_shape,dtype", [
+    ((1, 8), (1000, 8), "float32"), ((1, 5), (300, 5), "float16"), ((2, 1, 100), (2, 300, 100), "float32"),
+    ((3, 1), (3, 5000), "float32"), ((1, 6, 1), (5, 6, 7), "bfloat16")])
 def test_cpu_reduction_passes(x_shape, out_shape, dtype, rng):
     """The CPU launches of the GPU's reduction passes (row, row_split, column: what cast_rounded and tools run
     on the CPU) give the gradient, each column summed in order (cpu sum_columns)."""

@@ -7,6 +7,7 @@ import ops
 from ops._jittor import jt
 from ops.scoring import compile_pass, runner
 
+
 def forget(ids):
     """Drop a finished pass over ``ids`` from the kernel folder's record (an earlier test run may have left it)."""
     path = os.path.join(jt.flags.cache_path, "jit", compile_pass.COMPILED_FILE)

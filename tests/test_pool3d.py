@@ -324,8 +324,8 @@ def _signed_zeros(shape, rng):
 
 
 def _same_bits(got, want):
-    return np.array_equal(np.isnan(got), np.isnan(want)) and np.array_equal(
-        np.signbit(got[~np.isnan(got)]), np.signbit(want[~np.isnan(want)])) and np.array_equal(got, want, equal_nan=True)
+    same_signs = np.array_equal(np.signbit(got[~np.isnan(got)]), np.signbit(want[~np.isnan(want)]))
+    return np.array_equal(np.isnan(got), np.isnan(want)) and same_signs and np.array_equal(got, want, equal_nan=True)
 
 
 @pytest.mark.parametrize("shape, dtype, kw", [
@@ -469,8 +469,10 @@ SELECT_TABLE = [
     ((2, 3, 5, 6, 7), "float64", _kw(3, 1), "bwd", True, "bwd_gather", dict(vec=2)),
     ((64, 64, 64, 128, 128), "float32", _kw(3, 1), "bwd", True, "bwd_gather", dict(index_type="long long")),
     # the default gathers for disjoint windows too ("bwd_re": OPS_POOL3D_BWD=recompute, the rows above)
-    ((8, 32, 32, 64, 64), "float32", _kw(2), "bwd", True, "bwd_gather", dict(vec=4, window=((2, 2, 2), (2, 2, 2), (1, 1, 1)))),
-    ((4, 32, 32, 64, 64), "float32", _kw(4), "bwd", True, "bwd_gather", dict(vec=4, window=None)),  # k4s4: the runtime window
+    ((8, 32, 32, 64, 64), "float32", _kw(2), "bwd", True, "bwd_gather",
+     dict(vec=4, window=((2, 2, 2), (2, 2, 2), (1, 1, 1)))),
+    # k4s4: the runtime window
+    ((4, 32, 32, 64, 64), "float32", _kw(4), "bwd", True, "bwd_gather", dict(vec=4, window=None)),
     ((8, 32, 32, 63, 63), "float32", _kw(2, 3), "bwd", True, "bwd_gather", dict(vec=4)),
     ((2, 3, 8, 8, 9), "float32", _kw(2), "bwd", False, "bwd_gather_cpu", dict(vec=1)),
     ((2, 3, 8, 8, 8), "float32", _kw(2), "bwd_re", False, "bwd_tile_cpu", dict()),
@@ -519,7 +521,8 @@ def test_menus_hold_every_configuration_and_the_sources_name_no_size():
             name = "recompute"
         assert menu[name].entries[P.menu_index(cfg, d, mode)] == P._entry(cfg)
     src = P.cuda_forward_src("int", P.MODE_VALUES)
-    assert "data[\"v\"]" in src and re.findall(r"\b\d+\b", src) == ["0"]  # the null index pointer: no size, no parameter
+    # the only number: the null index pointer (no size, no parameter)
+    assert "data[\"v\"]" in src and re.findall(r"\b\d+\b", src) == ["0"]
     assert P.cuda_backward_src("int", "gather") != P.cuda_backward_src("int", "tile")
     assert "long long>" in P.cuda_forward_src("long long", P.MODE_BOTH)
 

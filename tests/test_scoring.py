@@ -137,10 +137,10 @@ def test_rounded_outputs_nan_infinities_and_bounds():
     want = np.array([1.0, np.nan, np.inf, -2.0])
     exp = Expected(want, ("float32",), "rounded", 1e-3)
     assert judge(np.array([1.0005, np.nan, np.inf, -2.0], np.float32), "float32", exp)[0]
-    assert "NaN where the reference has none" in judge(np.array([np.nan, np.nan, np.inf, -2], np.float32), "float32",
-                                                          exp)[2]
-    assert "a number where the reference has NaN" in judge(np.array([1, 0, np.inf, -2], np.float32), "float32",
-                                                            exp)[2]
+    assert "NaN where the reference has none" in judge(np.array([np.nan, np.nan, np.inf, -2], np.float32),
+                                                       "float32", exp)[2]
+    assert "a number where the reference has NaN" in judge(np.array([1, 0, np.inf, -2], np.float32),
+                                                           "float32", exp)[2]
     assert "infinities differ" in judge(np.array([1, np.nan, -np.inf, -2], np.float32), "float32", exp)[2]
     ok, err, why = judge(np.array([1.0, np.nan, np.inf, -2.01], np.float32), "float32", exp)
     assert not ok and err == pytest.approx(0.01, rel=1e-4) and "first at (3,)" in why
@@ -169,8 +169,8 @@ def _step(values, dtype, steps):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_faithful_sums_pass_rounded_or_truncated_and_nothing_further(dtype, rng):
     """transpose_add's verdict: the correctly rounded sum and the neighbour on the exact sum's side (what a
-    truncating conversion gives where rounding went away from zero) pass; the neighbour on the other side, two floats off, NaN and infinities that
-    differ fail. The rounded sum is the float64-exact sum rounded once."""
+    truncating conversion gives where rounding went away from zero) pass; the neighbour on the other side, two
+    floats off, NaN and infinities that differ fail. The rounded sum is the float64-exact sum rounded once."""
     from ops.scoring.fam_permute import rounded_sum
     a = _as_dtype(rng.standard_normal(4096), dtype)
     b = _as_dtype(rng.standard_normal(4096) * 2.0 ** rng.integers(-12, 12, 4096), dtype)
@@ -410,13 +410,14 @@ def test_a_compile_failure_is_reported_by_its_first_compiler_error():
     log = "x.cc:1:2: warning: unused\nx.cc:9:4: error: no match for 'operator+='\nmore\n"
     assert compile_error("Check failed ret(256) == 0(0) Run cmd failed: g++ ...", log) == \
         "compile failed: no match for 'operator+='"
-    assert compile_error("RuntimeError: size of var should be larger", log) == "RuntimeError: size of var should be larger"
+    message = "RuntimeError: size of var should be larger"
+    assert compile_error(message, log) == message
 
 
 @pytest.mark.parametrize("case_id", ["permute/fwd/cpu_021_f32", "max_pool3d/fwd/cpu_k2s2"])
 @pytest.mark.parametrize("threads, eager_limit", [(1, 1 << 30), (3, 1 << 30), (3, 0)])
 def test_references_made_in_advance_or_by_the_judge_give_one_verdict(tmp_path, monkeypatch, threads, eager_limit,
-                                                                       case_id):
+                                                                     case_id):
     """prepare_case computes the references with the inputs (threads > 1, small enough, a family that does
     not judge by blocks of rows) or leaves them to the judge; either way the outputs of the reference itself
     pass and a changed element fails."""

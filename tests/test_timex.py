@@ -253,7 +253,8 @@ def test_python_launch_limits_match_the_kernels():
 
 def test_cpu_plans_run_the_direct_sums_and_a_given_config_the_gpu_emulation():
     """On the CPU, ops.timex's forward and grad_k run timex_fwd_direct, grad_w timex_gw_direct (every shape, one
-    source per dtype); launch_forward with a config runs that GPU kernel's emulation (the tests of the GPU's index math)."""
+    source per dtype); launch_forward with a config runs that GPU kernel's emulation (the tests of the GPU's index
+    math)."""
     fwd = X._plan((2, 3, 40), "float32", 0.5, True, False).forward_launch.kwargs
     assert fwd["cpu_src"] == X._DIRECT_SRC and fwd["data"] == {"e": 0.5, "r": 0}
     assert X._plan((1, 1, 1), "float32", 0.0, False, False).launch.kwargs["cpu_src"] == X._DIRECT_SRC

@@ -172,6 +172,7 @@ CASES = (
     + _both("ends-1x16x1-to-8x16x512", (1, 16, 1), (8, 16, 512), ("float32",), _CPU)
 )
 
+
 def _edge(name, x_shape, out, dtype, devices, direction):
     return case(NAME, f"{name}-{dtype}", direction, [x_shape], dtype, devices=devices, out=tuple(out), values=EDGE)
 

@@ -125,8 +125,8 @@ class PermuteFamily(Family):
             return [rows_of(grads[i]) for i in c.grad_of]
         moved = np.transpose(arrays[0], _perm(c))
         added = arrays[1] if self._is_add(c) else None
-        return [(moved.shape[0], lambda rows: self._forward_expected(c, moved[rows],
-                                                                    None if added is None else added[rows]))]
+        return [(moved.shape[0],
+                 lambda rows: self._forward_expected(c, moved[rows], None if added is None else added[rows]))]
 
     def _forward_expected(self, c, moved, added):
         if added is None:

@@ -264,6 +264,7 @@ _CPU_SHAPES = [
 ]
 _CPU_BWD = ("cpu_B3_C4_T37", "cpu_B16_C2_T96", "cpu_B2_C2_T1100", "cpu_B4_C2_T200_bf16")
 
+
 def _edge(name, direction, B, C, T, dtype="float32", devices=("cuda",), eps=0.0):
     return case(NAME, name, direction, [(C, T), (B, C, T)], dtype, devices=devices, grad_of=(0, 1), eps=eps,
                 values=EDGE)

@@ -39,7 +39,7 @@ import numpy as np
 
 from .._jittor import jt
 from .grading import Timing
-from .spec import Case, Family, ReferenceSkipped
+from .spec import Case, Family, ReferenceSkipped  # noqa: F401  (ReferenceSkipped: the worker catches it here)
 
 TARGET_MS = 10.0  # each measurement runs the op about this long: 10 ms amortizes a ~5 us launch to 0.05%
 MAX_CALLS = 2048
@@ -49,6 +49,13 @@ MAX_RERUN = 256
 # them in rounds (jittor's permutes of 50-100 ms a call, the naive timex) cost 36 s of a 170 s run.
 SLOW_MS = 20.0
 WINDOWS = 4  # timed windows per round (see Meter.round)
+NEAR_TIER = 0.06  # ours within this fraction of a tier's 0.95 boundary: more rounds (up to 3x)
+# Ours this far (a fraction) from every tier's boundary after MIN_ROUNDS rounds: no more rounds, since the
+# fastest of the rounds that remain could not move it across one (rounds of one case spread by a few percent).
+FAR_FROM_TIER = 0.2
+MIN_ROUNDS = 3
+
+
 def _voluntary_switches() -> int:
     """Times this thread gave up the CPU to wait (not counting preemption by other processes)."""
     return resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
@@ -57,11 +64,6 @@ def _voluntary_switches() -> int:
 def cpu_clock() -> bool:
     """Time by this process's CPU time: on the CPU device with one thread (the grader's default there)."""
     return not jt.flags.use_cuda and os.environ.get("OMP_NUM_THREADS") == "1"
-NEAR_TIER = 0.06  # ours within this fraction of a tier's 0.95 boundary: more rounds (up to 3x)
-# Ours this far (a fraction) from every tier's boundary after MIN_ROUNDS rounds: no more rounds, since the
-# fastest of the rounds that remain could not move it across one (rounds of one case spread by a few percent).
-FAR_FROM_TIER = 0.2
-MIN_ROUNDS = 3
 
 
 class _InjectGrad(jt.Function):

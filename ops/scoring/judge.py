@@ -101,10 +101,10 @@ def sum_bound(want: np.ndarray, l2: np.ndarray, n: int, dtype: str, acc_dtype: s
     p, min_exp = SIGNIFICAND_BITS[dtype], _MIN_EXP[dtype]
     scale = SUM_SIGMAS * unit_roundoff(acc_dtype) * np.sqrt(min(max(n, 1), SUM_BLOCK))
 
-    def block(w, l):
+    def block(w, norm):
         w = np.where(np.isfinite(w), w, 0.0)
-        l = np.where(np.isfinite(l), l, 0.0)
-        walk = np.sqrt(w * w / 9.0 + l * l / 6.0)
+        norm = np.where(np.isfinite(norm), norm, 0.0)
+        walk = np.sqrt(w * w / 9.0 + norm * norm / 6.0)
         return out_ulps * _ulp_block(w, p, min_exp) + scale * walk
 
     want = np.asarray(want, dtype=np.float64)
@@ -116,7 +116,8 @@ def _as_float64(got: np.ndarray) -> np.ndarray:
     return got.astype(np.float64, copy=False)
 
 
-def judge(got: np.ndarray, got_dtype: str, exp: Expected, origin: Tuple[int, ...] = ()) -> Tuple[bool, Optional[float], str]:
+def judge(got: np.ndarray, got_dtype: str, exp: Expected,
+          origin: Tuple[int, ...] = ()) -> Tuple[bool, Optional[float], str]:
     """(ok, max abs error over comparable elements or a count of differing elements, why). ``origin``: where
     ``got`` starts in the whole output (a block of rows judged alone), added to the index a failure names."""
     want = np.asarray(exp.value)
@@ -148,8 +149,8 @@ def judge(got: np.ndarray, got_dtype: str, exp: Expected, origin: Tuple[int, ...
     if bad.any():
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
         bound = exp.bound[idx] if np.ndim(exp.bound) else exp.bound
-        return False, max_err, (f"{int(bad.sum())} elements off, first at {_shifted(idx, origin)}: got {g[idx]!r}, want {w[idx]!r} "
-                                f"(allowed {float(bound):.3g})")
+        return False, max_err, (f"{int(bad.sum())} elements off, first at {_shifted(idx, origin)}: got {g[idx]!r}, "
+                                f"want {w[idx]!r} (allowed {float(bound):.3g})")
     return True, max_err, ""
 
 
@@ -258,8 +259,8 @@ def _judge_faithful(got: np.ndarray, dtype: str, want: np.ndarray, side, origin=
     if first is None:
         return True, worst, ""
     idx = tuple(int(i) for i in np.unravel_index(first, got.shape))
-    return False, float(bad_total), (f"{bad_total} elements off ({why}), first at {_shifted(idx, origin)}: got {got[idx]!r}, "
-                                     f"want {w_flat[first]!r}")
+    return False, float(bad_total), (f"{bad_total} elements off ({why}), first at {_shifted(idx, origin)}: "
+                                     f"got {got[idx]!r}, want {w_flat[first]!r}")
 
 
 def _shifted(idx: Tuple[int, ...], origin: Tuple[int, ...]) -> Tuple[int, ...]:
@@ -270,7 +271,8 @@ def _verdict_count(bad: int, got, want, origin=()):
     if bad == 0:
         return True, 0.0, ""
     idx = tuple(int(i) for i in np.argwhere(got != want)[0])
-    return False, float(bad), f"{bad} elements differ, first at {_shifted(idx, origin)}: got {got[idx]!r}, want {want[idx]!r}"
+    return False, float(bad), (f"{bad} elements differ, first at {_shifted(idx, origin)}: got {got[idx]!r}, "
+                               f"want {want[idx]!r}")
 
 
 def _first(mask, g, w, why, origin=(), err=None):

@@ -134,8 +134,7 @@ def run_case(fam, case, api, cmd) -> None:
             break
     # Near a tier's boundary a few percent of noise decides the points: take more rounds there.
     extra = 0
-    while extra < 2 * cmd["repeats"] and H.near_a_tier(ours, fast, cmd["nbytes"], cmd.get("tiers"),
-                                                      TIER_FRACTION):
+    while extra < 2 * cmd["repeats"] and H.near_a_tier(ours, fast, cmd["nbytes"], cmd.get("tiers"), TIER_FRACTION):
         if extra == 0:
             emit("phase", "extra")
         for m in [ours] + fast:
