@@ -73,3 +73,12 @@ def test_recording_flags_hold_use_cuda_and_forward_the_rest():
     finally:
         real.no_grad = previous
     assert min(flags.cuda_archs) >= 80 if not hasattr(real, "cuda_archs") else flags.cuda_archs == real.cuda_archs
+
+
+def test_large_recorded_inputs_decode_to_uninitialized_vars():
+    rng = np.random.default_rng(0)
+    big = call_record._decode({"var": [2048, 1024], "dtype": "bfloat16"}, rng)
+    small = call_record._decode({"var": [4, 3], "dtype": "float16"}, rng)
+    assert (tuple(big.shape), str(big.dtype)) == ((2048, 1024), "bfloat16")
+    assert (tuple(small.shape), str(small.dtype)) == ((4, 3), "float16")
+    assert np.abs(small.float32().numpy()).max() <= 1.0
