@@ -36,6 +36,8 @@ def test_a_finished_pass_is_skipped_the_next_time(toy_worker_env, tmp_path):
     first = runner.warm_compile(ids, device="cpu", impl="ops", budget_s=300, limit_bytes=1 << 30,
                                 scratch=str(tmp_path))
     assert first["finished"] and first["graphs"] >= 3 and "skipped" not in first
+    batch = first["batches"][0]
+    assert batch["syncs"] >= 2 and batch["failed_syncs"] == 0 and batch["failed_syncs_s"] == 0.0
     second = runner.warm_compile(ids, device="cpu", impl="ops", budget_s=300, limit_bytes=1 << 30,
                                  scratch=str(tmp_path))
     assert second["finished"] and second["skipped"].startswith("compiled before")
@@ -91,3 +93,22 @@ def test_placeholders_and_handed_back_outputs_are_what_the_worker_makes():
     outs = [jt.zeros((2, 3), "bfloat16"), jt.zeros((4,), "float32")]
     back = compile_pass.handed_back(outs)
     assert back[:2] == outs and len(back) == 3 and str(back[2].dtype) == "float32" and tuple(back[2].shape) == (2, 3)
+
+
+def test_failing_groups_are_bisected_and_their_syncs_counted(monkeypatch):
+    """A sync that fails is retried in halves down to the failing group, which is reported; the stats count
+    every sync and the failed ones."""
+    bad = {"b", "d"}
+    synced = []
+
+    def fake_sync(vs):
+        synced.append(list(vs))
+        if bad & set(vs):
+            raise RuntimeError("Compile operator(1/1) failed")
+    monkeypatch.setattr(compile_pass.jt, "sync", fake_sync)
+    failures, stats = [], compile_pass.SyncStats()
+    groups = [(k, f"case-{k}", [k]) for k in "abcdef"]
+    compile_pass._sync_groups(groups, lambda key, case_id, err: failures.append(key), stats)
+    assert failures == ["b", "d"]
+    assert stats.syncs == len(synced) and stats.failed == sum(1 for vs in synced if bad & set(vs))
+    assert stats.failed >= 3 and stats.figures()["failed_syncs"] == stats.failed

@@ -144,6 +144,8 @@ def warm_graphs(items, api, limit_bytes: int, report: Callable[[str, dict], None
             failed[key] = {"case": case_id}
             remember_failed_compile(key, case_id, str(err)[:160])
 
+    stats = SyncStats()
+
     def run(step):
         """``step(impl, name)`` for every graph of the batch not known to fail; ours and the naive composite synced
         together (their kernels always compile), jittor's built-ins in groups by compile key, bisected over
@@ -162,20 +164,20 @@ def warm_graphs(items, api, limit_bytes: int, report: Callable[[str, dict], None
                 groups.setdefault(key, (case_id, []))[1].extend(vs)
             else:
                 trusted += vs
-        _sync_bisect(trusted)
-        _sync_groups([(key, case_id, vs) for key, (case_id, vs) in groups.items()], on_failure)
+        _sync_bisect(trusted, stats)
+        _sync_groups([(key, case_id, vs) for key, (case_id, vs) in groups.items()], on_failure, stats)
         return ok
 
     def flush():
-        nonlocal batch, held, built, consumed, made_s
+        nonlocal batch, held, built, consumed, made_s, stats
         report("start", {"items": consumed})
-        started, kernels = time.monotonic(), compiled_kernels()
+        started, kernels, stats = time.monotonic(), compiled_kernels(), SyncStats()  # this batch's syncs
         run(lambda impl, name: impl.stage(0))  # the forwards that backward graphs start from, compiled together first
         staged = time.monotonic()
         ok = run(lambda impl, name: (handed_back if name == "ours" else list)(impl.call(0, impl.prepare(0))))
         report("batch", {"items": consumed, "graphs": ok, "kernels": compiled_kernels() - kernels,
                          "inputs_s": round(made_s, 2), "staged_s": round(staged - started, 2),
-                         "graphs_s": round(time.monotonic() - staged, 2)})
+                         "graphs_s": round(time.monotonic() - staged, 2), **stats.figures()})
         built += ok
         batch, held, consumed, made_s = [], 0, 0, 0.0
         jt.gc()
@@ -204,7 +206,28 @@ def warm_graphs(items, api, limit_bytes: int, report: Callable[[str, dict], None
     return built
 
 
-def _sync_groups(groups, on_failure) -> None:
+class SyncStats:
+    """What a compile pass's syncs cost: all of them, and those that failed (a failing kernel's nvcc run, the
+    syncs a bisection repeats): the figures that say what failing compiles cost a run on an empty cache."""
+
+    def __init__(self):
+        self.syncs, self.failed, self.failed_s = 0, 0, 0.0
+
+    def sync(self, vs) -> None:
+        started = time.monotonic()
+        self.syncs += 1
+        try:
+            jt.sync(vs)
+        except Exception:
+            self.failed += 1
+            self.failed_s += time.monotonic() - started
+            raise
+
+    def figures(self) -> dict:
+        return {"syncs": self.syncs, "failed_syncs": self.failed, "failed_syncs_s": round(self.failed_s, 2)}
+
+
+def _sync_groups(groups, on_failure, stats: SyncStats) -> None:
     """Sync groups of Vars (key, case id, Vars) at once; on a failure, bisect over the groups and report each
     failing group's key (``on_failure(key, case_id, error)``). jittor stops compiling a sync's kernels at its
     first failure; the kernels compiled by then stay in its cache, and a group that synced is done."""
@@ -212,23 +235,23 @@ def _sync_groups(groups, on_failure) -> None:
     if not groups:
         return
     try:
-        jt.sync([v for _, _, vs in groups for v in vs])
+        stats.sync([v for _, _, vs in groups for v in vs])
     except Exception as err:
         if len(groups) == 1:
             on_failure(groups[0][0], groups[0][1], err)
             return
-        _sync_groups(groups[:len(groups) // 2], on_failure)
-        _sync_groups(groups[len(groups) // 2:], on_failure)
+        _sync_groups(groups[:len(groups) // 2], on_failure, stats)
+        _sync_groups(groups[len(groups) // 2:], on_failure, stats)
 
 
-def _sync_bisect(vs) -> None:
+def _sync_bisect(vs, stats: SyncStats) -> None:
     """Sync in one batch (jittor compiles its new kernels in parallel); on a failure, bisect, so that one
     kernel that does not compile costs log2(n) batches, not n single compiles."""
     if not vs:
         return
     try:
-        jt.sync(vs)
+        stats.sync(vs)
     except Exception:
         if len(vs) > 1:
-            _sync_bisect(vs[:len(vs) // 2])
-            _sync_bisect(vs[len(vs) // 2:])
+            _sync_bisect(vs[:len(vs) // 2], stats)
+            _sync_bisect(vs[len(vs) // 2:], stats)
