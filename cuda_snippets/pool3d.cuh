@@ -400,8 +400,8 @@ __device__ __noinline__ typename Pool3dAcc<T>::type pool3d_first_zero(const T* _
 constexpr int POOL3D_ROWS_MIN_THREADS = 1280;
 
 template <typename T, typename I, int VEC, int KW, int SW, int PW, bool NOPAD, int BLOCK>
-__global__ void __launch_bounds__(BLOCK, POOL3D_ROWS_MIN_THREADS / BLOCK) pool3d_fwd_rows(const T* __restrict__ x, T* __restrict__ y,
-                                                         const Pool3dArgs<I> a) {
+__global__ void __launch_bounds__(BLOCK, POOL3D_ROWS_MIN_THREADS / BLOCK)
+    pool3d_fwd_rows(const T* __restrict__ x, T* __restrict__ y, const Pool3dArgs<I> a) {
   typedef typename Pool3dAcc<T>::type A;
   typedef OpsVec<T, VEC> V;
   constexpr int SPAN = SW * (VEC - 1) + KW;  // input columns of the item's VEC windows
