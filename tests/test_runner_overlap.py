@@ -1,5 +1,6 @@
 """The parent's overlap (inputs prepared ahead, cases judged while the worker runs others), run on the CPU with
 the toy family: the same verdicts as one case at a time, also when memory admits only one case in flight."""
+import numpy as np
 import pytest
 
 from ops.scoring import runner
@@ -32,10 +33,32 @@ def test_overlapped_cases_get_the_same_verdicts(toy_items, tmp_path, monkeypatch
 
 
 def test_footprint_counts_every_set_and_the_host_dtype():
-    fam = next(f for f in load_families() if f.name == "permute")
+    families = {f.name: f for f in load_families()}
+    fam = families["permute"]
     big = next(c for c in fam.all_cases() if c.id == "permute/fwd/ta_24300x11520_bf16")
     elements = 2 * 24300 * 11520
-    assert runner.case_footprint(fam, big) == (3 * 4 + 16) * elements * (1 + runner.timed_sets(fam, big))
+    sets = 1 + runner.timed_sets(fam, big)
+    blocks = runner.PREPARE_THREADS * runner.JUDGES * runner.JUDGE_BYTES_PER_ELEMENT * runner.ROW_BLOCK_ELEMENTS
+    assert runner.case_footprint(fam, big) == 3 * 4 * elements * sets + blocks  # judged in rows: no references held
+    pool = families["max_pool3d"]
+    whole = next(c for c in pool.all_cases() if c.dtype == "float16" and c.direction == "bwd")
+    elements = sum(int(np.prod(s)) for s in whole.shapes)
+    assert runner.case_footprint(pool, whole) == (3 * 2 + 16) * elements * (1 + runner.timed_sets(pool, whole))
+
+
+def test_judged_in_rows_agrees_with_expected_rows():
+    """The footprint's assumption holds: a case said to be judged in rows gets blocks of rows from its family,
+    and one that is not gets none (small cases of every family, zeros of their shapes)."""
+    seen = set()
+    for fam in load_families():
+        for c in fam.all_cases():
+            if sum(int(np.prod(s)) for s in c.shapes) > 1 << 22:
+                continue
+            arrays, grads = fam.zero_inputs(c)
+            rows = fam.expected_rows(c, arrays, grads if c.direction == "bwd" else None)
+            assert fam.judged_in_rows(c) == (rows is not None), c.id
+            seen.add((fam.name, rows is not None))
+    assert ("permute", True) in seen and ("max_pool3d", False) in seen
 
 
 def test_an_interrupt_keeps_the_judged_cases_and_reports_the_rest_not_run(toy_items, tmp_path):

@@ -279,23 +279,29 @@ def judge_threads(case: Case, groups: int, threads: int) -> int:
     return int(max(1, min(groups, threads, fits)))
 
 
+# Elements per block of a judge by rows (its float64 temporaries: a few times 16 MB per thread).
+ROW_BLOCK_ELEMENTS = 1 << 21
+
+
 def case_footprint(fam: Family, case: Case) -> int:
     """Bytes the parent holds for a case from the start of its preparation to the end of its judge, at most:
     per set and input element its host array, its .npy file and our output's file (the dtype's host size,
-    bfloat16 held as float32), and float64 references with their bounds."""
+    bfloat16 held as float32), and float64 references with their bounds, unless the case is judged in blocks
+    of rows (``Family.judged_in_rows``): then only a block per judging thread. Counting whole references for
+    those made the two 24300x11520 bfloat16 transpose_add cases (47 GB) run with nothing else in flight on an
+    H100 host: the worker waited 25 s for their preparations and judges (2026-11-27)."""
     host = 4 if case.dtype == "bfloat16" else np.dtype(case.dtype).itemsize
     elements = sum(int(np.prod(s)) for s in case.shapes)
-    return (3 * host + 16) * elements * (1 + timed_sets(fam, case))
+    sets = 1 + timed_sets(fam, case)
+    if fam.judged_in_rows(case):
+        return 3 * host * elements * sets + PREPARE_THREADS * JUDGES * JUDGE_BYTES_PER_ELEMENT * ROW_BLOCK_ELEMENTS
+    return (3 * host + 16) * elements * sets
 
 
 def in_flight_limit() -> int:
     """Bytes of cases in flight (prepared ahead, or judged) at once on a GPU host: a third of the free memory
     (and at least 4 GB); a case larger than that runs with nothing else in flight."""
     return max(4 << 30, _available_memory() // 3)
-
-
-# Elements per block of a judge by rows (its float64 temporaries: a few times 16 MB per thread).
-ROW_BLOCK_ELEMENTS = 1 << 21
 
 
 def judge_by_rows(fam: Family, case: Case, arrays, grads, listed: list, folder: str,

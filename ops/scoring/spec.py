@@ -202,6 +202,11 @@ class Family:
         advance judges such a case block by block, in parallel."""
         return None
 
+    def judged_in_rows(self, case: Case) -> bool:
+        """Does ``expected_rows`` give blocks of rows for this case (the parent then never holds its whole float64
+        references: what its memory footprint counts)? Must agree with ``expected_rows``."""
+        return False
+
     def reference_forward(self, case: Case, arrays: Sequence[np.ndarray]) -> List[np.ndarray]:
         """float64 outputs of the op on ``arrays``."""
         raise NotImplementedError
