@@ -3,8 +3,6 @@ only, a finished pass is remembered for the same cases and code, kernels that do
 import json
 import os
 
-import numpy as np
-
 import ops
 from ops._jittor import jt
 from ops.scoring import compile_pass, runner
@@ -114,52 +112,3 @@ def test_failing_groups_are_bisected_and_their_syncs_counted(monkeypatch):
     assert failures == ["b", "d"]
     assert stats.syncs == len(synced) and stats.failed == sum(1 for vs in synced if bad & set(vs))
     assert stats.failed >= 3 and stats.figures()["failed_syncs"] == stats.failed
-
-
-def test_a_run_of_failing_keys_costs_few_failed_syncs(monkeypatch):
-    """26 groups in key order, the first 4 failing (as jittor's 16-bit max_pool3d keys sort): halving down to
-    groups of ONE_BY_ONE_GROUPS, then one by one, finds the 4 in at most 7 failed syncs (plain halving: 10)."""
-    keys = [f"k{i:02d}" for i in range(26)]
-    bad = set(keys[:4])
-
-    def fake_sync(vs):
-        if bad & set(vs):
-            raise RuntimeError("Compile operator(1/1) failed")
-    monkeypatch.setattr(compile_pass.jt, "sync", fake_sync)
-    failures, stats = [], compile_pass.SyncStats()
-    groups = [(k, f"case-{k}", [k]) for k in reversed(keys)]  # sorted by key inside
-    compile_pass._sync_groups(groups, lambda key, case_id, err: failures.append(key), stats)
-    assert failures == keys[:4] and stats.failed <= 7
-
-
-def test_probes_lead_with_the_smallest_case_of_each_jittor_key():
-    from ops.scoring.families import load_families
-    from ops.scoring.runner import probes_first
-    from ops.scoring.spec import compile_key
-
-    items = [(f, c) for f in load_families() for c in f.all_cases() if "cuda" in c.devices]
-    ordered, n = probes_first(items)
-    assert sorted(c.id for _, c in ordered) == sorted(c.id for _, c in items)  # every case, once
-    probes = [c for _, c in ordered[:n]]
-    keys = {compile_key(c, "jittor") for _, c in items}
-    assert len(probes) == len(keys) == len({compile_key(c, "jittor") for c in probes})
-
-    def size(c):
-        return sum(int(np.prod(s)) for s in c.shapes)
-    for p in probes:
-        assert size(p) == min(size(c) for _, c in items if compile_key(c, "jittor") == compile_key(p, "jittor"))
-    rest = [c.id for _, c in ordered[n:]]
-    assert rest == [c.id for _, c in items if c.id in set(rest)]  # the rest keep their order
-
-
-def test_the_probes_make_a_batch_of_their_own():
-    import toy_family
-    from ops.scoring.spec import case
-
-    fam = toy_family.ToyFamily("toy_p", [case("toy_p", f"ok{i}", "fwd", [(64,)], "float32", devices=("cpu",),
-                                              behaviour="ok") for i in range(3)])
-    jt.flags.use_cuda = 0
-    batches = []
-    compile_pass.warm_graphs([(fam, c) for c in fam.cases], ops, limit_bytes=1 << 30, first_batch=1,
-                             report=lambda kind, figures: batches.append(figures["items"]) if kind == "batch" else None)
-    assert batches == [1, 2]

@@ -15,12 +15,14 @@ def toy_items(toy_worker_env):
     return [by_id[i] for i in IDS]
 
 
-def verdicts(items, tmp_path, **kwargs):
+def verdicts(items, tmp_path, waits=None, **kwargs):
     seen = []
     _, results = runner.run_cases(items, device="cpu", impl="ops", references=["naive"], seed=None, repeats=1,
                                   timeout_s=120, scratch=str(tmp_path), on_result=lambda r: seen.append(r.case_id),
                                   **kwargs)
     assert sorted(seen) == sorted(IDS)  # every case reported once
+    if waits is not None:  # the worker's idle time around each case (overlapped runs)
+        waits.extend({k: v for k, v in r.phases.items() if k.startswith("wait_")} for r in results)
     return [(r.case_id, r.correct, r.why.split(":")[0], r.checked) for r in results]
 
 
@@ -29,7 +31,9 @@ def test_overlapped_cases_get_the_same_verdicts(toy_items, tmp_path, monkeypatch
     alone = verdicts(toy_items, tmp_path / "alone", overlap=False)
     assert [v[1] for v in alone] == [True, True, False, False, True]
     monkeypatch.setattr(runner, "in_flight_limit", lambda: limit)
-    assert verdicts(toy_items, tmp_path / "overlap", overlap=True) == alone
+    waits = []
+    assert verdicts(toy_items, tmp_path / "overlap", overlap=True, waits=waits) == alone
+    assert len(waits) == len(IDS) and all(w["wait_prepare"] >= 0 and w["wait_judges"] >= 0 for w in waits)
 
 
 def test_footprint_counts_every_set_and_the_host_dtype():

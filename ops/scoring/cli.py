@@ -17,7 +17,7 @@ from . import args as cli_args
 from . import report
 from .families import load_families
 from .grading import CaseResult
-from .runner import Interrupted, grade_all, probes_first, run_cases, scratch_root, warm_compile
+from .runner import Interrupted, grade_all, run_cases, scratch_root, warm_compile
 
 # The compile pass stops after this (or a third of --budget); timing compiles the rest, one kernel at a time
 # (5-25 s each). On an H100 host with an empty kernel cache the whole table's pass needs ~250 s (2026-11-26:
@@ -216,9 +216,8 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
             progress.status("compiling")
             warm_budget = WARM_BUDGET_S if args.budget is None else min(WARM_BUDGET_S, args.budget / 3)
             warm_started = time.monotonic()
-            probed, probes = probes_first(order)
-            warmed = warm_compile([c.id for _, c in probed], device=device, impl=args.impl, budget_s=warm_budget,
-                                  limit_bytes=WARM_BATCH_BYTES[device], scratch=scratch, first_batch=probes)
+            warmed = warm_compile([c.id for _, c in order], device=device, impl=args.impl, budget_s=warm_budget,
+                                  limit_bytes=WARM_BATCH_BYTES[device], scratch=scratch)
             warmed["wall_s"] = round(time.monotonic() - warm_started, 1)
         progress.status("scoring")
         env, results = run_cases(order, device=device, impl=args.impl, references=references, seed=args.seed,

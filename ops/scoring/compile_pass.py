@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Sequence
 from .._jittor import jt
 from .harness import InputSet, JittorImpl, compiled_kernels, for_host, input_dtypes
 from .runner import LOG_TAIL, compile_reason, without_colors
-from .spec import Case, compile_key  # noqa: F401  (compile_key: the worker's name for it)
+from .spec import Case
 
 FAILED_COMPILES_FILE = "ops_grader_failed_compiles.json"
 COMPILED_FILE = "ops_grader_compiled.json"
@@ -53,6 +53,10 @@ def _add(name: str, key: str, value) -> None:
         os.replace(path + ".tmp", path)
     except OSError:
         pass  # a cache folder we cannot write: the work is redone next run, nothing worse
+
+
+def compile_key(case: Case, name: str) -> str:
+    return f"{case.family}/{name}/{case.dtype}/{case.direction}"
 
 
 def is_compile_failure(err: BaseException) -> bool:
@@ -125,14 +129,12 @@ def ours_forward(fam, api) -> Callable:
     return lambda c, xs: fam.forward(c, api, xs)
 
 
-def warm_graphs(items, api, limit_bytes: int, report: Callable[[str, dict], None] = lambda kind, d: None,
-                first_batch: int = 0) -> int:
+def warm_graphs(items, api, limit_bytes: int, report: Callable[[str, dict], None] = lambda kind, d: None) -> int:
     """Build and sync every implementation's graph of each case (``items``: (family, case)), in batches of at
-    most ``limit_bytes`` of inputs (uninitialized: values never change which kernels compile); the first
-    ``first_batch`` items (``probes_first``'s probes) make a batch of their own. Best effort: a graph that fails
-    here fails again, with its reason, when timed. ``report("start", {"items": n})`` comes before a batch's
-    syncs (``n`` of ``items`` consumed by it: a crash in that batch loses those), ``report("batch", {...})``
-    after them with its figures. Returns how many graphs ran."""
+    most ``limit_bytes`` of inputs (uninitialized: values never change which kernels compile). Best effort: a graph
+    that fails here fails again, with its reason, when timed. ``report("start", {"items": n})`` comes before a
+    batch's syncs (``n`` of ``items`` consumed by it: a crash in that batch loses those), ``report("batch",
+    {...})`` after them with its figures. Returns how many graphs ran."""
     batch: List[tuple] = []
     held, built, consumed, made_s = 0, 0, 0, 0.0
     failed = failed_compiles()
@@ -180,9 +182,7 @@ def warm_graphs(items, api, limit_bytes: int, report: Callable[[str, dict], None
         batch, held, consumed, made_s = [], 0, 0, 0.0
         jt.gc()
 
-    for index, (fam, case) in enumerate(items):
-        if index == first_batch and consumed:
-            flush()  # the probes' batch
+    for fam, case in items:
         started = time.monotonic()
         try:
             arrays, grads = fam.zero_inputs(case)
@@ -227,21 +227,11 @@ class SyncStats:
         return {"syncs": self.syncs, "failed_syncs": self.failed, "failed_syncs_s": round(self.failed_s, 2)}
 
 
-# A failed sync of at most this many groups is retried group by group rather than halved: the failing keys
-# come in runs (jittor's max_pool3d: float16 and bfloat16, forward and backward, adjacent in key order), where
-# halving down to each of them costs more failed syncs (5-8 s each on an H100 host: one nvcc of the failing
-# kernel) than syncing the few groups that pass on their own.
-ONE_BY_ONE_GROUPS = 8
-
-
 def _sync_groups(groups, on_failure, stats: SyncStats) -> None:
-    """Sync groups of Vars (key, case id, Vars) at once; on a failure, bisect over the groups (one by one at
-    ``ONE_BY_ONE_GROUPS`` or fewer) and report each failing group's key (``on_failure(key, case_id, error)``).
-    jittor stops compiling a sync's kernels at its first failure; the kernels compiled by then stay in its
-    cache, and a group that synced is done."""
-    # In key order: the keys that fail share a family and often a dtype, and adjacent failures cost a
-    # bisection fewer failed syncs than scattered ones.
-    groups = sorted((g for g in groups if g[2]), key=lambda g: g[0])
+    """Sync groups of Vars (key, case id, Vars) at once; on a failure, bisect over the groups and report each
+    failing group's key (``on_failure(key, case_id, error)``). jittor stops compiling a sync's kernels at its
+    first failure; the kernels compiled by then stay in its cache, and a group that synced is done."""
+    groups = [g for g in groups if g[2]]
     if not groups:
         return
     try:
@@ -249,12 +239,9 @@ def _sync_groups(groups, on_failure, stats: SyncStats) -> None:
     except Exception as err:
         if len(groups) == 1:
             on_failure(groups[0][0], groups[0][1], err)
-        elif len(groups) <= ONE_BY_ONE_GROUPS:
-            for group in groups:
-                _sync_groups([group], on_failure, stats)
-        else:
-            _sync_groups(groups[:len(groups) // 2], on_failure, stats)
-            _sync_groups(groups[len(groups) // 2:], on_failure, stats)
+            return
+        _sync_groups(groups[:len(groups) // 2], on_failure, stats)
+        _sync_groups(groups[len(groups) // 2:], on_failure, stats)
 
 
 def _sync_bisect(vs, stats: SyncStats) -> None:

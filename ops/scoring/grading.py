@@ -57,7 +57,8 @@ class CaseResult:
     seconds: Optional[float] = None  # wall time of the case: inputs, references, every timing, the checks
     checked: int = 0  # outputs compared with the reference (the check call's and the timed calls')
     phases: Dict[str, float] = field(default_factory=dict)  # seconds per step: prepare (inputs and references, made
-    # in advance on a GPU host), each worker phase, judge
+    # in advance on a GPU host), each worker phase, judge; on a GPU host also the worker's idle time around the
+    # case: wait_prepare (for its preparation) and wait_judges (for earlier cases' judges, after it)
 
 
 def gbps(nbytes: int, ms: Optional[float]) -> Optional[float]:

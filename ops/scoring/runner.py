@@ -28,7 +28,7 @@ import numpy as np
 
 from .grading import CaseResult, Timing, grade
 from .judge import judge
-from .spec import Case, Family, compile_key
+from .spec import Case, Family
 
 DEFAULT_TIMEOUT_S = 600.0  # per case: first-time kernel compiles and torch.compile are slow
 DEFAULT_REFERENCE_TIMEOUT_S = 60.0
@@ -36,9 +36,10 @@ START_TIMEOUT_S = 300.0  # a worker imports jittor, ops and the graded module, a
 SMALL_CASE_BYTES = 64 << 20  # cases whose inputs are at most this get 3 timed sets, larger ones 2
 PREPARE_THREADS = 3  # on a GPU host: the input sets of a case made (and their references computed) in parallel
 # On a GPU host, cases prepared at once, and ahead of the one the worker runs. One at a time, 3 ahead, the
-# parent's preparations (140 s of a 250 s H100 run; MaxPool3D's 1.1-1.6 s a case against the worker's 0.5) kept
-# the worker waiting ~60 s; replaying that run's phase times, 2 at once and 6 ahead leave ~11 s of waits. With
-# PREPARE_THREADS threads each and JUDGES judges of as many threads, the parent keeps 12 of a 16-core host busy.
+# parent's preparations (MaxPool3D's 1.1-1.6 s a case against the worker's 0.5) kept the worker waiting: an
+# empty-cache H100 run's timing took 171 s for 115 s of the worker's own work over its first 110 cases; 2 at
+# once and 6 ahead, 164 s for 126 s over 114 cases (2026-11-27). With PREPARE_THREADS threads each and JUDGES
+# judges of as many threads, the parent keeps 12 of a 16-core host busy.
 PREPARERS = 2
 AHEAD = 6
 JUDGES = 2  # on a GPU host: finished cases judged at once while the worker runs the next
@@ -629,7 +630,7 @@ def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, r
         for index, (fam, case) in enumerate(items):
             if runner._budget_left() <= 0:
                 break
-            footprint = 0
+            footprint, waiting = 0, time.monotonic()
             if ahead is None:
                 prepared = runner.prepare(fam, case, index)
             else:
@@ -640,6 +641,7 @@ def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, r
                 _, pending, footprint = upcoming.popleft()
                 prepared = pending.result()
                 top_up()
+            waited = time.monotonic() - waiting
             res, finish = runner.run_case(fam, case, nbytes_of(case.id) if nbytes_of else fam.bytes_moved(case),
                                           prepared)
             if res.why == "not run: time budget spent":
@@ -648,9 +650,14 @@ def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, r
             if judging is None:
                 record(finish())
                 continue
+            # What the worker sat idle for, beside the case's own phases: its preparation (and memory for it)
+            # before the case, the oldest judges after it.
+            res.phases["wait_prepare"] = round(waited, 3)
             settle(block=False)
+            waiting = time.monotonic()
             while len(judged) >= JUDGES:
                 settle(block=True)
+            res.phases["wait_judges"] = round(time.monotonic() - waiting, 3)
             judged.append((judging.submit(finish), footprint))
         while judged:
             settle(block=True)
@@ -676,27 +683,8 @@ def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, r
     return runner.env, [results[c.id] for _, c in items]
 
 
-def probes_first(items: Sequence[tuple]) -> Tuple[List[tuple], int]:
-    """``items`` ((family, case)) reordered for the pass: first the smallest case of each compile key of
-    jittor's built-ins (the probes, in the order of ``items``), then the rest in their order; and how many
-    probes lead. The pass compiles the probes as a batch of their own: a key whose kernels do not compile
-    (jittor's 16-bit max_pool3d with CUDA 13: 4 keys) is found there, by a bisection over one small graph per
-    key, and left out of every later batch. Without probes the keys failed inside the two large batches, whose
-    bisections took 16 failed syncs, 121 s of a 305 s pass (H100, empty cache, 2026-11-27); with them about 8
-    are expected, all in the probes' batch."""
-    smallest: Dict[str, Tuple[int, int]] = {}
-    for i, (_, case) in enumerate(items):
-        size = sum(int(np.prod(s)) for s in case.shapes)
-        key = compile_key(case, "jittor")
-        if key not in smallest or size < smallest[key][0]:
-            smallest[key] = (size, i)
-    lead = sorted(i for _, i in smallest.values())
-    chosen = set(lead)
-    return [items[i] for i in lead] + [it for i, it in enumerate(items) if i not in chosen], len(lead)
-
-
 def warm_compile(case_ids: Sequence[str], *, device: str, impl: str, budget_s: float, limit_bytes: int,
-                 scratch: str, first_batch: int = 0) -> dict:
+                 scratch: str) -> dict:
     """Compile every case's kernels before timing (``ops.scoring.compile_pass``), in one worker at a time: jittor
     compiles the new kernels of each batch of graphs in parallel, and no two processes race over jittor's
     generated files. Best effort within ``budget_s``: the worker is killed then, and timing compiles what is
@@ -714,8 +702,7 @@ def warm_compile(case_ids: Sequence[str], *, device: str, impl: str, budget_s: f
             if msg is None or msg[0] != "env":
                 return done
             w.next(max(0.0, deadline - time.monotonic()))
-            probes_left = max(0, first_batch - (len(case_ids) - len(remaining)))
-            w.send({"warm": remaining, "limit_bytes": limit_bytes, "whole": attempt == 0, "first_batch": probes_left})
+            w.send({"warm": remaining, "limit_bytes": limit_bytes, "whole": attempt == 0})
             while True:
                 msg = w.next(max(0.0, deadline - time.monotonic()))
                 if msg is None:  # died: skip the batch it was syncing, go on with the rest

@@ -58,12 +58,6 @@ def case(family, name, direction, shapes, dtype, devices=("cuda",), grad_of=(0,)
                 tuple(sorted(params.items())), tuple(devices), tuple(grad_of))
 
 
-def compile_key(case: Case, name: str) -> str:
-    """What a compile failure is remembered by: a kernel of implementation ``name`` that does not compile for
-    one case fails for every case of its family, dtype and direction."""
-    return f"{case.family}/{name}/{case.dtype}/{case.direction}"
-
-
 def random_array(shape: Shape, dtype: str, rng: np.random.Generator, low=-1.0, high=1.0) -> np.ndarray:
     """Fresh random data of ``dtype``, returned as a NumPy array that holds exactly the values the op sees.
 

@@ -9,7 +9,7 @@ Protocol (stdout): ``@@env {...}`` once, then ``@@ready`` whenever it waits for 
 fail (``check``, ``ours``, a reference's name, ``rounds``, ``extra``), ``@@outputs [...]`` (the files written),
 ``@@timing <name> {...}`` for each implementation, ``@@done <id>``. Command: {"case": id, "dir": folder,
 "references": [...], "nbytes": n, "tiers": [GB/s x3] or null, "repeats": r, "ours_is_ops": bool}. A
-``{"warm": [ids...], "limit_bytes": n, "whole": bool, "first_batch": n}`` command compiles instead (``compile_pass``):
+``{"warm": [ids...], "limit_bytes": n, "whole": bool}`` command compiles instead (``compile_pass``):
 ``@@warmstart {...}`` before each batch's syncs, ``@@warmbatch {...}`` after, ``@@warmed {...}`` at the end (at
 once when ``whole`` and the same list and code were compiled before).
 """
@@ -180,8 +180,7 @@ def main(argv=None) -> int:
                 emit("warmed", {"graphs": 0, "skipped": f"compiled before ({compile_pass.COMPILED_FILE})"})
             else:
                 built = compile_pass.warm_graphs([by_id[c] for c in cmd["warm"]], api, cmd["limit_bytes"],
-                                                 report=lambda kind, figures: emit("warm" + kind, figures),
-                                                 first_batch=cmd.get("first_batch", 0))
+                                                 report=lambda kind, figures: emit("warm" + kind, figures))
                 if done:
                     compile_pass.remember_compiled(done)
                 emit("warmed", {"graphs": built, "seconds": round(time.monotonic() - started, 1)})
