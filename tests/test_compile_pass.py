@@ -3,6 +3,8 @@ only, a finished pass is remembered for the same cases and code, kernels that do
 import json
 import os
 
+import pytest
+
 import ops
 from ops._jittor import jt
 from ops.scoring import compile_pass, runner
@@ -112,3 +114,33 @@ def test_failing_groups_are_bisected_and_their_syncs_counted(monkeypatch):
     assert failures == ["b", "d"]
     assert stats.syncs == len(synced) and stats.failed == sum(1 for vs in synced if bad & set(vs))
     assert stats.failed >= 3 and stats.figures()["failed_syncs"] == stats.failed
+
+
+@pytest.mark.parametrize("error, remembered", [
+    ('Compile operator(1/1) failed: more than one instance of overloaded function "jittor::max"', True),
+    ("Compile operator(1/1) failed: something else", False),  # not the known bug: the batches find out
+    (None, False),  # the probe compiles: nothing assumed
+])
+def test_a_known_failure_is_probed_once_and_skips_its_keys(monkeypatch, tmp_path, error, remembered):
+    from ops.scoring.fam_pool3d import FAMILY as pool
+
+    monkeypatch.setattr(compile_pass, "_state_path", lambda name: str(tmp_path / name))
+    synced = []
+
+    def fake_sync(vs):
+        synced.append(len(vs))
+        if error:
+            raise RuntimeError(error)
+    monkeypatch.setattr(compile_pass.jt, "sync", fake_sync)
+    jt.flags.use_cuda = 0
+    items = [(pool, c) for c in pool.all_cases() if c.dtype in ("float16", "bfloat16") and "cpu" in c.devices]
+    keys = {compile_pass.compile_key(c, "jittor") for _, c in items}
+    assert keys & set(pool.known_compile_failures()[0].keys)
+    failed, stats = {}, compile_pass.SyncStats()
+    records = compile_pass.probe_known_failures(items, failed, stats)
+    assert len(records) == 1 and records[0]["failed"] == remembered and 1 <= len(synced) <= 2  # inputs, graph
+    named = keys & set(pool.known_compile_failures()[0].keys)
+    assert set(failed) == (named if remembered else set())
+    assert set(compile_pass.failed_compiles()) == set(failed)
+    if remembered:  # known now: no second probe
+        assert compile_pass.probe_known_failures(items, compile_pass.failed_compiles(), stats) == []

@@ -129,12 +129,64 @@ def ours_forward(fam, api) -> Callable:
     return lambda c, xs: fam.forward(c, api, xs)
 
 
+def _log_since(offset: int) -> str:
+    if not LOG_PATH:
+        return ""
+    try:
+        with open(LOG_PATH, "rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _log_size() -> int:
+    try:
+        return os.path.getsize(LOG_PATH) if LOG_PATH else 0
+    except OSError:
+        return 0
+
+
+def probe_known_failures(items, failed: Dict[str, dict], stats: "SyncStats") -> List[dict]:
+    """Each family's known compile failures (``Family.known_compile_failures``) that concern ``items`` and are
+    not remembered yet: build and sync the probe alone; where it fails with the known marker, remember every
+    key it names (``failed`` and ``FAILED_COMPILES_FILE``), so that no batch syncs them. Where the probe
+    compiles, or fails otherwise, nothing is assumed: the batches find out as usual. Returns one record per
+    probe run."""
+    families: Dict[str, object] = {}
+    for fam, _ in items:
+        families.setdefault(fam.name, fam)
+    wanted = {compile_key(c, "jittor") for _, c in items}
+    records = []
+    for fam in families.values():
+        for known in fam.known_compile_failures():
+            keys = [k for k in known.keys if k in wanted and k not in failed]
+            if not keys:
+                continue
+            started, mark, hit = time.monotonic(), _log_size(), False
+            try:
+                arrays, grads = fam.zero_inputs(known.probe)
+                sets = [InputSet.placeholders(arrays, input_dtypes(known.probe, arrays), grads, known.probe.dtype)]
+                impl = JittorImpl(known.probe, fam.jittor_forward, sets)
+                stats.sync(impl.call(0, impl.prepare(0)))
+            except Exception as err:
+                hit = known.marker in str(err) or known.marker in _log_since(mark)
+            if hit:
+                for key in keys:
+                    failed[key] = {"case": known.probe.id}
+                    remember_failed_compile(key, known.probe.id, f"compile failed: {known.why}")
+            records.append({"probe": known.probe.id, "failed": hit, "keys": len(keys),
+                            "seconds": round(time.monotonic() - started, 2)})
+    return records
+
+
 def warm_graphs(items, api, limit_bytes: int, report: Callable[[str, dict], None] = lambda kind, d: None) -> int:
     """Build and sync every implementation's graph of each case (``items``: (family, case)), in batches of at
     most ``limit_bytes`` of inputs (uninitialized: values never change which kernels compile). Best effort: a graph
     that fails here fails again, with its reason, when timed. ``report("start", {"items": n})`` comes before a
     batch's syncs (``n`` of ``items`` consumed by it: a crash in that batch loses those), ``report("batch",
-    {...})`` after them with its figures. Returns how many graphs ran."""
+    {...})`` after them with its figures; before the batches, the known failures' probes
+    (``probe_known_failures``) report as a batch of no items. Returns how many graphs ran."""
     batch: List[tuple] = []
     held, built, consumed, made_s = 0, 0, 0, 0.0
     failed = failed_compiles()
@@ -145,6 +197,10 @@ def warm_graphs(items, api, limit_bytes: int, report: Callable[[str, dict], None
             remember_failed_compile(key, case_id, str(err)[:160])
 
     stats = SyncStats()
+    report("start", {"items": 0})
+    probes = probe_known_failures(items, failed, stats)
+    if probes:
+        report("batch", {"items": 0, "probes": probes, **stats.figures()})
 
     def run(step):
         """``step(impl, name)`` for every graph of the batch not known to fail; ours and the naive composite synced

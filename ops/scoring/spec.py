@@ -123,6 +123,18 @@ def is_edge(c: "Case") -> bool:
     return c.p.get("values") == EDGE
 
 
+@dataclass(frozen=True)
+class KnownCompileFailure:
+    """A compile failure that is a property of an implementation and dtype, not of a shape: ``probe``, a small
+    case, fails to compile with ``marker`` in the compiler's output exactly where every case of ``keys``
+    (compile keys, ``compile_key``) would."""
+
+    probe: Case
+    keys: Tuple[str, ...]
+    marker: str
+    why: str  # one line for the table: what the bug is
+
+
 class ReferenceSkipped(Exception):
     """Raised by a family's reference to say it is deliberately not timed for this case (the message says
     why); the table shows "skipped: <why>" instead of an error."""
@@ -236,6 +248,11 @@ class Family:
     def torch_forward(self, case: Case, ts) -> Optional[list]:
         """PyTorch eager on torch tensors; None where there is no counterpart."""
         return None
+
+    def known_compile_failures(self) -> List["KnownCompileFailure"]:
+        """Known bugs that keep this family's reference kernels from compiling somewhere: the compile pass
+        probes each with one small graph and, where it fails as described, skips the keys it names."""
+        return []
 
     # --- cost model -------------------------------------------------------------------------------------
     def bytes_moved(self, case: Case) -> int:
