@@ -38,6 +38,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from .._jittor import jt
+from . import spare
 from .grading import Timing
 from .spec import Case, Family, ReferenceSkipped  # noqa: F401  (ReferenceSkipped: the worker catches it here)
 
@@ -457,12 +458,13 @@ def near_a_tier(ours: Meter, refs: Sequence[Meter], nbytes: int, stored: Optiona
     return mine is not None and any(abs(mine * fraction / t - 1.0) < margin for t in tier_ms if t)
 
 
-def save_outputs(case_dir: str, tag: str, outs) -> List[List[str]]:
-    """Each output as ``<tag>_<i>.npy`` in its own NumPy dtype; returns [[file, jittor dtype], ...]."""
+def save_outputs(case_dir: str, tag: str, outs, spares: Optional[str] = None) -> List[List[str]]:
+    """Each output as ``<tag>_<i>.npy`` in its own NumPy dtype, into a spare's pages from ``spares`` where one
+    fits (``ops.scoring.spare``); returns [[file, jittor dtype], ...]."""
     listed = []
     for i, v in enumerate(outs):
         name = f"{tag}_{i}.npy"
-        np.save(os.path.join(case_dir, name), to_numpy(v))
+        spare.save(os.path.join(case_dir, name), to_numpy(v), spares)
         listed.append([name, str(v.dtype)])
     return listed
 

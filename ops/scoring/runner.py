@@ -26,6 +26,7 @@ from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from . import spare
 from .grading import CaseResult, Timing, grade
 from .judge import judge
 from .spec import Case, Family
@@ -51,6 +52,7 @@ KILL_WAIT_S = 5.0
 # the signal, its report written: the report takes ~1 s, a largest case's judge up to ~10 s on a GPU host).
 INTERRUPT_JUDGE_S = 5.0
 LOG_TAIL = 4000  # characters of a failing reference's compiler output kept in the JSON
+SPARE_BYTES = 8 << 30  # at most (and at most 1/16 of the free memory): judged cases' files kept as spares
 
 
 class Interrupted(Exception):
@@ -224,11 +226,11 @@ def timed_sets(fam: Family, case: Case) -> int:
 
 
 def prepare_case(fam: Family, case: Case, folder: str, check_seed: Optional[int], fresh_seed: int,
-                 threads: int = 1) -> Prepared:
+                 threads: int = 1, spares: Optional[str] = None) -> Prepared:
     """Write the check set (from ``check_seed``: reproducible with --seed) and the timed sets (always fresh),
     and, with ``threads`` > 1, compute the float64 references of each too, that many sets at a time (NumPy
     releases the GIL in its loops), unless they would hold more than EAGER_REFERENCE_BYTES: those the judge
-    computes one set at a time."""
+    computes one set at a time. The files reuse the pages of spares from ``spares`` (``ops.scoring.spare``)."""
     os.makedirs(folder, exist_ok=True)
     seeds = [check_seed if check_seed is not None else fresh_seed]
     seeds += [[fresh_seed, k] for k in range(1, timed_sets(fam, case) + 1)]
@@ -244,7 +246,7 @@ def prepare_case(fam: Family, case: Case, folder: str, check_seed: Optional[int]
         for role, group in (("inputs", arrays), ("grads", grads)):
             for i, a in enumerate(group):
                 name = f"in{k}_{role}{i}.npy"
-                np.save(os.path.join(folder, name), a)
+                spare.save(os.path.join(folder, name), a, spares)
                 dtype = case.dtype if a.dtype.kind == "f" else str(a.dtype)
                 entry[role].append([name, dtype])
         # a family that computes blocks of rows is judged by them, in parallel: cheaper than whole references
@@ -415,6 +417,8 @@ class Runner:
         self.start_failure: Optional[str] = None
         self.fresh = np.random.SeedSequence().entropy
         self.logs: List[str] = []
+        # Judged cases' files kept for the next writers (ops.scoring.spare): at most this many bytes of memory
+        self.spares, self.spare_bytes = os.path.join(scratch, "spare"), min(SPARE_BYTES, _available_memory() // 16)
 
     def _start(self) -> Worker:
         log = os.path.join(self.scratch, f"worker{len(self.logs)}.log")
@@ -442,12 +446,21 @@ class Runner:
             self.worker.stop()
             self.worker = None
 
+    def recycle(self, folder: str) -> None:
+        """A finished case's folder gone, its large files kept as spares for the next writers."""
+        try:
+            files = [e.path for e in os.scandir(folder) if e.name.endswith(".npy")]
+        except OSError:
+            files = []
+        spare.keep(files, self.spares, self.spare_bytes)
+        shutil.rmtree(folder, ignore_errors=True)
+
     def prepare(self, fam: Family, case: Case, index: int) -> Prepared:
         folder = os.path.join(self.scratch, f"case{index}")
         shutil.rmtree(folder, ignore_errors=True)
         started = time.monotonic()
         prepared = prepare_case(fam, case, folder, self.seed, self.fresh + index,
-                                threads=PREPARE_THREADS if self.device == "cuda" else 1)
+                                threads=PREPARE_THREADS if self.device == "cuda" else 1, spares=self.spares)
         prepared.seconds = time.monotonic() - started
         return prepared
 
@@ -474,7 +487,7 @@ class Runner:
                         result.correct, result.why = False, f"raised: {result.ours.error}"
                 return result
             finally:
-                shutil.rmtree(folder, ignore_errors=True)
+                self.recycle(folder)
                 result.seconds = round(time.monotonic() - started, 2)
 
         while True:
@@ -512,7 +525,7 @@ class Runner:
                 return ("crashed", self.start_failure)
         w = self.worker
         stored = self.stored.get(case.id)
-        w.send({"case": case.id, "dir": folder, "references": refs, "nbytes": nbytes,
+        w.send({"case": case.id, "dir": folder, "spares": self.spares, "references": refs, "nbytes": nbytes,
                 "tiers": stored, "repeats": self.repeats, "ours_is_ops": self.impl == "ops"})
         phases = result.phases
         files, timings = {}, {}

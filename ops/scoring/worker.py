@@ -8,10 +8,10 @@ Protocol (stdout): ``@@env {...}`` once, then ``@@ready`` whenever it waits for 
 ``@@start <id>``, ``@@variant <the dispatcher's choice>``, ``@@phase <name>`` before each step that may hang or
 fail (``check``, ``ours``, a reference's name, ``rounds``, ``extra``), ``@@outputs [...]`` (the files written),
 ``@@timing <name> {...}`` for each implementation, ``@@done <id>``. Command: {"case": id, "dir": folder,
-"references": [...], "nbytes": n, "tiers": [GB/s x3] or null, "repeats": r, "ours_is_ops": bool}. A
-``{"warm": [ids...], "limit_bytes": n, "whole": bool}`` command compiles instead (``compile_pass``):
-``@@warmstart {...}`` before each batch's syncs, ``@@warmbatch {...}`` after, ``@@warmed {...}`` at the end (at
-once when ``whole`` and the same list and code were compiled before).
+"spares": the folder of spare files (``spare``), "references": [...], "nbytes": n, "tiers": [GB/s x3] or null,
+"repeats": r, "ours_is_ops": bool}. A ``{"warm": [ids...], "limit_bytes": n, "whole": bool}`` command compiles
+instead (``compile_pass``): ``@@warmstart {...}`` before each batch's syncs, ``@@warmbatch {...}`` after,
+``@@warmed {...}`` at the end (at once when ``whole`` and the same list and code were compiled before).
 """
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def run_case(fam, case, api, cmd) -> None:
     ours_impl = H.JittorImpl(case, compile_pass.ours_forward(fam, api), sets)
     try:
         outs = ours_impl.call(0, ours_impl.prepare(0))
-        files = {"check": H.save_outputs(case_dir, "check", outs)}
+        files = {"check": H.save_outputs(case_dir, "check", outs, cmd.get("spares"))}
     except Exception as err:
         emit("timing", {"name": "ours", "timing": dataclasses.asdict(Timing(error=H.short_error(err)))})
         return
@@ -141,7 +141,8 @@ def run_case(fam, case, api, cmd) -> None:
             m.round()
         extra += 1
 
-    files = {f"set{k}": H.save_outputs(case_dir, f"set{k}", outs) for k, outs in sorted(ours.last_outputs.items())}
+    files = {f"set{k}": H.save_outputs(case_dir, f"set{k}", outs, cmd.get("spares"))
+             for k, outs in sorted(ours.last_outputs.items())}
     ours.last_outputs = {}
     emit("outputs", files)
     emit("timing", {"name": "ours", "timing": dataclasses.asdict(ours.timing())})
