@@ -1,5 +1,7 @@
 """The parent's overlap (inputs prepared ahead, cases judged while the worker runs others), run on the CPU with
 the toy family: the same verdicts as one case at a time, also when memory admits only one case in flight."""
+import os
+
 import numpy as np
 import pytest
 
@@ -41,13 +43,16 @@ def test_footprint_counts_every_set_and_the_host_dtype():
     fam = families["permute"]
     big = next(c for c in fam.all_cases() if c.id == "permute/fwd/ta_24300x11520_bf16")
     elements = 2 * 24300 * 11520
-    sets = 1 + runner.timed_sets(fam, big)
+    sets = runner.input_sets(fam, big)
+    assert sets == 2 and runner.timed_sets(fam, big) == [0, 1]  # large: the check set and one fresh, in turn
     blocks = runner.PREPARE_THREADS * runner.JUDGES * runner.JUDGE_BYTES_PER_ELEMENT * runner.ROW_BLOCK_ELEMENTS
     assert runner.case_footprint(fam, big) == 3 * 4 * elements * sets + blocks  # judged in rows: no references held
     pool = families["max_pool3d"]
     whole = next(c for c in pool.all_cases() if c.dtype == "float16" and c.direction == "bwd")
     elements = sum(int(np.prod(s)) for s in whole.shapes)
-    assert runner.case_footprint(pool, whole) == (3 * 2 + 16) * elements * (1 + runner.timed_sets(pool, whole))
+    assert runner.case_footprint(pool, whole) == (3 * 2 + 16) * elements * runner.input_sets(pool, whole)
+    small = next(c for c in pool.all_cases() if c.id == "max_pool3d/fwd/k2s2_tiny_1x1x4x4x4")
+    assert runner.timed_sets(pool, small) == [1, 2, 3] and runner.input_sets(pool, small) == 4
 
 
 def test_judged_in_rows_agrees_with_expected_rows():
@@ -82,3 +87,29 @@ def test_an_interrupt_keeps_the_judged_cases_and_reports_the_rest_not_run(toy_it
     assert [r.case_id for r in kept] == seen[:len(kept)] and len(kept) >= 2
     assert all(r.why == "not run: interrupted (SIGTERM)" for r in results if r not in kept)
     assert any(r.why == "not run: interrupted (SIGTERM)" for r in results)
+
+
+def test_large_cases_time_the_check_set_and_one_fresh_set_in_turn(toy_items, tmp_path, monkeypatch):
+    """Every case counted large: the same verdicts, from the check call's output and the last timed output on
+    each of the two sets (3 outputs, not 4)."""
+    small = verdicts(toy_items, tmp_path / "small", overlap=False)
+    monkeypatch.setattr(runner, "SMALL_CASE_BYTES", 0)
+    large = verdicts(toy_items, tmp_path / "large", overlap=False)
+    assert [v[:2] for v in large] == [v[:2] for v in small]
+    assert [v[3] for v in small if v[1]] == [4, 4, 4] and [v[3] for v in large if v[1]] == [3, 3, 3]
+
+
+def test_a_cache_by_shape_fails_on_the_fresh_set_of_a_large_case(tmp_path, monkeypatch):
+    """cheat_cache (the output of the first input of a shape) on large cases: the timed calls on the check set
+    get its right answer, those on the fresh set a stale one."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([os.path.join(root, "tests"), root,
+                                                      os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setattr(runner, "SMALL_CASE_BYTES", 0)
+    wanted = {"permute/fwd/cpu_021_f32", "max_pool3d/fwd/cpu_k2s2"}
+    items = [(f, c) for f in load_families() for c in f.all_cases() if c.id in wanted]
+    assert len(items) == 2
+    _, results = runner.run_cases(items, device="cpu", impl="cheat_cache", references=["naive"], seed=None,
+                                  repeats=1, timeout_s=120, scratch=str(tmp_path), overlap=False)
+    for r in results:
+        assert not r.correct and "timed call on input set 1" in r.why, (r.case_id, r.why)

@@ -4,10 +4,11 @@ outputs back, and time what a user pays.
 Nothing here judges: the worker writes the outputs of our implementation as files and the parent compares them
 with its float64 references (``ops.scoring.judge``).
 
-Inputs: a check set (the untimed first call; reproducible with ``--seed``) and ``N`` timed sets of fresh values.
-Every timed call gets fresh Var objects (zero-copy views made before the clock starts) of the next set in
-turn, so an implementation that caches by input, or replays stored answers, returns a stale output; the last
-output of each timed set, from the last round, goes back to the parent with the check call's.
+Inputs: a check set (the first call's, before any timing; reproducible with ``--seed``) and sets of fresh
+values; the timed calls take the sets the manifest names in turn (three fresh ones, or on large cases the check
+set and one fresh). Every timed call gets fresh Var objects (zero-copy views made before the clock starts) of
+the next set in turn, so an implementation that caches by input, or replays stored answers, returns a stale
+output; the last output of each timed set, from the last round, goes back to the parent with the check call's.
 
 Three measures per implementation, measured in interleaved rounds (ours, then each reference, in every round,
 so that a slow spell of the machine touches all of them alike); the fastest round counts, since other
@@ -123,8 +124,8 @@ def short_error(err: BaseException, limit: int = 160) -> str:
 # --- input sets ----------------------------------------------------------------------------------------------
 
 def load_sets(case_dir: str) -> dict:
-    """The parent's manifest: {"sets": [{"inputs": [[file, dtype], ...], "grads": [...]}, ...]}; set 0 is the
-    check set."""
+    """The parent's manifest: {"sets": [{"inputs": [[file, dtype], ...], "grads": [...]}, ...], "timed": [the
+    sets the timed calls take in turn]}; set 0 is the check set."""
     with open(os.path.join(case_dir, "manifest.json")) as f:
         return json.load(f)
 
@@ -295,8 +296,9 @@ class Meter:
     """Times one implementation: a warm call, then one measurement per round; keeps the last output of each
     timed set from the latest round (``keep_outputs``)."""
 
-    def __init__(self, name: str, impl, n_sets: int, keep_outputs: bool = False):
-        self.name, self.impl, self.n_sets, self.keep = name, impl, n_sets, keep_outputs
+    def __init__(self, name: str, impl, timed: Sequence[int], keep_outputs: bool = False):
+        self.name, self.impl, self.keep = name, impl, keep_outputs
+        self.timed = list(timed) or [0]  # the input sets the timed calls take in turn
         self.cpu_clock = cpu_clock()
         self.is_jittor = isinstance(impl, JittorImpl)
         self.kernel: List[float] = []
@@ -306,7 +308,7 @@ class Meter:
         self.calls = 0
         self.estimate_ms = None
         self.slow = False
-        self.next_set = 1  # set 0 is the check set: never timed
+        self.turn = 0
         self.seconds = 0.0  # spent in warm() and round()
 
     def _sync(self, outs, device: bool):
@@ -325,8 +327,8 @@ class Meter:
     def _sets(self, n: int) -> List[int]:
         ks = []
         for _ in range(n):
-            ks.append(self.next_set)
-            self.next_set = self.next_set % (self.n_sets - 1) + 1 if self.n_sets > 1 else 0
+            ks.append(self.timed[self.turn % len(self.timed)])
+            self.turn += 1
         return ks
 
     @_adds_seconds
@@ -355,13 +357,13 @@ class Meter:
     @_adds_seconds
     def round(self) -> None:
         n = self._count()
-        ks = self._sets(max(n, self.n_sets - 1))
+        ks = self._sets(max(n, len(self.timed)))
         prepared = [self.impl.prepare(k) for k in ks]
         # The outputs of the round's last calls, one per timed set, stay alive until the round ends (ours go back
         # to the parent to be checked). Every implementation keeps them alike: a kept output cannot hand its
         # memory to the next call, which costs a fresh allocation (a 1 MB output: +16 us a call on the CPU,
         # page faults), so keeping only ours would time ours under worse conditions than the references.
-        keep_from = len(ks) - (self.n_sets - 1)
+        keep_from = len(ks) - len(self.timed)
         kept = {}
         walls, cpus, waits = [], [], []
         # WINDOWS back-to-back windows of the round's calls, each timed on its own; the fastest counts: a

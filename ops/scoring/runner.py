@@ -34,7 +34,12 @@ from .spec import Case, Family
 DEFAULT_TIMEOUT_S = 600.0  # per case: first-time kernel compiles and torch.compile are slow
 DEFAULT_REFERENCE_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 300.0  # a worker imports jittor, ops and the graded module, and measures the copy bandwidth
-SMALL_CASE_BYTES = 64 << 20  # cases whose inputs are at most this get 3 timed sets, larger ones 2
+# Cases whose inputs (as float64) are at most this time 3 sets of fresh values beside the check set; larger
+# ones time the check set and one fresh set in turn: 2 sets to make, load and hand back instead of 3. On an H100
+# run (2026-11-27) the sets cost the worker 45 s of loading and ~40 s of handing outputs back, the parent 140 s
+# of preparations, most of it on these cases. Two sets in turn still give every timed call a different buffer
+# than the call before, and the fresh one fails a module that replays answers of a seeded run.
+SMALL_CASE_BYTES = 64 << 20
 PREPARE_THREADS = 3  # on a GPU host: the input sets of a case made (and their references computed) in parallel
 # On a GPU host, cases prepared at once, and ahead of the one the worker runs. One at a time, 3 ahead, the
 # parent's preparations (MaxPool3D's 1.1-1.6 s a case against the worker's 0.5) kept the worker waiting: an
@@ -218,11 +223,19 @@ class Prepared:
     sets: List[Tuple[List[np.ndarray], List[np.ndarray]]]  # (inputs, output gradients)
     expected: List[Optional[list]]  # per set: the family's Expected outputs (None: the judge computes them)
     seconds: float = 0.0  # making, writing and judging them in advance
+    timed: List[int] = dataclasses.field(default_factory=list)  # the sets the timed calls take in turn
 
 
-def timed_sets(fam: Family, case: Case) -> int:
+def timed_sets(fam: Family, case: Case) -> List[int]:
+    """The input sets the timed calls take in turn (set 0 is the check set, from ``--seed``; the others fresh):
+    [1, 2, 3], or [0, 1] for a case of more than SMALL_CASE_BYTES."""
     size = sum(int(np.prod(s)) for s in case.shapes) * 8
-    return 3 if size <= SMALL_CASE_BYTES else 2
+    return [1, 2, 3] if size <= SMALL_CASE_BYTES else [0, 1]
+
+
+def input_sets(fam: Family, case: Case) -> int:
+    """How many input sets a case has: the check set and the fresh ones."""
+    return 1 + max(timed_sets(fam, case))
 
 
 def prepare_case(fam: Family, case: Case, folder: str, check_seed: Optional[int], fresh_seed: int,
@@ -233,7 +246,7 @@ def prepare_case(fam: Family, case: Case, folder: str, check_seed: Optional[int]
     computes one set at a time. The files reuse the pages of spares from ``spares`` (``ops.scoring.spare``)."""
     os.makedirs(folder, exist_ok=True)
     seeds = [check_seed if check_seed is not None else fresh_seed]
-    seeds += [[fresh_seed, k] for k in range(1, timed_sets(fam, case) + 1)]
+    seeds += [[fresh_seed, k] for k in range(1, input_sets(fam, case))]
     # float64 values and per-element bounds of every output, every set; inputs stand in for outputs' sizes
     reference_bytes = 16 * len(seeds) * sum(int(np.prod(s)) for s in case.shapes)
     eager = threads > 1 and reference_bytes <= EAGER_REFERENCE_BYTES
@@ -259,9 +272,10 @@ def prepare_case(fam: Family, case: Case, folder: str, check_seed: Optional[int]
             made = list(pool.map(make, range(len(seeds))))
     else:
         made = [make(k) for k in range(len(seeds))]
+    timed = timed_sets(fam, case)
     with open(os.path.join(folder, "manifest.json"), "w") as f:
-        json.dump({"sets": [m[0] for m in made]}, f)
-    return Prepared(folder, [m[1] for m in made], [m[2] for m in made])
+        json.dump({"sets": [m[0] for m in made], "timed": timed}, f)
+    return Prepared(folder, [m[1] for m in made], [m[2] for m in made], timed=timed)
 
 
 def _expected(fam: Family, case: Case, arrays, grads) -> list:
@@ -300,7 +314,7 @@ def case_footprint(fam: Family, case: Case) -> int:
     H100 host: the worker waited 25 s for their preparations and judges (2026-11-27)."""
     host = 4 if case.dtype == "bfloat16" else np.dtype(case.dtype).itemsize
     elements = sum(int(np.prod(s)) for s in case.shapes)
-    sets = 1 + timed_sets(fam, case)
+    sets = input_sets(fam, case)
     if fam.judged_in_rows(case):
         return 3 * host * elements * sets + PREPARE_THREADS * JUDGES * JUDGE_BYTES_PER_ELEMENT * ROW_BLOCK_ELEMENTS
     return (3 * host + 16) * elements * sets
@@ -395,7 +409,7 @@ def judge_outputs(fam: Family, case: Case, prepared: Prepared, files: Dict[str, 
         if not ok:
             return False, why, err, checked
         worst = max(worst, err or 0.0)
-    expected_groups = 1 + timed_sets(fam, case)
+    expected_groups = 1 + len(prepared.timed or timed_sets(fam, case))
     if len(files) < expected_groups:
         return False, f"only {len(files)} of {expected_groups} output groups came back", None, checked
     return True, "", worst, checked

@@ -78,7 +78,7 @@ def run_case(fam, case, api, cmd) -> None:
     manifest = H.load_sets(case_dir)
     emit("phase", "inputs")
     sets = [H.InputSet.from_files(case_dir, entry) for entry in manifest["sets"]]
-    n_sets = len(sets)
+    timed = manifest.get("timed") or list(range(1, len(sets))) or [0]
 
     emit("phase", "check")
     ours_impl = H.JittorImpl(case, compile_pass.ours_forward(fam, api), sets)
@@ -92,7 +92,7 @@ def run_case(fam, case, api, cmd) -> None:
     emit("outputs", files)
 
     emit("phase", "ours")
-    ours = H.Meter("ours", ours_impl, n_sets, keep_outputs=True)
+    ours = H.Meter("ours", ours_impl, timed, keep_outputs=True)
     try:
         ours.warm()
     except Exception as err:
@@ -112,7 +112,7 @@ def run_case(fam, case, api, cmd) -> None:
                                   f"{compile_pass.FAILED_COMPILES_FILE})", log=known.get("log") or None)
         else:
             try:
-                meter = H.Meter(name, H.build_reference(fam, case, name, sets), n_sets)
+                meter = H.Meter(name, H.build_reference(fam, case, name, sets), timed)
                 meter.warm()
                 meters.append(meter)
             except H.ReferenceSkipped as why:
