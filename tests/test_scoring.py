@@ -520,3 +520,26 @@ def test_rounds_stop_early_only_far_from_every_tier():
     assert not near(0.5, H.FAR_FROM_TIER) and not near(1.5, H.FAR_FROM_TIER)  # far: stop after MIN_ROUNDS
     assert near(1.0, H.FAR_FROM_TIER) and near(2.0 / 0.95 * 1.1, H.FAR_FROM_TIER)  # within 20% of one: go on
     assert near(1.0 / 0.95, H.NEAR_TIER) and not near(1.2, H.NEAR_TIER)
+
+
+def test_bfloat16_outputs_go_back_as_their_bits_and_read_back_exactly():
+    """The worker hands a bfloat16 output back as its uint16 bits (half a float32 copy's bytes); the parent reads
+    them as the float32 values they are: every bit pattern, NaN payloads, infinities and -0.0 included."""
+    from ops._jittor import jt
+    from ops.scoring.harness import hand_back_array, to_jittor, to_numpy
+    from ops.scoring.judge import host_values
+
+    jt.flags.use_cuda = 0
+    bits = np.arange(1 << 16, dtype=np.uint32).reshape(4, 128, 128)
+    values = (bits << np.uint32(16)).view(np.float32)  # every bfloat16
+    v = to_jittor(values, "bfloat16")
+    handed = hand_back_array(v)
+    assert handed.dtype == np.uint16 and handed.shape == (4, 128, 128) and handed.nbytes == values.nbytes // 2
+    back = host_values(handed, "bfloat16")
+    assert back.dtype == np.float32
+    assert np.array_equal(back.view(np.uint32), to_numpy(v).view(np.uint32))  # what the float32 cast gives
+    numbers = ~np.isnan(values)  # (the cast into bfloat16 may make NaN payloads its own)
+    assert np.array_equal(back.view(np.uint32)[numbers], values.view(np.uint32)[numbers])
+    assert np.isnan(back[~numbers]).all()
+    f = np.arange(6, dtype=np.float32)
+    assert host_values(f, "float32") is f and host_values(f.astype(np.uint16), "uint16").dtype == np.uint16

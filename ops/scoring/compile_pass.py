@@ -21,7 +21,7 @@ import time
 from typing import Callable, Dict, List, Sequence
 
 from .._jittor import jt
-from .harness import InputSet, JittorImpl, compiled_kernels, for_host, input_dtypes
+from .harness import InputSet, JittorImpl, compiled_kernels, for_hand_back, input_dtypes
 from .runner import LOG_TAIL, compile_reason, without_colors
 from .spec import Case
 
@@ -116,11 +116,11 @@ def remember_compiled(key: str) -> None:
 
 
 def handed_back(outs) -> list:
-    """Our outputs and the casts the worker makes to hand them back (``harness.for_host``: bfloat16 as float32,
-    a kernel per rank that would otherwise compile inside a timed case's check, ~6 s on an H100 host). Not
-    for the references: their outputs are not handed back, and a cast could fuse into a composite's kernel."""
+    """Our outputs and the copies the worker makes to hand them back (``harness.for_hand_back``: bfloat16 bits,
+    one kernel that would otherwise compile inside a timed case's check, ~6 s on an H100 host). Not for the
+    references: their outputs are not handed back."""
     outs = list(outs)
-    return outs + [h for o, h in zip(outs, map(for_host, outs)) if h is not o]
+    return outs + [h for o, h in zip(outs, map(for_hand_back, outs)) if h is not o]
 
 
 def ours_forward(fam, api) -> Callable:

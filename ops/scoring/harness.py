@@ -103,6 +103,27 @@ def for_host(v):
     return v if host == str(v.dtype) else v.astype(host)
 
 
+def copy_bytes(x, dtype: str):
+    """A new Var of ``dtype`` (of the same item size) holding ``x``'s bytes: a device or host memcpy."""
+    return jt.code(x.shape, dtype, [x], cuda_src="cudaMemcpyAsync(out0_p, in0_p, in0->size, cudaMemcpyDeviceToDevice);",
+                   cpu_src="std::memcpy(out0_p, in0_p, in0->size);", cpu_header="#include <cstring>")
+
+
+def for_hand_back(v):
+    """The Var the worker copies to the host to hand ``v`` back: ``v``, or for bfloat16 its bits as a flat
+    uint16 Var (half the bytes of a float32 copy to move and write; one kernel for every shape)."""
+    if str(v.dtype) != "bfloat16":
+        return v
+    return copy_bytes(v.reshape((v.numel(),)), "uint16")
+
+
+def hand_back_array(v) -> np.ndarray:
+    """``v`` as the array the worker writes for the parent (bfloat16: uint16 bits; ``judge.host_values`` reads
+    them)."""
+    a = for_hand_back(v).numpy()
+    return a.reshape(tuple(v.shape)) if str(v.dtype) == "bfloat16" else a
+
+
 def to_numpy64(v) -> np.ndarray:
     a = to_numpy(v)
     return a.astype(np.float64) if a.dtype.kind in "fc" else a
@@ -466,7 +487,7 @@ def save_outputs(case_dir: str, tag: str, outs, spares: Optional[str] = None) ->
     listed = []
     for i, v in enumerate(outs):
         name = f"{tag}_{i}.npy"
-        spare.save(os.path.join(case_dir, name), to_numpy(v), spares)
+        spare.save(os.path.join(case_dir, name), hand_back_array(v), spares)
         listed.append([name, str(v.dtype)])
     return listed
 

@@ -59,6 +59,14 @@ class Expected:
             raise ValueError(f"a {self.kind} expectation needs a bound")
 
 
+def host_values(a: np.ndarray, dtype: str) -> np.ndarray:
+    """The values of a handed-back output of jittor dtype ``dtype``: bfloat16 bits (uint16, as the worker writes
+    them) as float32, which holds each bfloat16 exactly; any other array as it is."""
+    if dtype == "bfloat16" and a.dtype == np.uint16:
+        return (a.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    return a
+
+
 def unit_roundoff(dtype: str) -> float:
     return 2.0 ** -SIGNIFICAND_BITS[dtype]
 

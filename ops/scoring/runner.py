@@ -28,7 +28,7 @@ import numpy as np
 
 from . import spare
 from .grading import CaseResult, Timing, grade
-from .judge import judge
+from .judge import host_values, judge
 from .spec import Case, Family
 
 DEFAULT_TIMEOUT_S = 600.0  # per case: first-time kernel compiles and torch.compile are slow
@@ -342,7 +342,8 @@ def judge_by_rows(fam: Family, case: Case, arrays, grads, listed: list, folder: 
     step = max(1, ROW_BLOCK_ELEMENTS // max(1, int(np.prod(got.shape[1:]))))
 
     def one(start):
-        return judge(np.asarray(got[start:start + step]), dtype, block(slice(start, start + step)), origin=(start,))
+        return judge(host_values(np.asarray(got[start:start + step]), dtype), dtype, block(slice(start, start + step)),
+                     origin=(start,))
 
     with ThreadPoolExecutor(max(1, threads)) as pool:
         verdicts = list(pool.map(one, range(0, n, step)))
@@ -382,7 +383,7 @@ def judge_outputs(fam: Family, case: Case, prepared: Prepared, files: Dict[str, 
             return False, f"{tag}: {len(listed)} outputs, expected {len(expected)}", None, 0
         worst, checked = 0.0, 0
         for i, ((name, dtype), exp) in enumerate(zip(listed, expected)):
-            got = np.load(os.path.join(prepared.folder, name))
+            got = host_values(np.load(os.path.join(prepared.folder, name)), dtype)
             ok, err, why = judge(got, dtype, exp)
             checked += 1
             if not ok:

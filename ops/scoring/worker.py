@@ -31,7 +31,7 @@ def emit(kind: str, payload="") -> None:
 
 def measure_copy_gbps(jt) -> float:
     """Device-to-device (or host) copy bandwidth in GB/s, bytes read plus bytes written (kernel time)."""
-    from .harness import _profile
+    from .harness import _profile, copy_bytes
 
     n = (1 << 28) if jt.flags.use_cuda else (1 << 25)  # 1 GiB on the GPU, 128 MiB on the host
     x = jt.ones((n,), "float32")
@@ -42,9 +42,7 @@ def measure_copy_gbps(jt) -> float:
             return None
 
         def call(self, k, _):
-            return [jt.code(x.shape, x.dtype, [x],
-                            cuda_src="cudaMemcpyAsync(out0_p, in0_p, in0->size, cudaMemcpyDeviceToDevice);",
-                            cpu_src="std::memcpy(out0_p, in0_p, in0->size);", cpu_header="#include <cstring>")]
+            return [copy_bytes(x, "float32")]
     copy = Copy()
     _profile(copy, 0, 0)
     ms = min(_profile(copy, 0, 3) for _ in range(3))
