@@ -543,3 +543,24 @@ def test_bfloat16_outputs_go_back_as_their_bits_and_read_back_exactly():
     assert np.isnan(back[~numbers]).all()
     f = np.arange(6, dtype=np.float32)
     assert host_values(f, "float32") is f and host_values(f.astype(np.uint16), "uint16").dtype == np.uint16
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int64", "bool"])
+def test_an_upload_from_a_mapped_file_holds_the_file_values(tmp_path, dtype):
+    """``harness.upload`` (a GPU worker's way in for large inputs: one copy from the mapped file) gives the Var
+    ``to_jittor`` gives, every dtype; run here through its host memcpy."""
+    from ops._jittor import jt
+    from ops.scoring import harness as H
+
+    jt.flags.use_cuda = 0
+    rng = np.random.default_rng(3)
+    host = H._host_dtype(dtype)
+    a = (rng.random((6, 7, 9)) < 0.5) if dtype == "bool" else (rng.standard_normal((6, 7, 9)) * 1000).astype(host)
+    if dtype == "bfloat16":
+        a = round_to_bfloat16(a)
+    np.save(tmp_path / "x.npy", a)
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="c")
+    v = H.upload(mapped, dtype)
+    assert str(v.dtype) == dtype and tuple(v.shape) == a.shape
+    assert np.array_equal(H.to_numpy(v), H.to_numpy(H.to_jittor(a, dtype)))
+    assert H.direct_upload_works()

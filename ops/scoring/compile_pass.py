@@ -20,8 +20,10 @@ import os
 import time
 from typing import Callable, Dict, List, Sequence
 
+import numpy as np
+
 from .._jittor import jt
-from .harness import InputSet, JittorImpl, compiled_kernels, for_hand_back, input_dtypes
+from .harness import InputSet, JittorImpl, compiled_kernels, for_hand_back, input_dtypes, upload
 from .runner import LOG_TAIL, compile_reason, without_colors
 from .spec import Case
 
@@ -224,10 +226,16 @@ def warm_graphs(items, api, limit_bytes: int, report: Callable[[str, dict], None
         _sync_groups([(key, case_id, vs) for key, (case_id, vs) in groups.items()], on_failure, stats)
         return ok
 
+    host_dtypes, uploaded = set(), set()  # of the inputs seen; those whose upload kernel was compiled
+
     def flush():
         nonlocal batch, held, built, consumed, made_s, stats
         report("start", {"items": consumed})
         started, kernels, stats = time.monotonic(), compiled_kernels(), SyncStats()  # this batch's syncs
+        if jt.flags.use_cuda:  # the worker's direct uploads of inputs (harness.upload): one kernel per dtype
+            tiny = [np.zeros(1, d) for d in sorted(host_dtypes - uploaded)]
+            _sync_bisect([upload(a, str(a.dtype)) for a in tiny], stats)
+            uploaded.update(str(a.dtype) for a in tiny)
         run(lambda impl, name: impl.stage(0))  # the forwards that backward graphs start from, compiled together first
         staged = time.monotonic()
         ok = run(lambda impl, name: (handed_back if name == "ours" else list)(impl.call(0, impl.prepare(0))))
@@ -248,6 +256,7 @@ def warm_graphs(items, api, limit_bytes: int, report: Callable[[str, dict], None
                 flush()
                 started += time.monotonic() - flushing  # the batch's syncs are not this case's inputs
             sets = [InputSet.placeholders(arrays, input_dtypes(case, arrays), grads, case.dtype)]
+            host_dtypes.update(str(a.dtype) for a in arrays + grads)
         except Exception:
             consumed += 1
             continue
