@@ -545,6 +545,20 @@ def test_bfloat16_outputs_go_back_as_their_bits_and_read_back_exactly():
     assert host_values(f, "float32") is f and host_values(f.astype(np.uint16), "uint16").dtype == np.uint16
 
 
+def test_bfloat16_outputs_go_back_as_float32_where_the_bit_copy_fails(monkeypatch):
+    from ops._jittor import jt
+    from ops.scoring import harness as H
+    from ops.scoring.judge import host_values
+
+    jt.flags.use_cuda = 0
+    assert H.bfloat16_bits_work()
+    monkeypatch.setattr(H, "_bits_work", False)
+    values = np.array([[1.0, -2.5], [np.inf, 3.140625]], np.float32)
+    handed = H.hand_back_array(H.to_jittor(values, "bfloat16"))
+    assert handed.dtype == np.float32 and handed.shape == (2, 2)
+    assert np.array_equal(host_values(handed, "bfloat16"), values)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int64", "bool"])
 def test_an_upload_from_a_mapped_file_holds_the_file_values(tmp_path, dtype):
     """``harness.upload`` (a GPU worker's way in for large inputs: one copy from the mapped file) gives the Var
