@@ -53,6 +53,7 @@ def test_grader_end_to_end_with_failures(tmp_path):
     assert refhang["correct"] and refhang["ours"]["ms"] > 0
     assert refhang["refs"]["naive"]["error"] == "skipped: no result in 4 s"
     assert data["env"]["copy_gbps"] > 0  # measured by the first worker, kept across restarts
+    assert data["env"]["bfloat16_bits"] is True and data["env"]["direct_upload"] is False  # (no GPU: jt.array)
     assert sum(r["points"] for r in data["results"]) == data["summary"]["points"]
     assert all(by_id[c]["points"] == 0 for c in ("toy/fwd/wrong", "toy/fwd/raise", "toy/fwd/crash", "toy/fwd/hang"))
     md = out_md.read_text()

@@ -165,7 +165,11 @@ def main(argv=None) -> int:
     by_id = {c.id: (fam, c) for fam in load_families() for c in fam.all_cases()}
     env = {"device": job["device"], "name": device_name(jt)}
     if job.get("copy"):
+        from . import harness as H
         env["copy_gbps"] = measure_copy_gbps(jt)
+        # how inputs come in and bfloat16 outputs go back on this machine (the JSON's env keeps it)
+        env["direct_upload"] = bool(jt.flags.use_cuda) and H.direct_upload_works()
+        env["bfloat16_bits"] = H.bfloat16_bits_work()
     emit("env", env)
     emit("ready")
     for line in sys.stdin:
