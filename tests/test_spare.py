@@ -38,7 +38,9 @@ def test_only_a_fitting_spare_is_taken_and_the_smallest_of_them(tmp_path):
     for n in (2, 5, 9, 40):  # MB
         np.save(tmp_path / f"s{n}.npy", np.ones(n * MB, np.uint8))
     spare.keep([str(tmp_path / f"s{n}.npy") for n in (2, 5, 9, 40)], pool, 1 << 30)
-    sizes = lambda: sorted(os.path.getsize(os.path.join(pool, f)) // MB for f in _files(pool))  # noqa: E731
+
+    def sizes():
+        return sorted(os.path.getsize(os.path.join(pool, f)) // MB for f in _files(pool))
     spare.save(str(tmp_path / "a.npy"), np.zeros(4 * MB + 7, np.uint8), pool)  # fits 5 and 9 (<= 2x): takes 5
     assert sizes() == [2, 9, 40]
     spare.save(str(tmp_path / "b.npy"), np.zeros(10 * MB, np.uint8), pool)  # 40 is more than 2x: a new file

@@ -70,6 +70,25 @@ def is_compile_failure(err: BaseException) -> bool:
 LOG_PATH = None
 
 
+def _log_since(offset: int) -> str:
+    """The worker's log from byte ``offset`` on ("" where there is none)."""
+    if not LOG_PATH:
+        return ""
+    try:
+        with open(LOG_PATH, "rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _log_size() -> int:
+    try:
+        return os.path.getsize(LOG_PATH) if LOG_PATH else 0
+    except OSError:
+        return 0
+
+
 def failed_compiles() -> Dict[str, dict]:
     """{compile key: {"case": where it first failed, "reason": one line, "log": the compiler's output}} from
     earlier runs with this kernel cache."""
@@ -80,13 +99,7 @@ def remember_failed_compile(key: str, case_id: str, error: str) -> None:
     """Record a failed compile with the first error line and the tail of what the compiler wrote to the log."""
     if key in failed_compiles():
         return
-    log = ""
-    if LOG_PATH:
-        try:
-            with open(LOG_PATH, errors="replace") as f:
-                log = without_colors(f.read())[-LOG_TAIL:]
-        except OSError:
-            pass
+    log = without_colors(_log_since(0))[-LOG_TAIL:]
     _add(FAILED_COMPILES_FILE, key, {"case": case_id, "reason": compile_reason(log) or error, "log": log})
 
 
@@ -129,24 +142,6 @@ def ours_forward(fam, api) -> Callable:
     """The graded module's forward for ``fam``'s cases, bound now: a batch builds its graphs after the loop
     that collected them has moved on to other families."""
     return lambda c, xs: fam.forward(c, api, xs)
-
-
-def _log_since(offset: int) -> str:
-    if not LOG_PATH:
-        return ""
-    try:
-        with open(LOG_PATH, "rb") as f:
-            f.seek(offset)
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _log_size() -> int:
-    try:
-        return os.path.getsize(LOG_PATH) if LOG_PATH else 0
-    except OSError:
-        return 0
 
 
 def probe_known_failures(items, failed: Dict[str, dict], stats: "SyncStats") -> List[dict]:

@@ -102,17 +102,23 @@ def to_jittor(arr: np.ndarray, dtype: str):
 # copy. jt.array first copies them into a pinned buffer of its own, and loading inputs took an H100 run 45 s
 # (~1-2 GB/s, 2026-11-27).
 DIRECT_UPLOAD_BYTES = 1 << 20
-_UPLOAD = {"cuda_src": 'cudaMemcpyAsync(out0_p, (const void*)(size_t)data["addr"], out0->size, '
-                       'cudaMemcpyHostToDevice, 0);',
-           "cpu_src": 'std::memcpy(out0_p, (const void*)(size_t)data["addr"], out0->size);',
-           "cpu_header": "#include <cstring>"}
 _direct_upload_works: Optional[bool] = None
+
+
+def _memcpy(shape, dtype: str, inputs: list, source: str, kind: str, **data):
+    """A new Var of ``shape`` and ``dtype`` holding ``out0->size`` bytes from ``source`` (a C++ pointer
+    expression), copied by one memcpy when the graph runs: ``cudaMemcpyAsync`` of ``kind`` on jittor's stream on
+    a GPU, ``std::memcpy`` on the host."""
+    return jt.code(shape, dtype, inputs, cuda_src=f"cudaMemcpyAsync(out0_p, {source}, out0->size, {kind}, 0);",
+                   cpu_src=f"std::memcpy(out0_p, {source}, out0->size);", cpu_header="#include <cstring>",
+                   **({"data": data} if data else {}))
 
 
 def upload(arr: np.ndarray, dtype: str):
     """A Var of ``dtype`` holding ``arr`` (C-contiguous, of ``dtype``'s host dtype), one memcpy from ``arr``'s
     memory when the graph runs: ``arr`` must live until then (a sync). One kernel per host dtype."""
-    flat = jt.code((arr.size,), _host_dtype(dtype), [], data={"addr": arr.ctypes.data}, **_UPLOAD)
+    flat = _memcpy((arr.size,), _host_dtype(dtype), [], '(const void*)(size_t)data["addr"]', "cudaMemcpyHostToDevice",
+                   addr=arr.ctypes.data)
     return _arrived(flat.reshape(tuple(arr.shape)), dtype)
 
 
@@ -146,8 +152,7 @@ def for_host(v):
 
 def copy_bytes(x, dtype: str):
     """A new Var of ``dtype`` (of the same item size) holding ``x``'s bytes: a device or host memcpy."""
-    return jt.code(x.shape, dtype, [x], cuda_src="cudaMemcpyAsync(out0_p, in0_p, in0->size, cudaMemcpyDeviceToDevice);",
-                   cpu_src="std::memcpy(out0_p, in0_p, in0->size);", cpu_header="#include <cstring>")
+    return _memcpy(x.shape, dtype, [x], "in0_p", "cudaMemcpyDeviceToDevice")
 
 
 _bits_work: Optional[bool] = None
@@ -385,7 +390,7 @@ class Meter:
 
     def __init__(self, name: str, impl, timed: Sequence[int], keep_outputs: bool = False):
         self.name, self.impl, self.keep = name, impl, keep_outputs
-        self.timed = list(timed) or [0]  # the input sets the timed calls take in turn
+        self.timed = list(timed)  # the input sets the timed calls take in turn
         self.cpu_clock = cpu_clock()
         self.is_jittor = isinstance(impl, JittorImpl)
         self.kernel: List[float] = []

@@ -35,10 +35,11 @@ DEFAULT_TIMEOUT_S = 600.0  # per case: first-time kernel compiles and torch.comp
 DEFAULT_REFERENCE_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 300.0  # a worker imports jittor, ops and the graded module, and measures the copy bandwidth
 # Cases whose inputs (as float64) are at most this time 3 sets of fresh values beside the check set; larger
-# ones time the check set and one fresh set in turn: 2 sets to make, load and hand back instead of 3. On an H100
-# run (2026-11-27) the sets cost the worker 45 s of loading and ~40 s of handing outputs back, the parent 140 s
-# of preparations, most of it on these cases. Two sets in turn still give every timed call a different buffer
-# than the call before, and the fresh one fails a module that replays answers of a seeded run.
+# ones time the check set and one fresh set in turn: 2 sets to make and load instead of 3 (and as many outputs
+# handed back: the check call's and one per timed set). On an H100 run (2026-11-27) loading the sets cost the
+# worker 45 s and their preparations the parent 140 s, most of it on these cases. Two sets in turn still give
+# every timed call a different buffer than the call before, and the fresh one fails a module that replays
+# answers of a seeded run.
 SMALL_CASE_BYTES = 64 << 20
 PREPARE_THREADS = 3  # on a GPU host: the input sets of a case made (and their references computed) in parallel
 # On a GPU host, cases prepared at once, and ahead of the one the worker runs. One at a time, 3 ahead, the
@@ -222,8 +223,8 @@ class Prepared:
     folder: str
     sets: List[Tuple[List[np.ndarray], List[np.ndarray]]]  # (inputs, output gradients)
     expected: List[Optional[list]]  # per set: the family's Expected outputs (None: the judge computes them)
+    timed: List[int]  # the sets the timed calls take in turn (``timed_sets``)
     seconds: float = 0.0  # making, writing and judging them in advance
-    timed: List[int] = dataclasses.field(default_factory=list)  # the sets the timed calls take in turn
 
 
 def timed_sets(fam: Family, case: Case) -> List[int]:
@@ -275,7 +276,7 @@ def prepare_case(fam: Family, case: Case, folder: str, check_seed: Optional[int]
     timed = timed_sets(fam, case)
     with open(os.path.join(folder, "manifest.json"), "w") as f:
         json.dump({"sets": [m[0] for m in made], "timed": timed}, f)
-    return Prepared(folder, [m[1] for m in made], [m[2] for m in made], timed=timed)
+    return Prepared(folder, [m[1] for m in made], [m[2] for m in made], timed)
 
 
 def _expected(fam: Family, case: Case, arrays, grads) -> list:
@@ -410,7 +411,7 @@ def judge_outputs(fam: Family, case: Case, prepared: Prepared, files: Dict[str, 
         if not ok:
             return False, why, err, checked
         worst = max(worst, err or 0.0)
-    expected_groups = 1 + len(prepared.timed or timed_sets(fam, case))
+    expected_groups = 1 + len(prepared.timed)
     if len(files) < expected_groups:
         return False, f"only {len(files)} of {expected_groups} output groups came back", None, checked
     return True, "", worst, checked
@@ -620,8 +621,8 @@ def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, r
 
     # On a GPU the parent works beside the worker (the host has cores to spare): the next AHEAD cases' inputs
     # and references are made, PREPARERS at a time, and up to JUDGES finished cases judged, while the worker
-    # runs this one, as far
-    # as memory allows; on the CPU that would slow the timed calls down, and each case runs alone.
+    # runs this one, as far as memory allows; on the CPU that would slow the timed calls down, and each case
+    # runs alone.
     overlap = device == "cuda" if overlap is None else overlap
     ahead = ThreadPoolExecutor(PREPARERS) if overlap else None
     judging = ThreadPoolExecutor(JUDGES) if overlap else None

@@ -23,6 +23,7 @@ import numpy as np
 # A spare serves a write of at most this factor fewer bytes (a larger one would be cut down, its pages freed
 # only to be asked for again by the next large write).
 FIT = 2
+MIN_BYTES = 1 << 20  # smaller files are written new and not kept: their pages cost little
 _names = itertools.count()
 _lock = threading.Lock()  # the parent's threads keep files at once: one eviction at a time
 
@@ -57,7 +58,7 @@ def _take(folder: str, need: int, path: str) -> bool:
 
 def save(path: str, array: np.ndarray, folder: Optional[str]) -> None:
     """``np.save(path, array)``, into the pages of a spare from ``folder`` where one fits."""
-    if folder and array.nbytes >= 1 << 20 and _take(folder, array.nbytes, path):
+    if folder and array.nbytes >= MIN_BYTES and _take(folder, array.nbytes, path):
         with open(path, "r+b") as f:
             np.lib.format.write_array(f, np.asanyarray(array), allow_pickle=False)
             f.truncate()
@@ -66,7 +67,7 @@ def save(path: str, array: np.ndarray, folder: Optional[str]) -> None:
 
 
 def keep(files: List[str], folder: str, limit: int) -> None:
-    """Move ``files`` (those of 1 MB or more) into ``folder``, the largest first, and evict the oldest spares
+    """Move ``files`` (those of MIN_BYTES or more) into ``folder``, the largest first, and evict the oldest spares
     so that the folder holds at most ``limit`` bytes; files that do not fit are deleted."""
     os.makedirs(folder, exist_ok=True)
     sized = []
@@ -79,15 +80,12 @@ def keep(files: List[str], folder: str, limit: int) -> None:
         held = _spares(folder)
         total = sum(s for _, s, _ in held)
         for size, path in sorted(sized, reverse=True):
-            if size < 1 << 20 or size > limit:
+            if size < MIN_BYTES or size > limit:
                 _remove(path)
                 continue
             while held and total + size > limit:
                 _, old, oldest = held.pop(0)
-                try:
-                    os.remove(oldest)
-                except OSError:  # taken meanwhile: it no longer counts either way
-                    pass
+                _remove(oldest)  # (taken meanwhile: it no longer counts either way)
                 total -= old
             spare = os.path.join(folder, f"{os.getpid()}-{next(_names)}.npy")
             try:
