@@ -131,11 +131,15 @@ def test_replayed_answers_fail_on_the_gpu(tmp_path):
     store = tmp_path / "answers"
     store.mkdir()
     args = ("-k", "k2s2_tiny,021_int8", "--direction", "fwd", "--seed", "5")
-    grade("cheat_replay", *args, env_extra={"CHEAT_REPLAY_DIR": str(store)}, tmp_path=tmp_path, device="cuda")
+    # The recording run skips the compile pass: the pass calls the module on uninitialized inputs first, and the
+    # cheat would record those answers instead of the seeded checked call's.
+    grade("cheat_replay", *args, "--no-warm", env_extra={"CHEAT_REPLAY_DIR": str(store)}, tmp_path=tmp_path,
+          device="cuda")
     assert list(store.iterdir())
     results = grade("cheat_replay", *args, env_extra={"CHEAT_REPLAY_DIR": str(store)}, tmp_path=tmp_path,
                     device="cuda")
-    assert_all_zero(results, "timed call on input set")
+    plain = {k: v for k, v in results.items() if "edge" not in k}
+    assert_all_zero(plain, "timed call on input set")  # the seeded checked call itself was answered right
 
 
 @pytest.mark.cuda
@@ -149,4 +153,5 @@ def test_work_outside_the_gpu_kernels_earns_no_points_on_the_gpu(impl, tmp_path)
     for case_id, r in plain.items():
         ours = r["ours"]
         assert r["correct"], (case_id, r["why"])
-        assert ours["ms"] >= ours["kernel_ms"] and r["points"] == 0, (case_id, ours, r["points"])
+        refs = {name: t["error"] or t["ms"] for name, t in r["refs"].items()}
+        assert ours["ms"] >= ours["kernel_ms"] and r["points"] == 0, (case_id, ours, r["points"], r["tiers"], refs)

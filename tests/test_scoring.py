@@ -55,9 +55,9 @@ def test_stored_tiers_win_over_this_run():
     assert r.tiers == [100, 400, 1000] and r.points == 70
 
 
-def test_no_reference_at_all_gives_full_points_for_a_correct_case():
+def test_no_reference_at_all_gives_no_points_even_to_a_correct_case():
     r = grading.grade(result(1.0, {"naive": "boom", "jittor": "ERR"}))
-    assert r.tiers is None and r.points == 100
+    assert r.tiers is None and r.points == 0 and "no reference measured" in r.tiers_source
 
 
 def test_speedups_and_summary():
@@ -343,6 +343,28 @@ def test_random_arrays_are_fresh_and_exact_in_their_dtype():
     b = random_array((1000,), "bfloat16", rng)
     assert np.array_equal(round_to_bfloat16(b), b)
     assert (b.view(np.uint32) & 0xFFFF == 0).all()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_large_arrays_drawn_in_parallel_blocks_are_seeded_exact_and_fresh_in_every_block(dtype, monkeypatch):
+    from ops.scoring import spec
+    monkeypatch.setattr(spec, "PARALLEL_DRAW_ELEMENTS", 256)
+    monkeypatch.setattr(spec, "DRAW_THREADS", 4)
+    a = random_array((40, 50), dtype, np.random.default_rng(7))
+    assert a.dtype == (np.float32 if dtype == "bfloat16" else np.dtype(dtype)) and a.shape == (40, 50)
+    assert np.array_equal(a, random_array((40, 50), dtype, np.random.default_rng(7)))  # --seed reproduces it
+    assert not np.array_equal(a, random_array((40, 50), dtype, np.random.default_rng(8)))
+    assert ((a >= -1) & (a <= 1)).all()
+    if dtype == "bfloat16":
+        assert np.array_equal(round_to_bfloat16(a), a)
+    blocks = a.reshape(4, -1)  # each thread's block is its own stream: no two blocks repeat each other
+    assert len({b.tobytes() for b in blocks}) == 4 and all(len(np.unique(b)) > 100 for b in blocks)
+    e = edge_array((40, 50), dtype, np.random.default_rng(7))
+    assert np.array_equal(e, edge_array((40, 50), dtype, np.random.default_rng(7)), equal_nan=True)
+    for special in (np.isnan(e), np.isposinf(e), np.isneginf(e), np.signbit(e) & (e == 0)):
+        assert 0.01 < special.mean() < 0.03  # each at about the density (2%), though drawn places may repeat
+    finite = e[np.isfinite(e)]
+    assert np.array_equal(finite, np.round(finite)) and set(np.unique(finite)) <= set(range(-4, 5))
 
 
 def test_bfloat16_rounding_is_to_nearest_even():

@@ -83,7 +83,9 @@ def points_for(ours_gbps: Optional[float], tiers: Optional[Sequence[float]], cor
     if not correct or ours_gbps is None:
         return 0
     if not tiers:
-        return TIER_POINTS[-1]  # nothing to compare with: a correct result earns the case
+        # Nothing to compare with earns nothing: a module that made every reference fail or time out (hogging the
+        # device during their warm-up, say) must not win the case's points with any speed.
+        return 0
     earned = 0
     for tier, pts in zip(tiers, TIER_POINTS):
         if ours_gbps >= TIER_FRACTION * tier:
@@ -100,6 +102,8 @@ def grade(result: CaseResult, stored_tiers: Optional[Sequence[float]] = None,
     else:
         result.tiers = default_tiers(result.nbytes, result.refs)
         result.tiers_source = tiers_source or "this run"
+        if result.tiers is None:
+            result.tiers_source = "none: no reference measured, so no points"
     result.points = points_for(ours, result.tiers, result.correct)
     return result
 

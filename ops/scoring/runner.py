@@ -45,11 +45,15 @@ PREPARE_THREADS = 3  # on a GPU host: the input sets of a case made (and their r
 # On a GPU host, cases prepared at once, and ahead of the one the worker runs. One at a time, 3 ahead, the
 # parent's preparations (MaxPool3D's 1.1-1.6 s a case against the worker's 0.5) kept the worker waiting: an
 # empty-cache H100 run's timing took 171 s for 115 s of the worker's own work over its first 110 cases; 2 at
-# once and 6 ahead, 164 s for 126 s over 114 cases (2026-11-27). With PREPARE_THREADS threads each and JUDGES
-# judges of as many threads, the parent keeps 12 of a 16-core host busy.
-PREPARERS = 2
-AHEAD = 6
-JUDGES = 2  # on a GPU host: finished cases judged at once while the worker runs the next
+# once and 6 ahead, 164 s for 126 s over 114 cases; a whole warm run with 2 at once, 6 ahead and 2 judges still
+# had the worker wait 34 s for preparations (most on the largest cases, whose preparation takes longer than the
+# 6 cases before them) and 15 s for judges (after the two 24300x11520 transpose_add cases, 7-10 s each) of its
+# 185 s (2026-11-27): hence 3, 8 ahead and 3 judges. With PREPARE_THREADS threads each, the parent keeps up to 18
+# threads of a 16-core host busy at its peaks; a timed window that another thread interrupted is slower, never
+# faster, and the fastest window counts.
+PREPARERS = 3
+AHEAD = 8
+JUDGES = 3  # on a GPU host: finished cases judged at once while the worker runs the next
 # References computed in advance hold at most this much at once (one case ahead, one being judged): a host with
 # 32 GB of memory still runs the largest cases, whose references the judge then computes set by set.
 EAGER_REFERENCE_BYTES = 4 << 30
