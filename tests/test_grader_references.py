@@ -1,10 +1,12 @@
 """The grader's references and expectations on inputs with ties, NaN, +-Inf and -0.0."""
+import time
+
 import numpy as np
 import pytest
 
 import ops
 from ops._jittor import jt
-from ops.scoring import fam_broadcast, fam_permute, fam_pool3d, fam_timex
+from ops.scoring import fam_broadcast, fam_permute, fam_pool3d, fam_timex, harness
 from ops.scoring.harness import _InjectGrad, to_jittor, to_numpy
 from ops.scoring.judge import judge
 from ops.scoring.spec import ReferenceSkipped
@@ -130,3 +132,28 @@ def test_jittors_cuda_pool_backward_reference_skips_where_it_reads_outside():
         assert fam_pool3d.FAMILY.jittor_forward(k2s2, [jt.zeros((1, 1, 4, 4, 4))])
     finally:
         jt.flags.use_cuda = 0
+
+
+class _SlowFirstCall(harness.JittorImpl):
+    """A jittor implementation whose calls sleep: the first ``first_ms``, later ones ``later_ms``; it compiles
+    nothing (its first call stands for one that loads kernels from the cache and allocates)."""
+
+    def __init__(self, first_ms, later_ms):
+        self.delays, self.calls = [first_ms, later_ms], 0
+
+    def prepare(self, k):
+        return None
+
+    def call(self, k, prepared):
+        time.sleep(self.delays[min(self.calls, 1)] / 1e3)
+        self.calls += 1
+        return []
+
+
+def test_a_slow_first_call_that_compiled_nothing_is_a_measurement_only_past_a_second():
+    loads = harness.Meter("naive", _SlowFirstCall(first_ms=30, later_ms=1), timed=[0])
+    loads.warm()  # 30 ms: loading, not the call's cost; the second call plans the rounds
+    assert loads.impl.calls == 2 and not loads.slow and loads.estimate_ms < harness.SLOW_MS
+    slow = harness.Meter("jittor", _SlowFirstCall(first_ms=harness.SLOW_FIRST_CALL_MS + 50, later_ms=1), timed=[0])
+    slow.warm()  # a first call past SLOW_FIRST_CALL_MS is the measurement: no second call of a seconds-long op
+    assert slow.impl.calls == 1 and slow.slow and slow.wall == [slow.estimate_ms]
