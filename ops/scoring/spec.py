@@ -86,14 +86,16 @@ def random_array(shape: Shape, dtype: str, rng: np.random.Generator, low=-1.0, h
     out = np.empty(shape, np.float32 if dtype == "bfloat16" else np.dtype(dtype))
     flat = out.reshape(-1)
 
+    in_place = flat.dtype == np.float32  # float32 and bfloat16 (carried as float32): drawn into the output
+
     def fill(gen, block):
-        x = flat[block] if flat.dtype == np.float32 else np.empty(block.stop - block.start, np.float32)
+        x = flat[block] if in_place else np.empty(block.stop - block.start, np.float32)
         gen.random(out=x, dtype=np.float32)
         x *= np.float32(high - low)
         x += np.float32(low)
         if dtype == "bfloat16":
             x[...] = round_to_bfloat16(x)
-        elif x.base is not flat:
+        elif not in_place:
             flat[block] = x
 
     _in_blocks(flat.size, rng, fill)
