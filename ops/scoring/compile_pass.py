@@ -24,7 +24,7 @@ import numpy as np
 
 from .._jittor import jt
 from .harness import InputSet, JittorImpl, compiled_kernels, for_hand_back, input_dtypes, upload
-from .runner import LOG_TAIL, compile_reason, without_colors
+from .runner import LOG_TAIL, compile_reason, log_size, read_log, without_colors
 from .spec import Case
 
 FAILED_COMPILES_FILE = "ops_grader_failed_compiles.json"
@@ -70,25 +70,6 @@ def is_compile_failure(err: BaseException) -> bool:
 LOG_PATH = None
 
 
-def _log_since(offset: int) -> str:
-    """The worker's log from byte ``offset`` on ("" where there is none)."""
-    if not LOG_PATH:
-        return ""
-    try:
-        with open(LOG_PATH, "rb") as f:
-            f.seek(offset)
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _log_size() -> int:
-    try:
-        return os.path.getsize(LOG_PATH) if LOG_PATH else 0
-    except OSError:
-        return 0
-
-
 def failed_compiles() -> Dict[str, dict]:
     """{compile key: {"case": where it first failed, "reason": one line, "log": the compiler's output}} from
     earlier runs with this kernel cache."""
@@ -99,7 +80,7 @@ def remember_failed_compile(key: str, case_id: str, error: str) -> None:
     """Record a failed compile with the first error line and the tail of what the compiler wrote to the log."""
     if key in failed_compiles():
         return
-    log = without_colors(_log_since(0))[-LOG_TAIL:]
+    log = without_colors(read_log(LOG_PATH))[-LOG_TAIL:]
     _add(FAILED_COMPILES_FILE, key, {"case": case_id, "reason": compile_reason(log) or error, "log": log})
 
 
@@ -160,14 +141,14 @@ def probe_known_failures(items, failed: Dict[str, dict], stats: "SyncStats") -> 
             keys = [k for k in known.keys if k in wanted and k not in failed]
             if not keys:
                 continue
-            started, mark, hit = time.monotonic(), _log_size(), False
+            started, mark, hit = time.monotonic(), log_size(LOG_PATH), False
             try:
                 arrays, grads = fam.zero_inputs(known.probe)
                 sets = [InputSet.placeholders(arrays, input_dtypes(known.probe, arrays), grads, known.probe.dtype)]
                 impl = JittorImpl(known.probe, fam.jittor_forward, sets)
                 stats.sync(impl.call(0, impl.prepare(0)))
             except Exception as err:
-                hit = known.marker in str(err) or known.marker in _log_since(mark)
+                hit = known.marker in str(err) or known.marker in read_log(LOG_PATH, mark)
             if hit:
                 for key in keys:
                     failed[key] = {"case": known.probe.id}

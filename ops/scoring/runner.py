@@ -96,6 +96,26 @@ def without_colors(text: str) -> str:
     return _ANSI.sub("", text)
 
 
+def log_size(path: Optional[str]) -> int:
+    """Bytes in the log file ``path`` (0 where there is none)."""
+    try:
+        return os.path.getsize(path) if path else 0
+    except OSError:
+        return 0
+
+
+def read_log(path: Optional[str], offset: int = 0) -> str:
+    """The log file ``path`` from byte ``offset`` on ("" where there is none)."""
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def error_lines(log: str) -> List[str]:
     """What follows ``error`` on each line of a compiler's (or CUDA's) output, colors removed, 160 characters
     at most."""
@@ -174,19 +194,10 @@ class Worker:
             self.log.flush()
 
     def log_size(self) -> int:
-        try:
-            return os.path.getsize(self.log_path)
-        except OSError:
-            return 0
+        return log_size(self.log_path)
 
     def log_since(self, offset: int) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(offset)
-                text = f.read().decode(errors="replace")
-        except OSError:
-            return ""
-        return without_colors(text)[-LOG_TAIL:]
+        return without_colors(read_log(self.log_path, offset))[-LOG_TAIL:]
 
     def exit_code(self) -> Optional[int]:
         try:

@@ -85,7 +85,6 @@ def random_array(shape: Shape, dtype: str, rng: np.random.Generator, low=-1.0, h
     # largest inputs take seconds of host time per case otherwise)
     out = np.empty(shape, np.float32 if dtype == "bfloat16" else np.dtype(dtype))
     flat = out.reshape(-1)
-
     in_place = flat.dtype == np.float32  # float32 and bfloat16 (carried as float32): drawn into the output
 
     def fill(gen, block):
