@@ -1,5 +1,5 @@
-// broadcast_cpu.h: the expand_as / broadcast_to CPU path (jt.code cpu_src of ops/broadcast.py). Needs
-// cpu_common.h before it.
+// broadcast_cpu.h: the expand_as / broadcast_to CPU path (jt.code cpu_src of ops/broadcast.py). Includes
+// cpu_common.h first.
 //
 // Forward: the simplified groups (ops/broadcast.py: simplify_broadcast) as runs of the innermost group, each a
 // fill of one x element (broadcast innermost group) or a copy of a contiguous run of x (kept innermost group),
@@ -21,6 +21,10 @@
 // forward n (groups), 'A' + i the group sizes and 'a' + i x's strides (0: broadcast); passes R C S L (row) or
 // N M J S T (column).
 #pragma once
+// "# include": jittor scans a source's `#include "..."` lines and looks for each file in its own folders only;
+// this form it leaves to the compiler, which finds the file beside this one (ops/_codegen.py: cpu_include
+// hashes both files into the header line, so an edit of either still recompiles).
+# include "cpu_common.h"
 #include <cstdint>
 #include <cstring>
 

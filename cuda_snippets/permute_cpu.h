@@ -1,5 +1,5 @@
-// permute_cpu.h: the permute / transpose_add CPU path (jt.code cpu_src of ops/permute.py). Needs cpu_common.h
-// before it.
+// permute_cpu.h: the permute / transpose_add CPU path (jt.code cpu_src of ops/permute.py). Includes cpu_common.h
+// first.
 //
 // The plan (ops/permute.py: cpu_plan_data) is the simplified permutation in elements, in one of three forms:
 //   * flat (mode 0): the identity: one memcpy, or one elementwise sum for transpose_add;
@@ -17,6 +17,10 @@
 // std::string, ~20 ns): m mode, r row, a A, b B, i isb, o osa, k the outer or batch rank; dims k: 'A' + k sizes,
 // 'I' + k input strides, 'Q' + k output strides (batch dims).
 #pragma once
+// "# include": jittor scans a source's `#include "..."` lines and looks for each file in its own folders only;
+// this form it leaves to the compiler, which finds the file beside this one (ops/_codegen.py: cpu_include
+// hashes both files into the header line, so an edit of either still recompiles).
+# include "cpu_common.h"
 #if defined(__SSE2__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif

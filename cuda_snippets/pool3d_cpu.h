@@ -1,4 +1,4 @@
-// pool3d_cpu.h: the MaxPool3D CPU path (jt.code cpu_src of ops/pool3d.py). Needs cpu_common.h before it.
+// pool3d_cpu.h: the MaxPool3D CPU path (jt.code cpu_src of ops/pool3d.py). Includes cpu_common.h first.
 //
 // Forward: a separable maximum over each (n, c) plane in three passes, D, then H, then W: pass D reduces the
 // kd window slices of output slice od to one H x W slice, pass H its kh window rows of output row oh to one row,
@@ -24,6 +24,10 @@
 // dilation; d, h, w each) as 4-bit fields (one lookup: each costs ~20 ns), or -1 and four entries "gk", "gs",
 // "gp", "gd" of three 17-bit fields when a parameter is 16 or more (ops/pool3d.py: cpu_geometry_data).
 #pragma once
+// "# include": jittor scans a source's `#include "..."` lines and looks for each file in its own folders only;
+// this form it leaves to the compiler, which finds the file beside this one (ops/_codegen.py: cpu_include
+// hashes both files into the header line, so an edit of either still recompiles).
+# include "cpu_common.h"
 #include <algorithm>
 #include <cstdint>
 #include <cstring>

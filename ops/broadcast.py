@@ -426,7 +426,7 @@ def cpu_pass_data(p: ReducePass) -> Dict[str, float]:
 
 @functools.lru_cache(maxsize=None)
 def _cpu_header() -> str:
-    return _codegen.include(("cpu_common.h", "broadcast_cpu.h"))
+    return _codegen.cpu_include("broadcast_cpu.h")
 
 
 CODE_MAX_RANK = _launch.CODE_MAX_RANK
@@ -549,8 +549,12 @@ def _plan(x_shape: Shape, dtype: str, out_shape: Shape, need_grad: bool, cuda: b
     return plan
 
 
-_PLANS = _launch.PlanCache("broadcast_to")
+# Plans of broadcast_to and expand_as; each entry point checks its recent calls first (PlanCache.planned).
+_PLANS_TO, _PLANS_AS = _launch.PlanCache("broadcast_to"), _launch.PlanCache("expand_as")
+_RECENT_TO, _RECENT_AS = _PLANS_TO.recent, _PLANS_AS.recent
 _jt_flags = _launch.flags
+_Var = jt.Var
+_recent_plan = _launch.recent_plan
 
 
 # ==============================================================================================================
@@ -580,29 +584,34 @@ def broadcast_to(x, shape):
     summed over the broadcast dims (deterministic). Raises TypeError for a non-Var ``x`` or a non-int
     ``shape`` entry, ValueError (naming both shapes) when x cannot be broadcast to ``shape``.
     """
-    if type(x) is not jt.Var:
+    if type(x) is _Var:
+        plan = _recent_plan(_RECENT_TO, (x.numel(), shape), x)
+        if plan is not None:
+            return plan(x)
+    else:
         _check_var(x, "x", "broadcast_to")
-    need_grad = not (_jt_flags.no_grad or x.is_stop_grad())
-    key = ("to", str(x.shape), str(x.dtype), shape, need_grad, _jt_flags.use_cuda)
-    try:
-        plan = _PLANS[key]
-    except (KeyError, TypeError):
-        plan = _PLANS.miss(key, _plan_of, x, shape, "shape", need_grad)
-    return plan(x)
+    need_grad, cuda = not (_jt_flags.no_grad or x.is_stop_grad()), _jt_flags.use_cuda
+    key = (str(x.shape), str(x.dtype), shape, need_grad, cuda)
+    return _PLANS_TO.planned(key, (x.numel(), shape), (x.shape, x.dtype, need_grad, cuda),
+                             _plan_of, x, shape, "shape", need_grad)(x)
 
 
 def expand_as(x, other):
     """``x`` broadcast to ``other``'s shape (see ``broadcast_to``); ``other`` only lends its shape."""
-    if type(x) is not jt.Var or type(other) is not jt.Var:
+    if type(x) is _Var and type(other) is _Var:
+        hit = _RECENT_AS.get(x.numel())
+        if hit is not None:
+            x_shape, x_dtype, other_shape, need_grad, cuda, plan = hit
+            if (other.shape == other_shape and x.shape == x_shape and x.dtype == x_dtype
+                    and _jt_flags.use_cuda == cuda and (not (_jt_flags.no_grad or x.is_stop_grad())) is need_grad):
+                return plan(x)
+    else:
         _check_var(x, "x", "expand_as")
         _check_var(other, "other", "expand_as")
-    need_grad = not (_jt_flags.no_grad or x.is_stop_grad())
-    key = ("as", str(x.shape), str(x.dtype), str(other.shape), need_grad, _jt_flags.use_cuda)
-    try:
-        plan = _PLANS[key]
-    except (KeyError, TypeError):
-        plan = _PLANS.miss(key, _plan_of, x, other, "other's shape", need_grad)
-    return plan(x)
+    need_grad, cuda = not (_jt_flags.no_grad or x.is_stop_grad()), _jt_flags.use_cuda
+    key = (str(x.shape), str(x.dtype), str(other.shape), need_grad, cuda)
+    return _PLANS_AS.planned(key, x.numel(), (x.shape, x.dtype, other.shape, need_grad, cuda),
+                             _plan_of, x, other, "other's shape", need_grad)(x)
 
 
 class ExpandAs(jt.Module):

@@ -657,7 +657,7 @@ def launch(cfg: KernelConfig, cuda: bool, shape: Sequence[int] = (), perm: Seque
         header = cuda_header(cfg.op, _codegen.ITEMSIZE[cfg.dtype])
     else:
         data = _launch.pack_fields(cpu_plan_data(shape, perm))
-        src, header = _CPU_SRC[cfg.op], _codegen.include(("cpu_common.h", "permute_cpu.h"))
+        src, header = _CPU_SRC[cfg.op], _codegen.cpu_include("permute_cpu.h")
         if shape:
             if need_grad:
                 grad_data, grad_srcs = cpu_grads(cfg.op, shape, perm)
@@ -775,9 +775,15 @@ def _transpose_add_plan(shape: Tuple[int, ...], dtype: str, perm: Tuple[int, ...
 
 
 _jt_flags = _launch.flags
+_Var = jt.Var
+_recent_plan, _recent_plan2 = _launch.recent_plan, _launch.recent_plan2
+# Each entry point checks its recent calls first (PlanCache.planned).
 _PERMUTE_PLANS = _launch.PlanCache("permute")
 _TRANSPOSE_PLANS = _launch.PlanCache("transpose")
 _TRANSPOSE_ADD_PLANS = _launch.PlanCache("transpose_add")
+_RECENT_PERMUTES = _PERMUTE_PLANS.recent
+_RECENT_TRANSPOSES = _TRANSPOSE_PLANS.recent
+_RECENT_TRANSPOSE_ADDS = _TRANSPOSE_ADD_PLANS.recent
 
 
 # ---- functional API ---------------------------------------------------------------------------------------
@@ -819,28 +825,30 @@ def permute(x, *dims):
 
     ``dims`` as varargs or one tuple/list; negative dims count from the end. Any dtype, rank and size.
     """
-    if type(x) is not jt.Var:
+    if type(x) is _Var:
+        plan = _recent_plan(_RECENT_PERMUTES, (x.numel(), dims), x)
+        if plan is not None:
+            return plan(x)
+    else:
         _check_var(x, "x")
-    need_grad = not (_jt_flags.no_grad or x.is_stop_grad())
-    key = (str(x.shape), str(x.dtype), dims, need_grad, _jt_flags.use_cuda)
-    try:
-        plan = _PERMUTE_PLANS[key]
-    except (KeyError, TypeError):
-        plan = _PERMUTE_PLANS.miss(key, _permute_plan_of, x, dims, need_grad)
-    return plan(x)
+    need_grad, cuda = not (_jt_flags.no_grad or x.is_stop_grad()), _jt_flags.use_cuda
+    key = (str(x.shape), str(x.dtype), dims, need_grad, cuda)
+    return _PERMUTE_PLANS.planned(key, (x.numel(), dims), (x.shape, x.dtype, need_grad, cuda),
+                                  _permute_plan_of, x, dims, need_grad)(x)
 
 
 def transpose(x, dim0, dim1):
     """``x`` with dims ``dim0`` and ``dim1`` swapped."""
-    if type(x) is not jt.Var:
+    if type(x) is _Var:
+        plan = _recent_plan(_RECENT_TRANSPOSES, (x.numel(), dim0, dim1), x)
+        if plan is not None:
+            return plan(x)
+    else:
         _check_var(x, "x")
-    need_grad = not (_jt_flags.no_grad or x.is_stop_grad())
-    key = (str(x.shape), str(x.dtype), dim0, dim1, need_grad, _jt_flags.use_cuda)
-    try:
-        plan = _TRANSPOSE_PLANS[key]
-    except (KeyError, TypeError):
-        plan = _TRANSPOSE_PLANS.miss(key, _transpose_plan_of, x, dim0, dim1, need_grad)
-    return plan(x)
+    need_grad, cuda = not (_jt_flags.no_grad or x.is_stop_grad()), _jt_flags.use_cuda
+    key = (str(x.shape), str(x.dtype), dim0, dim1, need_grad, cuda)
+    return _TRANSPOSE_PLANS.planned(key, (x.numel(), dim0, dim1), (x.shape, x.dtype, need_grad, cuda),
+                                    _transpose_plan_of, x, dim0, dim1, need_grad)(x)
 
 
 def _swap(ndim: int, dim0: int, dim1: int) -> Tuple[int, ...]:
@@ -868,16 +876,19 @@ def transpose_add(x, y, dim0=0, dim1=1):
 
     float16/bfloat16 are added in float32 and rounded once; integers wrap; bool adds as logical or.
     """
-    if type(x) is not jt.Var or type(y) is not jt.Var:
+    if type(x) is _Var and type(y) is _Var:
+        plan = _recent_plan2(_RECENT_TRANSPOSE_ADDS, (x.numel(), dim0, dim1), x, y)
+        if plan is not None:
+            return plan(x, y)
+    else:
         _check_var(x, "x")
         _check_var(y, "y")
     need_grad = not (_jt_flags.no_grad or (x.is_stop_grad() and y.is_stop_grad()))
-    key = (str(x.shape), str(x.dtype), str(y.shape), str(y.dtype), dim0, dim1, need_grad, _jt_flags.use_cuda)
-    try:
-        plan = _TRANSPOSE_ADD_PLANS[key]
-    except (KeyError, TypeError):
-        plan = _TRANSPOSE_ADD_PLANS.miss(key, _transpose_add_plan_of, x, y, dim0, dim1, need_grad)
-    return plan(x, y)
+    cuda = _jt_flags.use_cuda
+    key = (str(x.shape), str(x.dtype), str(y.shape), str(y.dtype), dim0, dim1, need_grad, cuda)
+    hit = (x.shape, x.dtype, y.shape, y.dtype, need_grad, cuda)
+    return _TRANSPOSE_ADD_PLANS.planned(key, (x.numel(), dim0, dim1), hit, _transpose_add_plan_of,
+                                        x, y, dim0, dim1, need_grad)(x, y)
 
 
 class Permute(jt.Module):

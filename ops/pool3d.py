@@ -621,7 +621,7 @@ def cpu_geometry_data(params: PoolParams) -> dict:
 
 
 def cpu_header() -> str:
-    return _codegen.include(("cpu_common.h", "pool3d_cpu.h"))
+    return _codegen.cpu_include("pool3d_cpu.h")
 
 
 def cpu_forward_src(mode: int) -> str:
@@ -721,8 +721,11 @@ def plan(x_shape: Tuple[int, ...], dtype: str, params: PoolParams, return_indice
     return _Plan(launch, in_shape, None if len(x_shape) == 5 else out_shape, bool(return_indices))
 
 
-_PLANS = _launch.PlanCache("max_pool3d")
+_PLANS = _launch.PlanCache("max_pool3d")  # the entry point checks its recent calls first (PlanCache.planned)
+_RECENT = _PLANS.recent
 _jt_flags = _launch.flags
+_Var = jt.Var
+_recent_plan = _launch.recent_plan
 
 
 # ---- functional API and Module ----------------------------------------------------------------------------
@@ -758,17 +761,17 @@ def max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     ``(d * H + h) * W + w`` of each maximum in its (n, c) plane. Raises TypeError/ValueError naming the bad
     argument. Backward is deterministic (no atomics).
     """
-    if type(x) is not jt.Var:
+    params = (kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+    if type(x) is _Var:
+        plan = _recent_plan(_RECENT, (x.numel(), params), x)
+        if plan is not None:
+            return plan(x)
+    else:
         _check_input(x)
-    need_grad = not (_jt_flags.no_grad or x.is_stop_grad())
-    key = (str(x.shape), str(x.dtype), kernel_size, stride, padding, dilation, ceil_mode, return_indices,
-           need_grad, _jt_flags.use_cuda)
-    try:
-        p = _PLANS[key]
-    except (KeyError, TypeError):
-        p = _PLANS.miss(key, _plan_of, x, kernel_size, stride, padding, dilation, ceil_mode, return_indices,
-                        need_grad)
-    return p(x)
+    need_grad, cuda = not (_jt_flags.no_grad or x.is_stop_grad()), _jt_flags.use_cuda
+    key = (str(x.shape), str(x.dtype), params, need_grad, cuda)
+    return _PLANS.planned(key, (x.numel(), params), (x.shape, x.dtype, need_grad, cuda),
+                          _plan_of, x, *params, need_grad)(x)
 
 
 class MaxPool3d(jt.Module):

@@ -442,8 +442,11 @@ def _plan(shape: Tuple[int, int, int], dtype: str, eps: float, need_grad: bool, 
     return _Plan(forward, (shape, dtype, cfg, cuda))
 
 
-_PLANS = _launch.PlanCache("timex")
+_PLANS = _launch.PlanCache("timex")  # the entry point checks its recent calls first (PlanCache.planned)
+_RECENT = _PLANS.recent
 _jt_flags = _launch.flags
+_Var = jt.Var
+_recent_plan2 = _launch.recent_plan2
 
 
 # ---- functional API and Module ----------------------------------------------------------------------------
@@ -495,15 +498,17 @@ def timex(w, k, eps=0.0):
     Each output (and each gradient element) sums its own terms only, as IEEE would: an Inf or NaN in k at step
     u reaches out[..., t] for t >= u only (0 * Inf inside a sum is NaN), never an earlier output.
     """
-    if type(w) is not jt.Var or type(k) is not jt.Var:
+    if type(w) is _Var and type(k) is _Var:
+        plan = _recent_plan2(_RECENT, (k.numel(), eps), w, k)
+        if plan is not None:
+            return plan(w, k)
+    else:
         _validate(w, k, eps)
     need_grad = not (_jt_flags.no_grad or (w.is_stop_grad() and k.is_stop_grad()))
-    key = (str(w.shape), str(w.dtype), str(k.shape), str(k.dtype), eps, need_grad, _jt_flags.use_cuda)
-    try:
-        plan = _PLANS[key]
-    except (KeyError, TypeError):
-        plan = _PLANS.miss(key, _plan_of, w, k, eps, need_grad)
-    return plan(w, k)
+    cuda = _jt_flags.use_cuda
+    key = (str(w.shape), str(w.dtype), str(k.shape), str(k.dtype), eps, need_grad, cuda)
+    hit = (w.shape, w.dtype, k.shape, k.dtype, need_grad, cuda)
+    return _PLANS.planned(key, (k.numel(), eps), hit, _plan_of, w, k, eps, need_grad)(w, k)
 
 
 class TimeX(jt.Module):
