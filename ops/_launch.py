@@ -1,11 +1,14 @@
 """The launch layer every op family uses: plans memoized per call signature, switches read once, ``jt.code``.
 
-A public call (``ops.max_pool3d(x, 3, 2)``) costs, on a hit, a key built from the call's signature (input shapes
-and dtypes, the parameters as the user passed them, grad mode, device) and a dict lookup; only a miss validates,
-dispatches and renders. What a miss builds is a family's *plan*: a small object whose ``__call__`` takes the input
-Vars and does the least jittor work the call needs (``jt.code`` with prebuilt arguments, a reshape at most).
+A public call (``ops.max_pool3d(x, 3, 2)``) that repeats a recent signature costs a lookup by its input's size and
+arguments and a comparison of its input's shape, dtype, grad mode and device (:func:`recent_plan`); otherwise a key
+built from the call's signature (input shapes and dtypes, the parameters as the user passed them, grad mode,
+device) and a dict lookup; only a miss of both validates, dispatches and renders. What a miss builds is a
+family's *plan*: a small object whose ``__call__`` takes the input Vars and does the least jittor work the call
+needs (``jt.code`` with prebuilt arguments, a reshape at most).
 
-* :class:`PlanCache` -- a bounded dict of plans, one per family entry point, with a counter the tests read;
+* :class:`PlanCache` -- a bounded dict of plans, one per family entry point, with a counter the tests read, and
+  its recent calls (:func:`recent_plan`, :func:`recent_plan2`);
 * :func:`register_switch`, :func:`switch`, :func:`reload_switches` -- the ``OPS_*`` environment switches, read
   at import (never on the call path); ``reload_switches()`` re-reads them and clears every plan;
 * :func:`on_cuda` -- where jittor runs the next op (the one place the families ask);
@@ -21,8 +24,9 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from ._jittor import has_cuda, jt
 
-__all__ = ["PlanCache", "Launch", "taped", "pack_fields", "unpack_fields", "register_switch", "switch",
-           "reload_switches", "on_cuda", "flags", "HOST_OPT_SWITCH", "PLAN_CACHE_SIZE", "CODE_MAX_RANK"]
+__all__ = ["PlanCache", "recent_plan", "recent_plan2", "Launch", "taped", "pack_fields", "unpack_fields",
+           "register_switch", "switch", "reload_switches", "on_cuda", "flags", "HOST_OPT_SWITCH", "PLAN_CACHE_SIZE",
+           "CODE_MAX_RANK"]
 
 # jittor's code-op template cannot take a Var of 10 dims (its macros write a rank in hex and then fail on
 # `out0_dim-1` = `a-1`; seen on the H100, 2026-11-25): such a Var goes through the launch flat.
