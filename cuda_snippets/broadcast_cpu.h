@@ -79,6 +79,26 @@ template <> struct Word<2> { typedef uint16_t type; };
 template <> struct Word<4> { typedef uint32_t type; };
 template <> struct Word<8> { typedef uint64_t type; };
 
+// A run of n copies of v from `out` on. Runs of 1 MB and more are stored with `rep stos`, which this size writes
+// without reading each line first: a 1 MB float fill 6.89 -> 6.36 us, 4 MB 40.4 -> 32.1, against the vectorized
+// loop; below ~900 KB the loop wins (512 KB: 2.07 against 3.15 us) (2-core AMD EPYC with 1 MB of L2 a core,
+// 2026-11-27, a standalone loop over one reused buffer).
+const long long STRING_FILL_BYTES = 1 << 20;
+
+template <typename E> inline void fill_run(E* out, long long n, E v) {
+#if defined(__x86_64__)
+  if (n * (long long)sizeof(E) >= STRING_FILL_BYTES) {
+    unsigned long long count = (unsigned long long)n;
+    if (sizeof(E) == 1) asm volatile("rep stosb" : "+D"(out), "+c"(count) : "a"(v) : "memory");
+    else if (sizeof(E) == 2) asm volatile("rep stosw" : "+D"(out), "+c"(count) : "a"(v) : "memory");
+    else if (sizeof(E) == 4) asm volatile("rep stosl" : "+D"(out), "+c"(count) : "a"(v) : "memory");
+    else asm volatile("rep stosq" : "+D"(out), "+c"(count) : "a"(v) : "memory");
+    return;
+  }
+#endif
+  for (long long k = 0; k < n; ++k) out[k] = v;
+}
+
 // The forward's runs, innermost group: FILL, it is broadcast (a run repeats one x element), else kept (a run
 // copies a contiguous run of x). The next group is a plain loop at a fixed x stride, the outer ones an odometer:
 // per-run work stays a few instructions (a run of 128 floats is 16 stores; a generic odometer per run cost 12-20%
@@ -97,8 +117,7 @@ inline void forward_runs(const E* x, E* out, int nd, const long long* dims, cons
     const E* xo = x + off;
     for (long long m = 0; m < mid; ++m, out += inner) {
       if (FILL) {
-        const E v = xo[m * mid_stride];
-        for (long long k = 0; k < inner; ++k) out[k] = v;
+        fill_run(out, inner, xo[m * mid_stride]);
       } else {
         const E* src = xo + m * mid_stride;
         for (long long k = 0; k < inner; ++k) out[k] = src[k];

@@ -370,6 +370,28 @@ def test_broadcast_cpu_data_drops_the_gpu_padding():
     assert BC.cpu_forward_data(BC.select_config((1,), (512, 512), "float32")) == {"n": 1, "A": 262144, "a": 0}
 
 
+@pytest.mark.parametrize("dtype", ["bool", "int8", "float16", "bfloat16", "float32", "int64", "float64"])
+def test_broadcast_fills_of_a_megabyte_and_more_are_exact(dtype, rng):
+    """Runs of 1 MB and more are stored as strings of the element's bits (broadcast_cpu.h: fill_run), one word
+    size per dtype: every element, the runs' boundaries and the last element hold x's bits, NaN payloads and
+    signed zeros included; runs just under the threshold (the loop) too."""
+    limit = 1 << 20
+    itemsize = np.dtype("uint16" if dtype == "bfloat16" else dtype).itemsize
+    run = limit // itemsize + 3
+    for x_shape, out in [((1,), (run,)), ((3, 1), (3, run)), ((2, 1, 1), (2, 2, run - 4))]:
+        a = random_array(x_shape, dtype, rng)
+        if dtype in ("float16", "float32", "float64"):
+            nan_bits = {"float16": 0x7E01, "float32": 0x7FC00123, "float64": 0x7FF8000000000ABC}[dtype]
+            a.reshape(-1)[0] = np.array(nan_bits, f"uint{8 * itemsize}").view(dtype)
+            a.reshape(-1)[-1] = -0.0
+        got = ops.broadcast_to(to_jittor(a, dtype), out).numpy()
+        want = np.broadcast_to(a, out)
+        assert got.shape == want.shape
+        bits = "uint16" if dtype == "bfloat16" else f"uint{8 * itemsize}" if dtype != "bool" else "uint8"
+        np.testing.assert_array_equal(np.ascontiguousarray(got).view(bits), np.ascontiguousarray(want).view(bits),
+                                      err_msg=str(out))
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
 def test_broadcast_grad_sums_rows_of_every_length(dtype, rng):
     """Row sums over lengths around the 8 partial sums (1, 7, 8, 9, 1001), a split row and a split column, each
