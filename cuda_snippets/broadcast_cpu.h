@@ -89,10 +89,8 @@ template <typename E> inline void fill_run(E* out, long long n, E v) {
 #if defined(__x86_64__)
   if (n * (long long)sizeof(E) >= STRING_FILL_BYTES) {
     unsigned long long count = (unsigned long long)n;
-    if (sizeof(E) == 1) asm volatile("rep stosb" : "+D"(out), "+c"(count) : "a"(v) : "memory");
-    else if (sizeof(E) == 2) asm volatile("rep stosw" : "+D"(out), "+c"(count) : "a"(v) : "memory");
-    else if (sizeof(E) == 4) asm volatile("rep stosl" : "+D"(out), "+c"(count) : "a"(v) : "memory");
-    else asm volatile("rep stosq" : "+D"(out), "+c"(count) : "a"(v) : "memory");
+    // v's register (al, ax, eax or rax: E is an unsigned integer of the element's size) sets the store width
+    asm volatile("rep stos %2, %%es:(%%rdi)" : "+D"(out), "+c"(count) : "a"(v) : "memory");
     return;
   }
 #endif
