@@ -34,6 +34,7 @@ class Timing:
     slow: bool = False  # slower than harness.SLOW_MS a call: timed a bounded number of calls
     log: Optional[str] = None  # the worker's stderr while this implementation failed (compiler output)
     seconds: Optional[float] = None  # the worker's time spent timing it (warm-up and rounds)
+    discarded: int = 0  # rounds run again because jittor compiled (or a process ran) during them
 
     @property
     def ok(self) -> bool:

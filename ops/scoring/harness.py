@@ -4,11 +4,13 @@ outputs back, and time what a user pays.
 Nothing here judges: the worker writes the outputs of our implementation as files and the parent compares them
 with its float64 references (``ops.scoring.judge``).
 
-Inputs: a check set (the first call's, before any timing; reproducible with ``--seed``) and sets of fresh
-values; the timed calls take the sets the manifest names in turn (three fresh ones, or on large cases the check
-set and one fresh). Every timed call gets fresh Var objects (zero-copy views made before the clock starts) of
-the next set in turn, so an implementation that caches by input, or replays stored answers, returns a stale
-output; the last output of each timed set, from the last round, goes back to the parent with the check call's.
+Inputs: a check set (the first call's, before any timing; reproducible with ``--seed``) and the timed sets the
+manifest names (three, or on large cases the check set and one more). Every timed call of a jittor implementation
+(ours and the references alike) gets inputs no call has seen: a fresh copy of a timed set with about half of its
+elements' bit patterns flipped by a hash of the call's number (``ops.scoring.fresh``), made on the device before
+the clock starts, a batch of calls at a time. Of ours, a few timed calls' outputs go back to the parent whole
+(which calls: drawn per round, not known before the round) and samples of the others are compared among the calls
+of a window (``Watch``): a module that answers a call without computing it returns a wrong output there.
 
 Three measures per implementation, measured in interleaved rounds (ours, then each reference, in every round,
 so that a slow spell of the machine touches all of them alike); the fastest round counts, since other
@@ -27,6 +29,7 @@ gradient is injected (``_InjectGrad``) so that the op's own gradient code is all
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import json
 import os
@@ -35,16 +38,21 @@ import resource
 import statistics
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .._jittor import jt
-from . import spare
+from . import fresh, spare
 from .grading import Timing
 from .spec import Case, Family, ReferenceSkipped  # noqa: F401  (ReferenceSkipped: the worker catches it here)
 
 TARGET_MS = 10.0  # each measurement runs the op about this long: 10 ms amortizes a ~5 us launch to 0.05%
+# On the CPU clock, half that: a round's calls are planned by one synced call's wall time, which the inputs'
+# reshape views inflated 1.5-2.5x while each timed call was a view of an input set (its second call 31 against 17 us
+# for a 9 us max_pool3d, 2-core host); on fresh inputs it is nearly the call's own, and 5 ms keeps the rounds as
+# long as they were.
+TARGET_MS_CPU_CLOCK = 5.0
 MAX_CALLS = 2048
 MAX_RERUN = 256
 # A call slower than this is timed by one call of its warm-up, not in rounds. On the H100 table (2026-11-26)
@@ -64,11 +72,29 @@ NEAR_TIER = 0.06  # ours within this fraction of a tier's 0.95 boundary: more ro
 # Two rounds, not three: 120 of 148 cases of an H100 run stopped early, their third rounds 14 s of its 254 s.
 FAR_FROM_TIER = 0.2
 MIN_ROUNDS = 2
+WARM_CALLS = 5  # warm calls, at most, until one compiles nothing
+ROUND_ATTEMPTS = 4  # tries of a round, at most, until one compiles nothing
+# A window's fresh inputs (and our outputs, kept to its end) hold at most this much: a window of a 256 MB case
+# takes fewer calls (and a round more windows) rather than gigabytes of copies.
+WINDOW_BYTES = 2 << 30
+
+
+# The clocks and syncs timing uses, bound when the worker imports this module, before it imports the graded
+# module: a module that replaces time.perf_counter, jt.sync_all and the like in its process does not reach them.
+_perf_counter, _process_time, _getrusage = time.perf_counter, time.process_time, resource.getrusage
+_jt_sync, _jt_sync_all, _profile_scope = jt.sync, jt.sync_all, jt.profile_scope
 
 
 def _voluntary_switches() -> int:
     """Times this thread gave up the CPU to wait (not counting preemption by other processes)."""
-    return resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
+    return _getrusage(resource.RUSAGE_THREAD).ru_nvcsw
+
+
+def children_cpu_seconds() -> float:
+    """CPU time of this process's finished child processes: it grows when jittor compiles a kernel (the compiler
+    is a child), or when the implementation ran a process of its own."""
+    used = _getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def cpu_clock() -> bool:
@@ -236,7 +262,7 @@ class InputSet:
         self.xs = [to_device(a, d) for a, d in zip(arrays, dtypes)]
         self.grad_arrays = list(grads)
         self.dys = [to_device(g, grad_dtype) for g in grads]
-        jt.sync(self.xs + self.dys)
+        _jt_sync(self.xs + self.dys)
 
     @classmethod
     def placeholders(cls, arrays: Sequence[np.ndarray], dtypes: Sequence[str], grads=(),
@@ -304,6 +330,18 @@ class JittorImpl:
         jt.sync(self.stage(k))
         return self._views(s.dys)
 
+    def varied(self, k: int) -> list:
+        """The Vars of set ``k`` that each timed call gets a fresh copy of: the inputs of a forward, the output
+        gradients of a backward (its forward on the set's inputs is computed once, ``stage``)."""
+        s = self.sets[k]
+        return list(s.xs if self.case.direction == "fwd" else s.dys)
+
+    def prepare_with(self, k: int, fresh: list):
+        """A call's inputs on set ``k`` with ``fresh`` (Vars shaped as ``varied(k)``) in place of the varied ones."""
+        if self.case.direction == "bwd":
+            _jt_sync(self.stage(k))
+        return list(fresh)
+
     def call(self, k: int, prepared) -> list:
         if self.case.direction == "fwd":
             with jt.no_grad():
@@ -368,9 +406,9 @@ class TorchImpl:
 def _profile(impl: JittorImpl, k: int, rerun: int) -> float:
     """Kernel time in ms of one call on set ``k`` (jittor's profiler re-runs each kernel 2^j times)."""
     prepared = impl.prepare(k)
-    jt.sync_all(True)
-    with jt.profile_scope(1, rerun) as report:
-        jt.sync(impl.call(k, prepared), device_sync=True)
+    _jt_sync_all(True)
+    with _profile_scope(1, rerun) as report:
+        _jt_sync(impl.call(k, prepared), device_sync=True)
     rows = report[1:]
     if not rows:
         return 0.0  # no kernel ran: all of the call's cost is in its wall time
@@ -382,132 +420,412 @@ def _adds_seconds(method):
     """A Meter method whose wall time each call adds to ``self.seconds``."""
     @functools.wraps(method)
     def timed(self, *args):
-        started = time.perf_counter()
+        started = _perf_counter()
         try:
             return method(self, *args)
         finally:
-            self.seconds += time.perf_counter() - started
+            self.seconds += _perf_counter() - started
     return timed
 
 
-class Meter:
-    """Times one implementation: a warm call, then one measurement per round; keeps the last output of each
-    timed set from the latest round (``keep_outputs``)."""
+# --- each call's inputs ------------------------------------------------------------------------------------------
 
-    def __init__(self, name: str, impl, timed: Sequence[int], keep_outputs: bool = False):
-        self.name, self.impl, self.keep = name, impl, keep_outputs
+class SetViews:
+    """Each call's inputs: ``impl.prepare(k)`` of the set in turn (PyTorch, which is not graded, and test doubles)."""
+
+    run = 1  # calls in a row on one set
+
+    def __init__(self, impl):
+        self.impl = impl
+        self.call_bytes = 0
+
+    def take(self, ks: Sequence[int]) -> list:
+        """[(set, call number, prepared inputs)] for calls on the sets ``ks``, made and synced."""
+        return [(k, None, self.impl.prepare(k)) for k in ks]
+
+    def prime(self, k: int) -> None:
+        pass
+
+
+def call_number(k: int, count: int) -> int:
+    """The number of the ``count``-th timed call on set ``k`` (its transform's input, ``fresh.call_key``)."""
+    return (k << 24) | (count & 0xFFFFFF)
+
+
+class FreshInputs:
+    """Each call's inputs: fresh copies of the set's varied arrays (``JittorImpl.varied``), flipped by the call's
+    number under this implementation's keys (``fresh``), MAX_COPIES calls of one set in a row from one launch."""
+
+    run = fresh.MAX_COPIES
+
+    def __init__(self, impl: "JittorImpl", keys: Sequence[Tuple[int, int]]):
+        self.impl, self.keys = impl, list(keys)
+        self.made: Dict[int, int] = {}  # calls made per set
+        varied = impl.varied(impl_sets(impl)[0])
+        self.call_bytes = sum(v.numel() * _itemsize(str(v.dtype)) for v in varied)
+
+    def _copies(self, k: int, count: int) -> List[list]:
+        """The varied Vars of ``count`` calls on set ``k`` (not synced)."""
+        first = self.made.get(k, 0)
+        self.made[k] = first + count
+        per_array = []
+        for a, v in enumerate(self.impl.varied(k)):
+            copies, done = [], 0
+            while done < count:
+                step = fresh.MAX_COPIES if count - done >= fresh.MAX_COPIES else 1
+                copies += fresh.fresh_copies(v, str(v.dtype), self.keys[a], call_number(k, first + done), step)
+                done += step
+            per_array.append(copies)
+        return [[c[i] for c in per_array] for i in range(count)] if per_array else [[] for _ in range(count)]
+
+    def take(self, ks: Sequence[int]) -> list:
+        runs, start = [], 0
+        for i in range(1, len(ks) + 1):
+            if i == len(ks) or ks[i] != ks[start]:
+                runs.append((ks[start], i - start))
+                start = i
+        taken = []
+        for k, count in runs:
+            first = self.made.get(k, 0)
+            for i, varied in enumerate(self._copies(k, count)):
+                taken.append((k, call_number(k, first + i), varied))
+        _jt_sync([v for _, _, varied in taken for v in varied])
+        return [(k, number, self.impl.prepare_with(k, varied)) for k, number, varied in taken]
+
+    def prime(self, k: int) -> None:
+        """Compile the launch of MAX_COPIES copies (its copies are not used: their numbers are skipped)."""
+        _jt_sync([v for call in self._copies(k, fresh.MAX_COPIES) for v in call])
+
+
+def impl_sets(impl) -> List[int]:
+    return list(range(len(impl.sets)))
+
+
+def _itemsize(dtype: str) -> int:
+    return 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
+
+
+# --- watching our outputs ----------------------------------------------------------------------------------------
+
+CHECKS_FIRST_ROUNDS = 2  # timed calls whose outputs go back whole: per round in the first MIN_ROUNDS rounds
+CHECKS_LATER_ROUNDS = 1  # in each round after them, and in every round where outputs are large
+LARGE_OUTPUT_BYTES = 64 << 20
+# Of the CPU's timed calls, about one in SAMPLED_EVERY_CPU is looked at right after it returns (its output
+# sampled), off the clock, for every implementation alike (the Python work between two calls slows the next one
+# down a little: ours looked at one call in four and the references none took 7-14% longer a call than with
+# none looked at, 2-core host). On a GPU every call's output is sampled after its window.
+SAMPLED_EVERY_CPU = 8
+MAX_REPEATS_REPORTED = 3  # pairs of calls with the same samples sent to the parent per case
+
+
+class Watch:
+    """Our timed calls' outputs under watch, by draws the graded module cannot see coming: per round a few calls'
+    outputs go back whole (``checks``: tag -> [set, call number]; ``files``: tag -> files), and samples of the
+    others (``fresh.SAMPLES`` elements of each output at positions fixed for the case) are compared among the
+    calls of a window: two calls on different inputs with the same samples (an answer handed out twice, or
+    memory nobody wrote) go to the parent as ``repeats``, which judges the samples against both calls'
+    references."""
+
+    def __init__(self, rng: np.random.Generator, save: Optional[Callable[[str, list], list]]):
+        """``save``: writes a checked call's outputs and returns their files; None for a reference, whose calls are
+        looked at (and their samples dropped) as ours are, so that both are timed alike."""
+        self.rng, self.save = rng, save
+        self.files: Dict[str, list] = {}
+        self.checks: Dict[str, list] = {}
+        self.repeats: List[dict] = []
+        self.positions: Optional[list] = None  # per output: (int32 positions, their Var on the device)
+        self.large = False
+        self.seen: Dict[bytes, Tuple[int, int]] = {}
+        self.samples = 0
+        self.rounds = 0
+
+    def prime(self, outs) -> None:
+        """Sample positions for outputs shaped as ``outs``, and the sampling kernels compiled."""
+        if self.positions is None:
+            self.positions = []
+            for o in outs:
+                pos = fresh.sample_positions(tuple(o.shape), self.rng)
+                self.positions.append((pos, jt.array(pos)))
+            self.large = sum(o.numel() * _itemsize(str(o.dtype)) for o in outs) > LARGE_OUTPUT_BYTES
+        if jt.flags.use_cuda and self.save is not None:
+            for count in (1, fresh.MAX_COPIES):
+                _jt_sync([fresh.sample_op([o] * count, var) for o, (_, var) in zip(outs, self.positions)])
+
+    def plan(self, calls: int) -> Tuple[set, set]:
+        """(positions of the round's calls whose outputs go back whole, positions of those sampled)."""
+        self.rounds += 1
+        checked = set()
+        if self.save is not None:
+            checks = CHECKS_FIRST_ROUNDS if self.rounds <= MIN_ROUNDS and not self.large else CHECKS_LATER_ROUNDS
+            checked = set(int(i) for i in self.rng.choice(calls, size=min(calls, checks), replace=False))
+        if jt.flags.use_cuda:
+            return checked, set(range(calls)) if self.save is not None else set()
+        return checked, set(int(i) for i in np.flatnonzero(self.rng.random(calls) < 1.0 / SAMPLED_EVERY_CPU))
+
+    def new_window(self) -> None:
+        self.seen = {}
+
+    def check(self, k: int, number: int, outs) -> None:
+        tag = f"call{len(self.checks)}"
+        self.files[tag] = self.save(tag, outs)
+        self.checks[tag] = [k, number]
+
+    def see(self, k: int, number: int, samples: List[bytes], outs) -> None:
+        """One sampled call: ``samples``, the bytes of each output at the positions."""
+        self.samples += 1
+        if self.save is None:
+            return
+        key = b"".join(samples)
+        before = self.seen.setdefault(key, (k, number))
+        if before != (k, number) and len(self.repeats) < MAX_REPEATS_REPORTED:
+            self.repeats.append({"calls": [list(before), [k, number]], "dtypes": [str(o.dtype) for o in outs],
+                                 "positions": [pos.tolist() for pos, _ in self.positions],
+                                 "samples": [s.hex() for s in samples]})
+
+    def host_samples(self, outs) -> List[bytes]:
+        """The samples of outputs in host memory (the CPU device), read where they lie."""
+        found = []
+        for o, (pos, _) in zip(outs, self.positions):
+            size = _itemsize(str(o.dtype))
+            raw = (ctypes.c_uint8 * (o.numel() * size)).from_address(o.raw_ptr)
+            found.append(np.frombuffer(raw, _SAMPLE_VIEW[size])[pos].tobytes())
+        return found
+
+    def device_samples(self, calls: List[list]) -> List[List[bytes]]:
+        """The samples of each call's outputs (``calls``: each call's output Vars, on the device), a batch of
+        MAX_COPIES calls at a time."""
+        found: List[List[bytes]] = [[] for _ in calls]
+        for j, (_, var) in enumerate(self.positions):
+            start = 0
+            while start < len(calls):
+                step = fresh.MAX_COPIES if len(calls) - start >= fresh.MAX_COPIES else 1
+                got = fresh.sample_op([c[j] for c in calls[start:start + step]], var).numpy()
+                for i in range(step):
+                    found[start + i].append(got[i].tobytes())
+                start += step
+        return found
+
+
+_SAMPLE_VIEW = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+class _Span:
+    """A stretch of a round on the clock: wall and CPU time, and whether the thread waited in it."""
+
+    def __init__(self):
+        self.wall, self.cpu, self.switches = _perf_counter(), _process_time(), _voluntary_switches()
+
+    def ms(self, cpu_clock: bool) -> float:
+        """Its time in ms: CPU time on the CPU clock unless the thread gave up the CPU to wait, else wall time."""
+        wall, cpu = _perf_counter() - self.wall, _process_time() - self.cpu
+        waited = _voluntary_switches() != self.switches
+        return 1e3 * (cpu if cpu_clock and not waited else wall)
+
+
+class Meter:
+    """Times one implementation: warm calls, then one measurement per round on fresh inputs (``inputs``); with a
+    ``watch`` (ours), its outputs are checked and sampled as it goes. A round in which jittor compiled a kernel
+    (or anything else ran a child process of the worker) is discarded and run again (``discarded``)."""
+
+    def __init__(self, name: str, impl, timed: Sequence[int], inputs=None, watch: Optional[Watch] = None,
+                 guard: Callable[[], None] = lambda: None):
+        self.name, self.impl, self.watch, self.guard = name, impl, watch, guard
+        self.watching = watch is not None and watch.save is not None  # ours: outputs kept, checked, compared
+        self.inputs = inputs if inputs is not None else SetViews(impl)
         self.timed = list(timed)  # the input sets the timed calls take in turn
         self.cpu_clock = cpu_clock()
         self.is_jittor = isinstance(impl, JittorImpl)
         self.kernel: List[float] = []
         self.wall: List[float] = []
         self.per_call: List[float] = []
-        self.last_outputs: Dict[int, list] = {}
         self.calls = 0
         self.estimate_ms = None
         self.slow = False
+        self.unclean = False  # no warm call ran without a compile
+        self.discarded = 0
         self.turn = 0
+        self.output_bytes = 0
         self.seconds = 0.0  # spent in warm() and round()
 
     def _sync(self, outs, device: bool):
         if self.is_jittor:
-            jt.sync(outs, device_sync=device)
+            _jt_sync(outs, device_sync=device)
         elif device:
             self.impl.sync()
 
     def _idle(self) -> None:
         """Wait until the device has nothing queued, so that a measurement starts clean."""
         if self.is_jittor:
-            jt.sync_all(True)
+            _jt_sync_all(True)
         else:
             self.impl.sync()
 
     def _sets(self, n: int) -> List[int]:
+        """The sets of the next ``n`` calls: ``inputs.run`` calls on a set, then the next set."""
         ks = []
         for _ in range(n):
-            ks.append(self.timed[self.turn % len(self.timed)])
+            ks.append(self.timed[(self.turn // self.inputs.run) % len(self.timed)])
             self.turn += 1
         return ks
 
     @_adds_seconds
     def warm(self) -> None:
-        """Compile and run once; the second call's synced wall time is the estimate that plans the rounds.
-        A slow implementation's second call is its measurement (its first, when jittor compiled nothing in it
-        and it took more than SLOW_FIRST_CALL_MS), and rounds leave it out (one call of jittor's timex
-        reference costs up to 3.9 s on an H100)."""
-        for attempt in range(2):
-            k = self._sets(1)[0]
-            prepared = self.impl.prepare(k)
-            kernels = compiled_kernels() if self.is_jittor else None
-            started = time.perf_counter()
-            self._sync(self.impl.call(k, prepared), True)
-            self.estimate_ms = (time.perf_counter() - started) * 1e3
-            if (attempt == 0 and self.estimate_ms > SLOW_FIRST_CALL_MS and kernels is not None
-                    and compiled_kernels() == kernels):
-                break  # nothing compiled: a very slow first call is already a measurement
+        """Compile and run until a call compiled nothing; that call's synced wall time is the estimate that plans
+        the rounds (a first call also loads kernels and allocates: the second at the earliest, unless the first
+        compiled nothing and took more than SLOW_FIRST_CALL_MS). A slow implementation's estimate is its
+        measurement, and rounds leave it out (one call of jittor's timex reference costs up to 3.9 s on an
+        H100)."""
+        self.guard()
+        for attempt in range(WARM_CALLS):
+            [(k, number, prepared)] = self.inputs.take(self._sets(1))
+            if attempt == 0:
+                self.inputs.prime(k)
+            children = children_cpu_seconds()
+            started = _perf_counter()
+            outs = self.impl.call(k, prepared)
+            self._sync(outs, True)
+            self.estimate_ms = (_perf_counter() - started) * 1e3
+            clean = children_cpu_seconds() == children
+            if self.watch is not None and self.is_jittor:
+                self.watch.prime(outs)
+            if self.is_jittor:
+                self.output_bytes = sum(o.numel() * _itemsize(str(o.dtype)) for o in outs)
+            if clean and (attempt > 0 or self.estimate_ms > SLOW_FIRST_CALL_MS):
+                break
+            del outs, prepared
+        else:
+            self.unclean = True
+            return
         self.slow = self.estimate_ms > SLOW_MS
         if self.slow:
+            if self.watching:  # the call that is the measurement is checked
+                self.watch.check(k, number, outs)
             self.calls += 1
             for figures in (self.wall, self.per_call, self.kernel):
                 figures.append(self.estimate_ms)
 
     def _count(self) -> int:
-        return int(max(2, min(MAX_CALLS, TARGET_MS / max(self.estimate_ms, 1e-3))))
+        target = TARGET_MS_CPU_CLOCK if self.cpu_clock else TARGET_MS
+        return int(max(2, min(MAX_CALLS, target / max(self.estimate_ms, 1e-3))))
 
     @_adds_seconds
-    def round(self) -> None:
+    def round(self) -> bool:
+        """One measurement, run again (up to ROUND_ATTEMPTS in all) while something compiled during it; False
+        where none ran clean (nothing recorded)."""
+        for _ in range(ROUND_ATTEMPTS):
+            self.guard()
+            children = children_cpu_seconds()
+            figures = self._round()
+            if children_cpu_seconds() == children:
+                for kept, value in zip((self.wall, self.per_call, self.kernel), figures):
+                    kept.append(value)
+                return True
+            self.discarded += 1
+        return False
+
+    def _round(self) -> Tuple[float, float, float]:
+        """(pipelined ms per call, one call's ms, kernel ms) of one round."""
         n = self._count()
+        run = self.inputs.run
+        self.turn = -(-self.turn // run) * run  # the round starts a run
         ks = self._sets(max(n, len(self.timed)))
-        prepared = [self.impl.prepare(k) for k in ks]
-        # The outputs of the round's last calls, one per timed set, stay alive until the round ends (ours go back
-        # to the parent to be checked). Every implementation keeps them alike: a kept output cannot hand its
-        # memory to the next call, which costs a fresh allocation (a 1 MB output: +16 us a call on the CPU,
-        # page faults), so keeping only ours would time ours under worse conditions than the references.
-        keep_from = len(ks) - len(self.timed)
-        kept = {}
-        walls, cpus, waits = [], [], []
-        # WINDOWS back-to-back windows of the round's calls, each timed on its own; the fastest counts: a
-        # window that another process interrupted is slower, never faster.
-        step = max(1, -(-len(ks) // WINDOWS))
-        for start in range(0, len(ks), step):
-            window = list(zip(range(start, len(ks)), ks[start:start + step], prepared[start:start + step]))
-            self._idle()
-            started, cpu_started, blocked = time.perf_counter(), time.process_time(), _voluntary_switches()
-            outs = None
-            for i, k, p in window:
-                outs = self.impl.call(k, p)
-                self._sync(outs, False)
-                if i >= keep_from:
-                    kept[k] = outs
-            self._sync(outs, True)
-            walls.append((time.perf_counter() - started) * 1e3 / len(window))
-            cpus.append((time.process_time() - cpu_started) * 1e3 / len(window))
-            waits.append(_voluntary_switches() - blocked)
-            del outs
-        self.wall.append(self._pipelined(walls, cpus, waits))
+        checked, sampled = self.watch.plan(len(ks)) if self.watch is not None else (set(), set())
+        windows = self._windows_on_cpu_clock if self.cpu_clock else self._windows
+        per_window = windows(ks, checked, sampled)
         self.calls += len(ks)
-        if self.keep:
-            self.last_outputs = kept
-        del prepared, kept
+        wall = min(per_window)
+        if self.cpu_clock:  # a call runs in the calling thread: the windows' calls are synced calls already
+            per_call = statistics.median(per_window)
+        else:
+            per_call = self._synced_calls(n)
+        # On the CPU clock the kernel time is shown, not graded: profile it in the first round only.
+        kernel = self.kernel[0] if self.cpu_clock and self.kernel else self._kernel_ms(n)
+        return wall, per_call, kernel
+
+    def _window_size(self, calls: int) -> int:
+        """Calls a window takes: a WINDOWS-th of the round's, fewer where their fresh inputs (and our outputs,
+        kept to the window's end) would hold more than WINDOW_BYTES."""
+        size = max(1, -(-calls // WINDOWS))
+        per_call = self.inputs.call_bytes + (self.output_bytes if self.watching else 0)
+        if per_call:
+            size = min(size, max(1, WINDOW_BYTES // per_call))
+        run = self.inputs.run
+        return -(-size // run) * run if size > run else size  # whole runs: one launch makes a run's inputs
+
+    def _windows(self, ks: List[int], checked: set, sampled: set) -> List[float]:
+        """Pipelined windows: each window's inputs made first; its calls back to back, each call's outputs
+        synced without waiting for the device, the device waited for once at the end; the wall time per call of
+        each window. Our outputs are kept to the window's end, then sampled (and some handed back)."""
+        per_window = []
+        step = self._window_size(len(ks))
+        for start in range(0, len(ks), step):
+            taken = self.inputs.take(ks[start:start + step])
+            self._idle()
+            kept = []
+            span = _Span()
+            outs = None
+            for k, number, prepared in taken:
+                outs = self.impl.call(k, prepared)
+                self._sync(outs, False)
+                if self.watching:
+                    kept.append((k, number, outs))
+            self._sync(outs, True)
+            per_window.append(span.ms(False) / len(taken))
+            del outs, taken
+            if self.watching:
+                self._watch_window(start, kept, checked, sampled)
+        return per_window
+
+    def _watch_window(self, start: int, kept: list, checked: set, sampled: set) -> None:
+        watch = self.watch
+        watch.new_window()
+        looked = [i for i in range(len(kept)) if start + i in sampled]
+        samples = watch.device_samples([kept[i][2] for i in looked])
+        for i, found in zip(looked, samples):
+            watch.see(kept[i][0], kept[i][1], found, kept[i][2])
+        for i, (k, number, outs) in enumerate(kept):
+            if start + i in checked:
+                watch.check(k, number, outs)
+
+    def _windows_on_cpu_clock(self, ks: List[int], checked: set, sampled: set) -> List[float]:
+        """Windows on the CPU clock: a window's calls in runs of ``inputs.run`` (their fresh inputs made before
+        each run, off the clock); our sampled and checked calls are looked at right after the call, off the
+        clock too (keeping a window's outputs would make every call's output a fresh allocation: 1 MB outputs
+        took twice as long a call on a 2-core host)."""
+        per_window = []
+        step = self._window_size(len(ks))
+        for start in range(0, len(ks), step):
+            total, count = 0.0, 0
+            if self.watch is not None:
+                self.watch.new_window()
+            for run in range(start, min(len(ks), start + step), self.inputs.run):
+                taken = self.inputs.take(ks[run:min(run + self.inputs.run, start + step, len(ks))])
+                span = _Span()
+                for i, (k, number, prepared) in enumerate(taken, start=run):
+                    outs = self.impl.call(k, prepared)
+                    self._sync(outs, False)
+                    if i in checked or i in sampled:
+                        total += span.ms(True)
+                        if i in sampled:
+                            self.watch.see(k, number, self.watch.host_samples(outs), outs)
+                        if i in checked:
+                            self.watch.check(k, number, outs)
+                        span = _Span()
+                total += span.ms(True)
+                count += len(taken)
+                del taken
+            per_window.append(total / count)
+        return per_window
+
+    def _synced_calls(self, n: int) -> float:
+        """The median wall time of up to 64 calls each synced to the device, on fresh inputs."""
         per_call = []
         for k in self._sets(max(1, min(n, 64))):
-            p = self.impl.prepare(k)
-            started, cpu_started, blocked = time.perf_counter(), time.process_time(), _voluntary_switches()
-            self._sync(self.impl.call(k, p), True)
-            wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
-            per_call.append(1e3 * (cpu if self.cpu_clock and _voluntary_switches() == blocked else wall))
-        self.per_call.append(statistics.median(per_call))
-        # On the CPU clock the kernel time is shown, not graded: profile it in the first round only.
-        self.kernel.append(self.kernel[0] if self.cpu_clock and self.kernel else self._kernel_ms(n))
-
-    def _pipelined(self, walls: List[float], cpus: List[float], waits: List[int]) -> float:
-        """The round's time per call: the fastest window's wall time; on the CPU device (one thread) its CPU
-        time, which other processes taking turns on the machine do not inflate, except in a window where the
-        thread gave up the CPU on its own (it waited: for another process doing its work, say): there the wall
-        time counts, waiting included."""
-        if not self.cpu_clock:
-            return min(walls)
-        return min(w if waited else c for w, c, waited in zip(walls, cpus, waits))
+            [(k, _, prepared)] = self.inputs.take([k])
+            started = _perf_counter()
+            self._sync(self.impl.call(k, prepared), True)
+            per_call.append(1e3 * (_perf_counter() - started))
+        return statistics.median(per_call)
 
     def _kernel_ms(self, n: int) -> float:
         if self.is_jittor:
@@ -526,7 +844,7 @@ class Meter:
             end.record()
             torch.cuda.synchronize()
             return start.elapsed_time(end) / n
-        return self.wall[-1]  # PyTorch on the CPU: its kernels are its calls
+        return self.wall[-1] if self.wall else 0.0  # PyTorch on the CPU: its kernels are its calls
 
     def measure(self) -> List[float]:
         """The points measure of each round: max(kernel, pipelined time); on the CPU device the pipelined time
@@ -543,10 +861,13 @@ class Meter:
     def timing(self) -> Timing:
         rounds = self.measure()
         if not rounds:
+            if self.unclean or self.discarded:
+                return Timing(error=f"not measured: jittor compiled (or a process ran) in every timed call "
+                                    f"({self.discarded} rounds discarded)", discarded=self.discarded)
             return Timing(error="not measured")
         return Timing(ms=min(rounds), kernel_ms=min(self.kernel), wall_ms=min(self.wall),
                       call_ms=statistics.median(self.per_call), rounds=[round(r, 6) for r in rounds],
-                      calls=self.calls, slow=self.slow, seconds=round(self.seconds, 3))
+                      calls=self.calls, slow=self.slow, seconds=round(self.seconds, 3), discarded=self.discarded)
 
 
 def near_a_tier(ours: Meter, refs: Sequence[Meter], nbytes: int, stored: Optional[Sequence[float]],

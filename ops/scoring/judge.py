@@ -58,6 +58,20 @@ class Expected:
         if self.kind != "exact" and self.bound is None:
             raise ValueError(f"a {self.kind} expectation needs a bound")
 
+    def take(self, positions: np.ndarray) -> "Expected":
+        """What the elements at the flat ``positions`` must be (a 1-D expectation of len(positions))."""
+        value = np.asarray(self.value)
+        at = np.unravel_index(positions, value.shape)
+        bound = self.bound
+        if callable(bound):
+            whole = bound
+
+            def bound(flat):
+                return whole(positions[flat])
+        elif bound is not None and np.ndim(bound):
+            bound = np.broadcast_to(bound, value.shape)[at]
+        return Expected(value[at], self.dtypes, self.kind, bound, self.signed_zero)
+
 
 def host_values(a: np.ndarray, dtype: str) -> np.ndarray:
     """The values of a handed-back output of jittor dtype ``dtype``: bfloat16 bits (uint16, as the worker writes

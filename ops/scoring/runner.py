@@ -26,7 +26,7 @@ from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import spare
+from . import fresh, spare
 from .grading import CaseResult, Timing, grade
 from .judge import host_values, judge
 from .spec import Case, Family
@@ -137,15 +137,38 @@ def compile_error(reason: str, log: Optional[str]) -> str:
     return compile_reason(log) or reason
 
 
-class Worker:
-    """One grading worker process: JSON commands in, ``@@`` lines out, stderr to a log file."""
+def fresh_seed() -> int:
+    """A seed no one can guess: a run's, unless --seed gives one."""
+    return int(np.random.SeedSequence().entropy) % (1 << 63)
 
-    def __init__(self, *, device: str, impl: str, log_path: str, copy: bool):
+
+class ImplError(Exception):
+    """The graded module does not import (the worker's one line says why): nothing can be graded."""
+
+
+# The grader's own package root, first on a worker's sys.path: an ``ops.py`` or ``ops/`` in the working directory
+# (which ``python -m`` would put first) does not replace the grader's package; the working directory comes next,
+# for the graded module.
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_BOOT = ("import runpy, sys; root = sys.argv.pop(1); sys.path[0:1] = [root, '']; "
+         "runpy.run_module('ops.scoring.worker', run_name='__main__', alter_sys=True)")
+
+
+def worker_command(job: dict) -> List[str]:
+    return [sys.executable, "-c", _BOOT, PACKAGE_ROOT, "--job", json.dumps(job)]
+
+
+class Worker:
+    """One grading worker process: JSON commands in, ``@@`` lines out, stderr to a log file; started as
+    ``isolation`` (``ops.scoring.isolation.Isolation``) says, where one is given."""
+
+    def __init__(self, *, device: str, impl: str, log_path: str, copy: bool, isolation=None):
         if threading.current_thread() is threading.main_thread():
             # jittor's core installs a SIGCHLD handler that exits this process when any child dies; a worker
             # killed for hanging, or one that crashed, must not take the grader down with it.
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        job = {"device": device, "impl": impl, "copy": copy, "log": log_path}
+        job = {"device": device, "impl": impl, "copy": copy, "log": log_path,
+               "isolation": isolation.job() if isolation is not None else None}
         # One hash seed for every worker: a call's Python overhead (the plan caches' dict lookups, jittor's
         # keyword handling) depends on where string hashes put the keys, and a few-microsecond CPU case moved
         # across a tier boundary with it. Two CPU runs kept the points of 61-63 of the 65 base cases in 6 of 6
@@ -156,12 +179,13 @@ class Worker:
             # PyTorch's) or another busy process, one preempted thread stalls a whole parallel region; that
             # noise moved cases across tier boundaries from run to run.
             env.setdefault("OMP_NUM_THREADS", "1")
+        argv = worker_command(job)
+        if isolation is not None:
+            argv, env = isolation.command(argv), isolation.environment(env)
         self.log_path = log_path
         self.log = open(log_path, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ops.scoring.worker", "--job", json.dumps(job)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1,
-            env=env, start_new_session=True)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                     bufsize=1, env=env, start_new_session=True)
         self.lines: "queue.Queue[Optional[str]]" = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -239,7 +263,17 @@ class Prepared:
     sets: List[Tuple[List[np.ndarray], List[np.ndarray]]]  # (inputs, output gradients)
     expected: List[Optional[list]]  # per set: the family's Expected outputs (None: the judge computes them)
     timed: List[int]  # the sets the timed calls take in turn (``timed_sets``)
+    seed: int = 0  # the case's seed: its timed calls' keys (``fresh.input_keys``) and the worker's draws
     seconds: float = 0.0  # making, writing and judging them in advance
+
+    def call_inputs(self, fam: Family, case: Case, k: int, number: int):
+        """(inputs, output gradients) of our timed call ``number`` on set ``k``: the set with the arrays each
+        call varies (a forward's inputs, a backward's output gradients) as that call's copy flipped them."""
+        arrays, grads = self.sets[k]
+        varied = list(arrays if case.direction == "fwd" else grads)
+        keys = fresh.input_keys(self.seed, 0, len(varied))
+        varied = [fresh.flip_numpy(a, _case_dtype(case, a), key, number) for a, key in zip(varied, keys)]
+        return (varied, list(grads)) if case.direction == "fwd" else (list(arrays), varied)
 
 
 def timed_sets(fam: Family, case: Case) -> List[int]:
@@ -254,17 +288,22 @@ def input_sets(fam: Family, case: Case) -> int:
     return 1 + max(timed_sets(fam, case))
 
 
+def _case_dtype(case: Case, a: np.ndarray) -> str:
+    return case.dtype if a.dtype.kind == "f" else str(a.dtype)
+
+
 def prepare_case(fam: Family, case: Case, folder: str, check_seed: Optional[int], fresh_seed: int,
                  threads: int = 1, spares: Optional[str] = None) -> Prepared:
-    """Write the check set (from ``check_seed``: reproducible with --seed) and the timed sets (always fresh),
-    and, with ``threads`` > 1, compute the float64 references of each too, that many sets at a time (NumPy
-    releases the GIL in its loops), unless they would hold more than EAGER_REFERENCE_BYTES: those the judge
-    computes one set at a time. The files reuse the pages of spares from ``spares`` (``ops.scoring.spare``)."""
+    """Write the check set (from ``check_seed``; ``fresh_seed`` where that is None) and the timed sets (from
+    ``fresh_seed``), and, with ``threads`` > 1, compute the check set's float64 references too (the timed calls'
+    inputs are copies of the timed sets that only the calls checked are recomputed for, by the judge), unless
+    they would hold more than EAGER_REFERENCE_BYTES. The files reuse the pages of spares from ``spares``
+    (``ops.scoring.spare``)."""
     os.makedirs(folder, exist_ok=True)
     seeds = [check_seed if check_seed is not None else fresh_seed]
     seeds += [[fresh_seed, k] for k in range(1, input_sets(fam, case))]
-    # float64 values and per-element bounds of every output, every set; inputs stand in for outputs' sizes
-    reference_bytes = 16 * len(seeds) * sum(int(np.prod(s)) for s in case.shapes)
+    # float64 values and per-element bounds of every output; inputs stand in for outputs' sizes
+    reference_bytes = 16 * sum(int(np.prod(s)) for s in case.shapes)
     eager = threads > 1 and reference_bytes <= EAGER_REFERENCE_BYTES
 
     def make(k):
@@ -276,11 +315,10 @@ def prepare_case(fam: Family, case: Case, folder: str, check_seed: Optional[int]
             for i, a in enumerate(group):
                 name = f"in{k}_{role}{i}.npy"
                 spare.save(os.path.join(folder, name), a, spares)
-                dtype = case.dtype if a.dtype.kind == "f" else str(a.dtype)
-                entry[role].append([name, dtype])
+                entry[role].append([name, _case_dtype(case, a)])
         # a family that computes blocks of rows is judged by them, in parallel: cheaper than whole references
-        expected = _expected(fam, case, arrays, grads) if eager and fam.expected_rows(case, arrays, grads) is None \
-            else None
+        expected = _expected(fam, case, arrays, grads) if eager and k == 0 and \
+            fam.expected_rows(case, arrays, grads) is None else None
         return entry, (arrays, grads), expected
 
     if threads > 1:
@@ -291,7 +329,7 @@ def prepare_case(fam: Family, case: Case, folder: str, check_seed: Optional[int]
     timed = timed_sets(fam, case)
     with open(os.path.join(folder, "manifest.json"), "w") as f:
         json.dump({"sets": [m[0] for m in made], "timed": timed}, f)
-    return Prepared(folder, [m[1] for m in made], [m[2] for m in made], timed)
+    return Prepared(folder, [m[1] for m in made], [m[2] for m in made], timed, seed=int(fresh_seed))
 
 
 def _expected(fam: Family, case: Case, arrays, grads) -> list:
@@ -371,45 +409,57 @@ def judge_by_rows(fam: Family, case: Case, arrays, grads, listed: list, folder: 
     return True, max((v[1] or 0.0 for v in verdicts), default=0.0), ""
 
 
-def judge_outputs(fam: Family, case: Case, prepared: Prepared, files: Dict[str, list],
-                  threads: int = 1) -> Tuple[bool, str, Optional[float], int]:
-    """(correct, why, max error, outputs checked) over every output group the worker wrote: ``check`` (set 0)
-    and ``set<k>`` (the last timed call on set k). With ``threads`` > 1 the groups are judged that many at a
-    time where memory allows (NumPy releases the GIL in its loops: the references the judge computes itself,
-    those of the largest cases, are most of its time); the verdict is that of the first failing group in
-    this order either way."""
+def judge_outputs(fam: Family, case: Case, prepared: Prepared, files: Dict[str, list], threads: int = 1,
+                  checks: Optional[dict] = None) -> Tuple[bool, str, Optional[float], int]:
+    """(correct, why, max error, outputs checked) over every output group the worker wrote: ``check`` (set 0, the
+    checked call) and ``call<i>`` (a timed call: ``checks["calls"]`` gives its set and number, whose inputs the
+    judge recomputes), then the pairs of timed calls whose samples agreed (``checks["repeats"]``). With
+    ``threads`` > 1 the groups are judged that many at a time where memory allows (NumPy releases the GIL in its
+    loops: the references the judge computes itself are most of its time); the verdict is that of the first
+    failing group in this order either way."""
     if "check" not in files:
         return False, "no output of the checked call", None, 0
+    checks = checks or {}
+    calls = checks.get("calls", {})
+
+    def inputs_of(tag):
+        if tag == "check":
+            return 0, prepared.sets[0], prepared.expected[0]
+        k, number = calls[tag]
+        return k, prepared.call_inputs(fam, case, k, number), None
+
+    def where(tag):
+        if tag == "check":
+            return "checked call"
+        k, number = calls[tag]
+        return f"timed call {number & 0xFFFFFF} on input set {k}"
 
     def judge_group(tag):
         """(ok, why, max error, outputs checked) of one group."""
-        k = 0 if tag == "check" else int(tag[3:])
-        listed, expected = files[tag], prepared.expected[k]
+        listed = files[tag]
+        k, (arrays, grads), expected = inputs_of(tag)
         if expected is None:
-            arrays, grads = prepared.sets[k]
             verdict = judge_by_rows(fam, case, arrays, grads, listed, prepared.folder, max(1, threads // at_once))
             if verdict is not None:
                 ok, err, why = verdict
                 if ok:
                     return True, "", err, 1
-                where = "checked call" if tag == "check" else f"timed call on input set {k}"
-                return False, f"{where}, output 0: {why}", err, 1
+                return False, f"{where(tag)}, output 0: {why}", err, 1
             expected = _expected(fam, case, arrays, grads)
         if len(listed) != len(expected):
-            return False, f"{tag}: {len(listed)} outputs, expected {len(expected)}", None, 0
+            return False, f"{where(tag)}: {len(listed)} outputs, expected {len(expected)}", None, 0
         worst, checked = 0.0, 0
         for i, ((name, dtype), exp) in enumerate(zip(listed, expected)):
             got = host_values(np.load(os.path.join(prepared.folder, name)), dtype)
             ok, err, why = judge(got, dtype, exp)
             checked += 1
             if not ok:
-                where = "checked call" if tag == "check" else f"timed call on input set {k}"
-                return False, f"{where}, output {i}: {why}", err, checked
+                return False, f"{where(tag)}, output {i}: {why}", err, checked
             if err is not None:
                 worst = max(worst, err)
         return True, "", worst, checked
 
-    tags = list(files)
+    tags = [t for t in files if t == "check" or t in calls]
     at_once = judge_threads(case, len(tags), threads)
     if at_once > 1:
         with ThreadPoolExecutor(at_once) as pool:
@@ -426,10 +476,35 @@ def judge_outputs(fam: Family, case: Case, prepared: Prepared, files: Dict[str, 
         if not ok:
             return False, why, err, checked
         worst = max(worst, err or 0.0)
-    expected_groups = 1 + len(prepared.timed)
-    if len(files) < expected_groups:
-        return False, f"only {len(files)} of {expected_groups} output groups came back", None, checked
+    for repeat in checks.get("repeats", []):
+        ok, why = judge_repeat(fam, case, prepared, repeat)
+        if not ok:
+            return False, why, None, checked
     return True, "", worst, checked
+
+
+def judge_repeat(fam: Family, case: Case, prepared: Prepared, repeat: dict) -> Tuple[bool, str]:
+    """Two timed calls (on different inputs) whose outputs agreed bit for bit at the sampled positions: right
+    only where those values are right for both calls' inputs (an output of few distinct values may agree
+    honestly). (ok, why)."""
+    (k1, n1), (k2, n2) = repeat["calls"]
+    for k, number in ((k2, n2), (k1, n1)):
+        arrays, grads = prepared.call_inputs(fam, case, k, number)
+        expected = _expected(fam, case, arrays, grads)
+        for i, (dtype, positions, sample, exp) in enumerate(zip(repeat["dtypes"], repeat["positions"],
+                                                               repeat["samples"], expected)):
+            got = host_values(np.frombuffer(bytes.fromhex(sample), _sample_dtype(dtype)), dtype)
+            ok, _, why = judge(got, dtype, exp.take(np.asarray(positions, dtype=np.int64)))
+            if not ok:
+                return False, (f"timed calls {n1 & 0xFFFFFF} (set {k1}) and {n2 & 0xFFFFFF} (set {k2}) on different "
+                               f"inputs gave the same samples of output {i}, wrong for call {number & 0xFFFFFF}: "
+                               f"{why}")
+    return True, ""
+
+
+def _sample_dtype(dtype: str):
+    """The NumPy dtype the worker's samples of a ``dtype`` output are in (bfloat16: its bits)."""
+    return np.uint16 if dtype == "bfloat16" else np.dtype("bool" if dtype == "bool" else dtype)
 
 
 # --- running -----------------------------------------------------------------------------------------------
@@ -439,14 +514,18 @@ class Runner:
 
     def __init__(self, *, device: str, impl: str, references: Sequence[str], timeout_s: float,
                  reference_timeout_s: float, repeats: int, seed: Optional[int], scratch: str,
-                 stored_tiers: Optional[dict] = None, deadline: Optional[float] = None):
+                 stored_tiers: Optional[dict] = None, deadline: Optional[float] = None, isolation=None):
         self.device, self.impl, self.references = device, impl, list(references)
         self.timeout_s, self.reference_timeout_s, self.repeats = timeout_s, reference_timeout_s, repeats
-        self.seed, self.scratch, self.stored, self.deadline = seed, scratch, stored_tiers or {}, deadline
+        self.scratch, self.stored, self.deadline = scratch, stored_tiers or {}, deadline
+        self.isolation = isolation
         self.env: dict = {}
         self.worker: Optional[Worker] = None
         self.start_failure: Optional[str] = None
-        self.fresh = np.random.SeedSequence().entropy
+        # Every input and draw of the run comes from this seed: the check sets from it, each case's timed sets,
+        # its calls' keys and which calls are checked from it plus the case's index. Given (--seed), it
+        # reproduces the run, recorded with it.
+        self.seed = seed if seed is not None else fresh_seed()
         self.logs: List[str] = []
         # Judged cases' files kept for the next writers (ops.scoring.spare): at most this many bytes of memory
         self.spares, self.spare_bytes = os.path.join(scratch, "spare"), min(SPARE_BYTES, _available_memory() // 16)
@@ -454,13 +533,16 @@ class Runner:
     def _start(self) -> Worker:
         log = os.path.join(self.scratch, f"worker{len(self.logs)}.log")
         self.logs.append(log)
-        w = Worker(device=self.device, impl=self.impl, log_path=log, copy=not self.env)
+        w = Worker(device=self.device, impl=self.impl, log_path=log, copy=not self.env, isolation=self.isolation)
         try:
             msg = w.next(max(START_TIMEOUT_S, self.timeout_s))
         except _Timeout:
             w.stop()
             raise RuntimeError(f"the grading worker did not start within {max(START_TIMEOUT_S, self.timeout_s):.0f} s"
                                f"\n(importing jittor, ops and the graded module)")
+        if msg is not None and msg[0] == "impl_error":
+            w.stop()
+            raise ImplError(msg[1])
         if msg is None or msg[0] != "env":
             code = w.exit_code()
             tail = w.log_since(0)[-1500:]
@@ -490,7 +572,7 @@ class Runner:
         folder = os.path.join(self.scratch, f"case{index}")
         shutil.rmtree(folder, ignore_errors=True)
         started = time.monotonic()
-        prepared = prepare_case(fam, case, folder, self.seed, self.fresh + index,
+        prepared = prepare_case(fam, case, folder, self.seed, self.seed + 1 + index,
                                 threads=PREPARE_THREADS if self.device == "cuda" else 1, spares=self.spares)
         prepared.seconds = time.monotonic() - started
         return prepared
@@ -506,16 +588,20 @@ class Runner:
         folder = prepared.folder
         skipped: Dict[str, Timing] = {}
         files: Optional[Dict[str, list]] = None
+        checks: dict = {}
 
         def finish() -> CaseResult:
             try:
                 if files is not None:
-                    judging = time.monotonic()  # the references were computed in advance (prepare_case)
+                    judging = time.monotonic()  # the check call's references were computed in advance
                     result.correct, result.why, result.max_error, result.checked = judge_outputs(
-                        fam, case, prepared, files, threads=PREPARE_THREADS if self.device == "cuda" else 1)
+                        fam, case, prepared, files, threads=PREPARE_THREADS if self.device == "cuda" else 1,
+                        checks=checks)
                     result.phases["judge"] = round(time.monotonic() - judging, 3)
                     if result.correct and not result.ours.ok:
                         result.correct, result.why = False, f"raised: {result.ours.error}"
+                    elif result.correct and not checks.get("calls"):
+                        result.correct, result.why = False, "no timed call's output came back to be checked"
                 return result
             finally:
                 self.recycle(folder)
@@ -523,7 +609,7 @@ class Runner:
 
         while True:
             refs = [r for r in self.references if r not in skipped]
-            outcome = self._attempt(case, folder, refs, nbytes, result)
+            outcome = self._attempt(case, folder, refs, nbytes, result, prepared.seed)
             kind = outcome[0]
             if kind == "reference hung":
                 skipped[outcome[1]] = outcome[2]
@@ -539,13 +625,14 @@ class Runner:
         if not result.ours.ok and "check" not in outcome[1]:
             result.why, result.refs = f"raised: {result.ours.error}", {}
             return result, finish
-        files = outcome[1]
+        files, checks = outcome[1], outcome[3]
         return result, finish
 
-    def _attempt(self, case: Case, folder: str, refs: List[str], nbytes: int, result: CaseResult):
+    def _attempt(self, case: Case, folder: str, refs: List[str], nbytes: int, result: CaseResult, seed: int):
         """Send the case to a worker and collect its messages (the variant it ran and each phase's seconds go
         to ``result``).
-        Returns ("ok", files, timings), ("reference hung", name, Timing), ("hung"|"crashed"|"budget", why)."""
+        Returns ("ok", files, timings, checks), ("reference hung", name, Timing), ("hung"|"crashed"|"budget",
+        why)."""
         if self.start_failure:
             return ("crashed", self.start_failure)
         if self.worker is None:
@@ -556,10 +643,10 @@ class Runner:
                 return ("crashed", self.start_failure)
         w = self.worker
         stored = self.stored.get(case.id)
-        w.send({"case": case.id, "dir": folder, "spares": self.spares, "references": refs, "nbytes": nbytes,
-                "tiers": stored, "repeats": self.repeats, "ours_is_ops": self.impl == "ops"})
+        w.send({"case": case.id, "dir": folder, "seed": seed, "spares": self.spares, "references": refs,
+                "nbytes": nbytes, "tiers": stored, "repeats": self.repeats, "ours_is_ops": self.impl == "ops"})
         phases = result.phases
-        files, timings = {}, {}
+        files, timings, checks = {}, {}, {}
         phase, phase_start, log_mark = "start", time.monotonic(), w.log_size()
         case_start = time.monotonic()
         while True:
@@ -595,6 +682,8 @@ class Runner:
                 result.variant = payload
             elif kind == "outputs":
                 files.update(json.loads(payload))
+            elif kind == "checks":
+                checks = json.loads(payload)
             elif kind == "timing":
                 d = json.loads(payload)
                 t = _result_from_json({"case_id": "", "nbytes": 0, "ours": d["timing"], "refs": {}}).ours
@@ -603,7 +692,7 @@ class Runner:
                     t.error = compile_error(t.error, t.log)
                 timings[d["name"]] = t
             elif kind == "done":  # the worker's "@@ready" that follows is read (and ignored) with the next case
-                return ("ok", files, timings)
+                return ("ok", files, timings, checks)
 
 
 def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, references: Sequence[str],
@@ -612,9 +701,11 @@ def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, r
               stored_tiers: Optional[dict] = None, deadline: Optional[float] = None,
               nbytes_of: Optional[Callable[[str], int]] = None,
               on_result: Optional[Callable[[CaseResult], None]] = None, scratch: Optional[str] = None,
-              overlap: Optional[bool] = None):
+              overlap: Optional[bool] = None, isolation=None):
     """Run every case; returns (env, results in the given order). A hang or crash fails that case only.
     ``overlap`` (default: on a GPU): prepare and judge cases in the parent while the worker runs others.
+    ``seed``: the run's seed (``Runner``; None: a fresh one); ``isolation``: how workers start
+    (``ops.scoring.isolation.Isolation``). :class:`ImplError` where the graded module does not import.
 
     ``deadline`` (a time.monotonic() value): the case running then is stopped and it and the rest are reported
     as not run. :class:`Interrupted` (a signal handler) ends the run the same way.
@@ -624,7 +715,7 @@ def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, r
     scratch = scratch or tempfile.mkdtemp(prefix="get_score-", dir=scratch_root())
     runner = Runner(device=device, impl=impl, references=references, timeout_s=timeout_s,
                     reference_timeout_s=reference_timeout_s, repeats=repeats, seed=seed, scratch=scratch,
-                    stored_tiers=stored_tiers, deadline=deadline)
+                    stored_tiers=stored_tiers, deadline=deadline, isolation=isolation)
 
     def not_run(why):
         for fam, case in items:
@@ -728,7 +819,7 @@ def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, r
 
 
 def warm_compile(case_ids: Sequence[str], *, device: str, impl: str, budget_s: float, limit_bytes: int,
-                 scratch: str) -> dict:
+                 scratch: str, isolation=None) -> dict:
     """Compile every case's kernels before timing (``ops.scoring.compile_pass``), in one worker at a time: jittor
     compiles the new kernels of each batch of graphs in parallel, and no two processes race over jittor's
     generated files. Best effort within ``budget_s``: the worker is killed then, and timing compiles what is
@@ -739,10 +830,13 @@ def warm_compile(case_ids: Sequence[str], *, device: str, impl: str, budget_s: f
     deadline = time.monotonic() + budget_s
     remaining, attempt = list(case_ids), 0
     while remaining and time.monotonic() < deadline:
-        w = Worker(device=device, impl=impl, log_path=os.path.join(scratch, f"warm{attempt}.log"), copy=False)
+        w = Worker(device=device, impl=impl, log_path=os.path.join(scratch, f"warm{attempt}.log"), copy=False,
+                   isolation=isolation)
         started_batch = 0  # cases of the batch being synced
         try:
             msg = w.next(max(0.0, deadline - time.monotonic()))
+            if msg is not None and msg[0] == "impl_error":
+                raise ImplError(msg[1])
             if msg is None or msg[0] != "env":
                 return done
             w.next(max(0.0, deadline - time.monotonic()))

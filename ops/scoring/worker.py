@@ -4,12 +4,14 @@ The parent (``ops.scoring.runner``) starts it, sends one JSON command per line o
 lines on stdout; the worker's stderr (compiler output, tracebacks) goes to a log file the parent keeps. The
 worker judges nothing: our outputs go back as .npy files in the case's folder.
 
-Protocol (stdout): ``@@env {...}`` once, then ``@@ready`` whenever it waits for a command; per case
-``@@start <id>``, ``@@variant <the dispatcher's choice>``, ``@@phase <name>`` before each step that may hang or
-fail (``check``, ``ours``, a reference's name, ``rounds``, ``extra``), ``@@outputs [...]`` (the files written),
-``@@timing <name> {...}`` for each implementation, ``@@done <id>``. Command: {"case": id, "dir": folder,
-"spares": the folder of spare files (``spare``), "references": [...], "nbytes": n, "tiers": [GB/s x3] or null,
-"repeats": r, "ours_is_ops": bool}. A ``{"warm": [ids...], "limit_bytes": n, "whole": bool}`` command compiles
+Protocol (stdout): ``@@env {...}`` once (or ``@@impl_error <why>`` and exit status 3 where the graded module does
+not import), then ``@@ready`` whenever it waits for a command; per case ``@@start <id>``, ``@@variant <the
+dispatcher's choice>``, ``@@phase <name>`` before each step that may hang or fail (``check``, ``ours``, a
+reference's name, ``rounds``, ``extra``), ``@@outputs {tag: files}`` (the check call's, then the checked timed
+calls'), ``@@checks {"calls": {tag: [set, call number]}, "repeats": [...], "sampled": n}`` (``harness.Watch``),
+``@@timing <name> {...}`` for each implementation, ``@@done <id>``. Command: {"case": id, "dir": folder, "seed":
+the case's seed (its calls' keys and the draws of checked calls), "spares": the folder of spare files
+(``spare``), "references": [...], "nbytes": n, "tiers": [GB/s x3] or null, "repeats": r, "ours_is_ops": bool}. A ``{"warm": [ids...], "limit_bytes": n, "whole": bool}`` command compiles
 instead (``compile_pass``): ``@@warmstart {...}`` before each batch's syncs, ``@@warmbatch {...}`` after,
 ``@@warmed {...}`` at the end (at once when ``whole`` and the same list and code were compiled before).
 """
@@ -19,8 +21,10 @@ import argparse
 import dataclasses
 import importlib
 import json
+import os
 import sys
 import time
+import traceback
 
 
 def emit(kind: str, payload="") -> None:
@@ -62,9 +66,12 @@ def device_name(jt) -> str:
     return platform.processor() or platform.machine() or "CPU"
 
 
-def run_case(fam, case, api, cmd) -> None:
-    """One case: the check call, our warm-up, each reference's warm-up, interleaved rounds, our outputs."""
-    from . import compile_pass
+def run_case(fam, case, api, cmd, pristine=None) -> None:
+    """One case: the check call, our warm-up, each reference's warm-up, interleaved rounds on fresh inputs; our
+    checked outputs as the rounds go."""
+    import numpy as np
+
+    from . import compile_pass, fresh
     from . import harness as H
     from .grading import TIER_FRACTION, Timing
 
@@ -76,7 +83,7 @@ def run_case(fam, case, api, cmd) -> None:
     manifest = H.load_sets(case_dir)
     emit("phase", "inputs")
     sets = [H.InputSet.from_files(case_dir, entry) for entry in manifest["sets"]]
-    timed = manifest["timed"]
+    timed, seed = manifest["timed"], cmd["seed"]
 
     emit("phase", "check")
     ours_impl = H.JittorImpl(case, compile_pass.ours_forward(fam, api), sets)
@@ -89,17 +96,28 @@ def run_case(fam, case, api, cmd) -> None:
     del outs
     emit("outputs", files)
 
+    def fresh_inputs(impl, which: int):
+        if not isinstance(impl, H.JittorImpl):
+            return None  # PyTorch, which is not graded: the timed sets in turn
+        return H.FreshInputs(impl, fresh.input_keys(seed, which, len(impl.varied(timed[0]))))
+
+    def save(tag, outputs):
+        return H.save_outputs(case_dir, tag, outputs, cmd.get("spares"))
+
     emit("phase", "ours")
-    ours = H.Meter("ours", ours_impl, timed, keep_outputs=True)
+    # which calls are checked and sampled: drawn in this process, per round, from the case's seed
+    watch = H.Watch(np.random.default_rng([seed, 0x0C4E]), save)
+    ours = H.Meter("ours", ours_impl, timed, fresh_inputs(ours_impl, 0), watch)
     try:
         ours.warm()
     except Exception as err:
         emit("timing", {"name": "ours", "timing": dataclasses.asdict(Timing(error=H.short_error(err)))})
         return
 
+    guard = pristine.restore if pristine is not None else (lambda: None)
     meters = []
     known_failures = compile_pass.failed_compiles()  # a kernel that did not compile is not tried again
-    for name in cmd["references"]:
+    for which, name in enumerate(cmd["references"], start=1):
         key = compile_pass.compile_key(case, name)
         failed = None
         emit("phase", name)  # a failure's timing follows in the same phase: the parent keeps its log with it
@@ -110,7 +128,11 @@ def run_case(fam, case, api, cmd) -> None:
                                   f"{compile_pass.FAILED_COMPILES_FILE})", log=known.get("log") or None)
         else:
             try:
-                meter = H.Meter(name, H.build_reference(fam, case, name, sets), timed)
+                guard()
+                impl = H.build_reference(fam, case, name, sets)
+                # looked at as ours is (off the clock), so that both are timed alike
+                looks = H.Watch(np.random.default_rng([seed, which, 0x0C4E]), None)
+                meter = H.Meter(name, impl, timed, fresh_inputs(impl, which), looks, guard)
                 meter.warm()
                 meters.append(meter)
             except H.ReferenceSkipped as why:
@@ -123,10 +145,12 @@ def run_case(fam, case, api, cmd) -> None:
             emit("timing", {"name": name, "timing": dataclasses.asdict(failed)})
 
     emit("phase", "rounds")
-    fast = [m for m in meters if not m.slow]
-    for done in range(1, cmd["repeats"] + 1):
+    fast = [m for m in meters if not m.slow and not m.unclean]
+    done = 0
+    for attempt in range(cmd["repeats"]):
         for m in [ours] + fast:
             m.round()
+        done += 1
         if done >= H.MIN_ROUNDS and not H.near_a_tier(ours, fast, cmd["nbytes"], cmd.get("tiers"), TIER_FRACTION,
                                                       H.FAR_FROM_TIER):
             break
@@ -139,21 +163,29 @@ def run_case(fam, case, api, cmd) -> None:
             m.round()
         extra += 1
 
-    files = {f"set{k}": H.save_outputs(case_dir, f"set{k}", outs, cmd.get("spares"))
-             for k, outs in sorted(ours.last_outputs.items())}
-    ours.last_outputs = {}
-    emit("outputs", files)
+    emit("outputs", watch.files)
+    emit("checks", {"calls": watch.checks, "repeats": watch.repeats, "sampled": watch.samples})
     emit("timing", {"name": "ours", "timing": dataclasses.asdict(ours.timing())})
     for m in meters:
         timing = m.timing()
         emit("timing", {"name": m.name, "timing": dataclasses.asdict(timing)})
 
 
+IMPORT_FAILED = 3  # the worker's exit status when the graded module does not import
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--job", required=True, help="JSON: device, impl, copy")
+    ap.add_argument("--job", required=True, help="JSON: device, impl, copy, log, isolation")
     args = ap.parse_args(argv)
     job = json.loads(args.job)
+
+    from .isolation import Pristine, worker_setup
+    why_not = worker_setup(job.get("isolation") or {})
+    if why_not:
+        print(f"isolation: {why_not}", file=sys.stderr, flush=True)
+
+    import resource
 
     from .._jittor import jt
     from .families import load_families
@@ -161,7 +193,17 @@ def main(argv=None) -> int:
     jt.flags.use_cuda = 1 if job["device"] == "cuda" else 0
     from . import compile_pass
     compile_pass.LOG_PATH = job.get("log")
-    api = importlib.import_module(job["impl"])
+    # as they are before the graded module runs: put back before each reference is timed
+    pristine = Pristine([time, resource, jt, jt.nn, jt.Var, jt.profiler] + [m for m in (
+        sys.modules.get("jittor.pool"), sys.modules.get("jittor.misc")) if m is not None], jt.flags)
+    try:
+        api = importlib.import_module(job["impl"])
+    except BaseException as err:  # noqa: B036  (SystemExit in a module's import is its failure to import too)
+        emit("impl_error", f"{type(err).__name__}: {err}".splitlines()[0][:300])
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(IMPORT_FAILED)
     by_id = {c.id: (fam, c) for fam in load_families() for c in fam.all_cases()}
     env = {"device": job["device"], "name": device_name(jt)}
     if job.get("copy"):
@@ -190,7 +232,7 @@ def main(argv=None) -> int:
         else:
             fam, case = by_id[cmd["case"]]
             emit("start", case.id)
-            run_case(fam, case, api, cmd)
+            run_case(fam, case, api, cmd, pristine)
             emit("done", case.id)
             jt.gc()
         emit("ready")

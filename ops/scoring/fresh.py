@@ -1,0 +1,166 @@
+"""Inputs no timed call has seen before, and samples of the outputs: what keeps a graded module from answering a
+timed call without computing it.
+
+Every timed call's inputs are a fresh copy of one of the case's input sets in which about half of the elements have
+their bit pattern flipped: the sign of a float (NaN, infinities and zeros keep their kind), every bit of an integer,
+a bool's value. Which elements is decided by a hash of the call's number, two 32-bit keys and the element's
+position (``cuda_snippets/grader_fresh*.h``; the same bits here in NumPy, ``flip_numpy``): the copies are made on
+the device before the clock starts, in one kernel for up to ``MAX_COPIES`` calls, and the parent recomputes the
+inputs of any call it checks from the set, the keys and the number. A value's magnitude is kept, so the inputs
+keep the case's ranges, ties and special values. A cache, whatever it is keyed by, has never seen a timed call's
+inputs: it can only return a wrong answer.
+
+``samples`` copies a few elements of each output (``SAMPLES`` at positions fixed per case): two timed calls whose
+samples agree bit for bit are checked by the parent, which finds a module that handed out one answer twice (or
+memory it never wrote) without being told which calls it will look at.
+"""
+from __future__ import annotations
+
+import functools
+from typing import List, Sequence, Tuple
+
+import numpy as np
+
+from .. import _codegen
+from .._jittor import jt
+
+MAX_COPIES = 8  # copies (calls) a launch makes; grader_fresh.cuh's FRESH_MAX_COPIES
+SAMPLES = 64  # elements sampled of each output: 64 random sign bits where an output holds only copies
+_GOLDEN = 0x9E3779B1
+_M32 = 0xFFFFFFFF
+
+# dtype -> (C type of its bits, NumPy view of the bits (a host array of a bfloat16 case is float32), flip mask)
+_BITS = {
+    "bool": ("uint8_t", np.uint8, 1),
+    "int8": ("uint8_t", np.uint8, 0xFF), "uint8": ("uint8_t", np.uint8, 0xFF),
+    "int16": ("uint16_t", np.uint16, 0xFFFF), "uint16": ("uint16_t", np.uint16, 0xFFFF),
+    "int32": ("uint32_t", np.uint32, _M32), "uint32": ("uint32_t", np.uint32, _M32),
+    "int64": ("uint64_t", np.uint64, (1 << 64) - 1), "uint64": ("uint64_t", np.uint64, (1 << 64) - 1),
+    "float16": ("uint16_t", np.uint16, 1 << 15),
+    "bfloat16": ("uint16_t", np.uint32, 1 << 15),  # device bits: 16; host: float32 whose sign is bit 31
+    "float32": ("uint32_t", np.uint32, 1 << 31),
+    "float64": ("uint64_t", np.uint64, 1 << 63),
+}
+
+
+_CPU_HEADERS = ("grader_hash.h", "grader_fresh_cpu.h")
+_CUDA_HEADERS = ("grader_hash.h", "grader_fresh")
+
+
+def _mask_literal(dtype: str) -> str:
+    ctype, _, mask = _BITS[dtype]
+    return f"({ctype}){mask:#x}ull"
+
+
+@functools.lru_cache(maxsize=None)
+def _fresh_sources(dtype: str, count: int) -> Tuple[str, str, str, str]:
+    """(cpu_header, cpu_src, cuda_header, cuda_src) of the op making ``count`` copies of a flat ``dtype`` set."""
+    ctype = _BITS[dtype][0]
+    outs = ", ".join(f"out{j}_p" for j in range(count))
+    call = (f"void* outs[{count}] = {{{outs}}}; ops_grader::fresh_copies<{ctype}>(in0_p, (size_t)in0->num, outs, "
+            f'{count}, (uint32_t)data["k0"], (uint32_t)data["k1"], (uint32_t)data["first"], {_mask_literal(dtype)});')
+    return (_codegen.include(_CPU_HEADERS), call, _codegen.include(_CUDA_HEADERS),
+            call + "\nCHECK(cudaSuccess == cudaPeekAtLastError());")
+
+
+def fresh_copies(x, dtype: str, keys: Tuple[int, int], first: int, count: int) -> list:
+    """``count`` new Vars of ``x``'s shape and ``dtype``: the inputs of calls ``first`` .. ``first + count - 1``
+    under ``keys`` (not run: sync them). ``count`` is 1 or ``MAX_COPIES`` (one compiled kernel each)."""
+    if count not in (1, MAX_COPIES):
+        raise ValueError(f"count must be 1 or {MAX_COPIES}, got {count}")
+    shape = tuple(x.shape)
+    flat = x if len(shape) == 1 else jt.ops.reshape(x, (x.numel(),))
+    cpu_header, cpu_src, cuda_header, cuda_src = _fresh_sources(dtype, count)
+    outs = jt.code([flat.shape] * count, [dtype] * count, [flat], cpu_header=cpu_header, cpu_src=cpu_src,
+                   cuda_header=cuda_header, cuda_src=cuda_src,
+                   data={"k0": float(keys[0]), "k1": float(keys[1]), "first": float(first & _M32)})
+    return outs if len(shape) == 1 else [jt.ops.reshape(o, shape) for o in outs]  # (Var.reshape: 2x the cost)
+
+
+@functools.lru_cache(maxsize=None)
+def _sample_sources(count: int, itemsize: int) -> Tuple[str, str, str, str]:
+    ins = ", ".join(f"in{j + 1}_p" for j in range(count))
+    call = (f"const void* ins[{count}] = {{{ins}}}; ops_grader::sample_bytes(ins, {count}, {itemsize}, "
+            f"(const int32_t*)in0_p, (int)in0->num, (uint8_t*)out0_p);")
+    return (_codegen.include(_CPU_HEADERS), call, _codegen.include(_CUDA_HEADERS),
+            call + "\nCHECK(cudaSuccess == cudaPeekAtLastError());")
+
+
+def sample_op(outs: Sequence, positions):
+    """A uint8 Var (len(outs), SAMPLES * itemsize): the bytes of each of ``outs`` (Vars of one dtype and shape;
+    1 or ``MAX_COPIES`` of them) at ``positions`` (an int32 Var of flat indices)."""
+    count = len(outs)
+    if count not in (1, MAX_COPIES):
+        raise ValueError(f"outs must hold 1 or {MAX_COPIES} Vars, got {count}")
+    dtype = str(outs[0].dtype)
+    itemsize = np.dtype(_BITS[dtype][1]).itemsize if dtype != "bfloat16" else 2
+    flats = [o.reshape((max(1, o.numel()),)) for o in outs]
+    cpu_header, cpu_src, cuda_header, cuda_src = _sample_sources(count, itemsize)
+    return jt.code((count, int(positions.shape[0]) * itemsize), "uint8", [positions] + flats, cpu_header=cpu_header,
+                   cpu_src=cpu_src, cuda_header=cuda_header, cuda_src=cuda_src)
+
+
+def sample_positions(shape: Sequence[int], rng: np.random.Generator) -> np.ndarray:
+    """SAMPLES flat positions in an output of ``shape`` (int32; repeated where it has fewer elements)."""
+    n = max(1, int(np.prod(shape)))
+    return rng.integers(0, n, size=SAMPLES, dtype=np.int64).astype(np.int32)
+
+
+# --- the same bits in NumPy (the parent's copy of a checked call's inputs) --------------------------------------
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    """murmur3's finalizer on uint32 values, in place."""
+    h ^= h >> np.uint32(16)
+    h *= np.uint32(0x85EBCA6B)
+    h ^= h >> np.uint32(13)
+    h *= np.uint32(0xC2B2AE35)
+    h ^= h >> np.uint32(16)
+    return h
+
+
+def _mix_int(v: int) -> int:
+    return int(_mix(np.array([v & _M32], dtype=np.uint32))[0])
+
+
+def call_key(keys: Tuple[int, int], call: int) -> int:
+    """The 32-bit key of call ``call`` (grader_fresh's call_key)."""
+    return _mix_int(_mix_int(keys[0] ^ _mix_int(call)) ^ keys[1])
+
+
+# Elements per block of flip_bits (its temporaries: a few arrays of this many bytes).
+_BLOCK = 1 << 22
+
+
+def flip_bits(n: int, key: int, start: int = 0, stop: int = None) -> np.ndarray:
+    """bool[stop - start]: which elements (of ``n``, flat) the call with ``key`` flips, from ``start``."""
+    stop = n if stop is None else stop
+    first_block, last_block = start // 32, (stop + 31) // 32
+    with np.errstate(over="ignore"):
+        h = np.arange(first_block, last_block, dtype=np.uint32) * np.uint32(_GOLDEN) + np.uint32(key)
+    _mix(h)
+    bits = ((h[:, None] >> np.arange(32, dtype=np.uint32)) & np.uint32(1)).astype(bool).reshape(-1)
+    return bits[start - first_block * 32:stop - first_block * 32]
+
+
+def flip_numpy(arr: np.ndarray, dtype: str, keys: Tuple[int, int], call: int) -> np.ndarray:
+    """A new array: ``arr`` (a host array of case dtype ``dtype``: bfloat16 as float32) as call ``call`` under
+    ``keys`` sees it."""
+    _, view, mask = _BITS[dtype]
+    if dtype == "bfloat16":
+        mask = 1 << 31  # the float32 that holds a bfloat16: the same sign
+    out = np.array(arr, copy=True, order="C")
+    flat = out.reshape(-1).view(view)
+    key = call_key(keys, call)
+    pattern = view(mask)
+    for start in range(0, flat.size, _BLOCK):
+        stop = min(flat.size, start + _BLOCK)
+        picked = flip_bits(flat.size, key, start, stop)
+        flat[start:stop] ^= np.where(picked, pattern, view(0))
+    return out
+
+
+def input_keys(seed: int, impl: int, count: int) -> List[Tuple[int, int]]:
+    """The (k0, k1) of each of an implementation's ``count`` varied arrays in a case with ``seed`` (``impl``: 0 for
+    the graded module, 1 and up for the references, whose inputs only need to be fresh)."""
+    drawn = np.random.default_rng([seed, impl, 0xF4E5]).integers(0, 1 << 32, size=(count, 2), dtype=np.uint64)
+    return [(int(a), int(b)) for a, b in drawn]

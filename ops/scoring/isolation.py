@@ -1,0 +1,303 @@
+"""What keeps a graded module's process from outliving the grader or writing its files: one place for every worker.
+
+The graded module runs in a worker process (``ops.scoring.worker``); the parent (get_score.py) trusts nothing it
+writes but the verdict files it judges. Here:
+
+* ``Isolation`` (the parent): how a worker is started and what it may write. Where bubblewrap (``bwrap``) runs,
+  the worker runs in its own PID namespace (everything it starts dies with it) on a read-only view of the
+  machine, writable only where it must write: the run's scratch folder and the compilers' caches, with a /tmp of
+  its own. Where it does not, the worker restricts itself with Landlock (Linux 5.13 and later, no privileges
+  needed): the same folders writable, nothing else. ``describe`` is the one line the run prints and records.
+* ``become_subreaper`` and ``reap`` (the parent): every process a worker leaves behind (a double fork and
+  ``setsid`` included) becomes the parent's child rather than init's, and is killed before the reports are
+  written.
+* ``restrict_writes`` (the worker, first thing): the Landlock half.
+* ``Pristine`` (the worker): attributes of ``time``, ``resource`` and jittor (its modules, ``Var``, its flags)
+  as they were before the graded module was imported, put back before each reference is timed.
+
+Linux only; elsewhere every part says what it could not do and the run goes on without it.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from typing import Dict, Iterable, List, Optional, Sequence
+
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_CHILD_SUBREAPER = 36
+_SYS_LANDLOCK = {"create_ruleset": 444, "add_rule": 445, "restrict_self": 446}  # the same on x86_64 and arm64
+
+# Landlock's filesystem rights that write (uapi/linux/landlock.h): by ABI version.
+_WRITE_FILE, _REMOVE_DIR, _REMOVE_FILE = 1 << 1, 1 << 4, 1 << 5
+_MAKE = (1 << 6) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12)  # char, dir, reg, sock, ...
+_REFER, _TRUNCATE = 1 << 13, 1 << 14
+_FILE_RIGHTS = _WRITE_FILE | _TRUNCATE  # the rights a rule on a file (not a folder) may hold
+_SCOPE_SIGNAL = 1 << 1  # ABI 6: no signals to processes outside the domain (the grader)
+
+
+def _libc():
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version, 0 where there is none (or no Linux)."""
+    libc = _libc()
+    if libc is None or not sys.platform.startswith("linux"):
+        return 0
+    version = libc.syscall(_SYS_LANDLOCK["create_ruleset"], None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    return max(0, int(version))
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def restrict_writes(writable: Iterable[str]) -> str:
+    """Landlock this process (and whatever it starts): it may write only beneath ``writable`` (folders or
+    files; missing ones are skipped), and (ABI 6) signal no process outside. Returns "" or why it could not."""
+    abi = landlock_abi()
+    if abi < 1:
+        return "Landlock is not available"
+    libc = _libc()
+    handled = _WRITE_FILE | _REMOVE_DIR | _REMOVE_FILE | _MAKE | (_REFER if abi >= 2 else 0) | (
+        _TRUNCATE if abi >= 3 else 0)
+    attr = _RulesetAttr(handled, 0, _SCOPE_SIGNAL if abi >= 6 else 0)
+    size = 8 if abi < 4 else 16 if abi < 6 else 24  # the struct as this ABI knows it
+    ruleset = libc.syscall(_SYS_LANDLOCK["create_ruleset"], ctypes.byref(attr), ctypes.c_size_t(size),
+                           ctypes.c_uint32(0))
+    if ruleset < 0:
+        return f"Landlock ruleset: {os.strerror(ctypes.get_errno())}"
+    try:
+        for path in dict.fromkeys(os.path.realpath(p) for p in writable):
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                rights = handled if os.path.isdir(path) else handled & _FILE_RIGHTS
+                rule = _PathBeneath(rights, fd)
+                if libc.syscall(_SYS_LANDLOCK["add_rule"], ctypes.c_int(ruleset), ctypes.c_int(1),
+                                ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+                    return f"Landlock rule for {path}: {os.strerror(ctypes.get_errno())}"
+            finally:
+                os.close(fd)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            return f"no_new_privs: {os.strerror(ctypes.get_errno())}"
+        if libc.syscall(_SYS_LANDLOCK["restrict_self"], ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
+            return f"Landlock: {os.strerror(ctypes.get_errno())}"
+    finally:
+        os.close(ruleset)
+    return ""
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its descendants' orphans (a process a worker double-forks away ends up
+    its child, not init's). False where the system has no such thing."""
+    libc = _libc()
+    return bool(libc is not None and sys.platform.startswith("linux")
+                and libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+
+
+def descendants(pid: int) -> List[int]:
+    """Every live process below ``pid`` (from /proc)."""
+    children: Dict[int, List[int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if fields and fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(int(name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def reap(timeout_s: float = 5.0) -> int:
+    """Kill every process below this one and collect them (and the orphans this subreaper inherited); returns
+    how many were killed."""
+    killed, end = 0, time.monotonic() + timeout_s
+    while True:
+        left = descendants(os.getpid())
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+        if not left or time.monotonic() > end:
+            return killed
+        time.sleep(0.02)
+
+
+def _bwrap_works(bwrap: str) -> bool:
+    try:
+        return subprocess.run([bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid",
+                               "--die-with-parent", "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _cache_folders() -> List[str]:
+    """Where jittor, the CUDA driver and torch.compile keep compiled code: writable to a worker."""
+    home = os.environ.get("JITTOR_HOME") or os.path.expanduser("~")
+    return [os.path.join(home, ".cache"), os.path.join(os.path.expanduser("~"), ".cache"),
+            os.path.join(os.path.expanduser("~"), ".nv"), os.path.join(os.path.expanduser("~"), ".triton")]
+
+
+# Device files a worker opens for writing (GPU drivers open theirs read-write).
+_DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/urandom", "/dev/random", "/dev/tty")
+
+
+def _device_paths() -> List[str]:
+    try:
+        gpus = [os.path.join("/dev", d) for d in os.listdir("/dev") if d.startswith(("nvidia", "dri", "kfd"))]
+    except OSError:
+        gpus = []
+    return list(_DEVICE_FILES) + gpus
+
+
+class Isolation:
+    """How the parent starts a worker for ``scratch`` (the run's folder of inputs, outputs and logs) and what
+    that worker may write. ``mode``: "bwrap", "landlock" or "none" (decided once, by what the machine has;
+    ``OPS_GRADER_ISOLATION`` may ask for less: "landlock" or "none")."""
+
+    def __init__(self, scratch: str, protected: Sequence[str] = ()):
+        self.scratch = os.path.realpath(scratch)
+        self.tmp = os.path.join(self.scratch, "tmp")
+        os.makedirs(self.tmp, exist_ok=True)
+        self.protected = [os.path.realpath(p) for p in protected if p]
+        wanted = os.environ.get("OPS_GRADER_ISOLATION", "bwrap")
+        bwrap = shutil.which("bwrap") if wanted == "bwrap" else None
+        self.mode = "bwrap" if bwrap and _bwrap_works(bwrap) else (
+            "landlock" if wanted != "none" and landlock_abi() >= 1 else "none")
+        self.bwrap = bwrap
+        self.subreaper = False
+
+    def writable(self) -> List[str]:
+        """What a worker may write: the scratch folder, the compilers' caches, device files."""
+        return [self.scratch] + _cache_folders() + _device_paths()
+
+    def command(self, argv: List[str]) -> List[str]:
+        """``argv`` as the worker is started: inside bubblewrap where that is the mode."""
+        if self.mode != "bwrap":
+            return argv
+        wrap = [self.bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
+                "--tmpfs", "/tmp", "--tmpfs", "/dev/shm", "--unshare-pid", "--die-with-parent", "--new-session"]
+        for path in [self.scratch] + _cache_folders():
+            if os.path.isdir(path):
+                wrap += ["--bind", path, path]
+        return wrap + ["--"] + argv
+
+    def environment(self, env: Dict[str, str]) -> Dict[str, str]:
+        """The worker's environment: its temporary files (compilers', Python's) in the scratch folder."""
+        return dict(env, TMPDIR=self.tmp)
+
+    def job(self) -> dict:
+        """What the worker does itself (``worker_setup``): Landlock over these paths, unless bubblewrap did it."""
+        return {"landlock": self.writable() if self.mode == "landlock" else None}
+
+    def exposed(self) -> List[str]:
+        """Protected paths (reports, tiers) a worker could still write: inside a writable folder."""
+        if self.mode == "none":
+            return list(self.protected)
+        roots = [self.scratch] + [os.path.realpath(p) for p in _cache_folders()]
+        return [p for p in self.protected if any(p == r or p.startswith(r + os.sep) for r in roots)]
+
+    def describe(self) -> str:
+        """One line: what isolation this run's workers have."""
+        kill = ("processes they leave are killed before the reports are written" if self.subreaper else
+                "processes they leave in their own process group are killed (no subreaper here)")
+        if self.mode == "bwrap":
+            where = "bubblewrap: own PID namespace, read-only files but the scratch folder and caches"
+        elif self.mode == "landlock":
+            where = "Landlock: writes only to the scratch folder, ~/.cache and device files"
+        else:
+            where = "none: the graded module can write any file this user can (no bubblewrap, no Landlock)"
+        exposed = self.exposed() if self.mode != "none" else []
+        extra = f"; still writable to it: {', '.join(exposed)}" if exposed else ""
+        return f"isolation: {where}; {kill}{extra}"
+
+
+def worker_setup(job: dict) -> str:
+    """The worker's first step: Landlock as ``Isolation.job`` asked. Returns "" or why not."""
+    paths = job.get("landlock")
+    return restrict_writes(paths) if paths else ""
+
+
+_MISSING = object()
+
+
+class Pristine:
+    """Attributes of ``objects`` (modules, classes) and the values of jittor's flags as they are now; ``restore``
+    puts back any that changed since. The worker takes it before importing the graded module and restores it
+    before each reference is timed: a module that replaces jittor's functions (or slows them) in its process,
+    or sets a flag, does not carry that into the references' times."""
+
+    def __init__(self, objects: Sequence, flags=None):
+        self.saved = [(obj, dict(vars(obj))) for obj in objects]
+        self.flags = flags
+        self.flag_values = {}
+        if flags is not None:
+            for name in dir(flags):
+                if name.startswith("_"):
+                    continue
+                try:
+                    value = getattr(flags, name)
+                except Exception:
+                    continue
+                if isinstance(value, (bool, int, float, str)):
+                    self.flag_values[name] = value
+
+    def restore(self) -> int:
+        """Put back what changed; returns how many attributes and flags that was."""
+        changed = 0
+        for obj, saved in self.saved:
+            now = vars(obj)
+            for name, value in saved.items():
+                if now.get(name, _MISSING) is not value:
+                    try:
+                        setattr(obj, name, value)
+                        changed += 1
+                    except (AttributeError, TypeError):
+                        pass
+        for name, value in self.flag_values.items():
+            try:
+                if getattr(self.flags, name) != value:
+                    setattr(self.flags, name, value)
+                    changed += 1
+            except Exception:
+                pass
+        return changed
