@@ -16,24 +16,26 @@ struct FreshOuts {
 // blockIdx.y: the copy; a grid-stride loop over the elements.
 template <typename T>
 __global__ void fresh_kernel(const T* __restrict__ src, size_t n, FreshOuts<T> outs, uint32_t k0, uint32_t k1,
-                             uint32_t first, T mask) {
+                             uint32_t first, T mask, T low, T expo, int rich) {
   const uint32_t key = call_key(k0, k1, first + blockIdx.y);
   T* __restrict__ dst = outs.p[blockIdx.y];
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     const uint32_t h = mix((uint32_t)(i >> 5) * 0x9E3779B1u + key);
     const T pick = (T)0 - (T)((h >> (i & 31)) & 1u);
-    dst[i] = src[i] ^ (pick & mask);
+    const T v = src[i] ^ (pick & mask);
+    dst[i] = rich ? low_bits<T>(v, key, (uint32_t)i, low, expo) : v;
   }
 }
 
 template <typename T>
 void fresh_copies(const void* in, size_t n, void* const* outs, int count, uint32_t k0, uint32_t k1, uint32_t first,
-                  T mask) {
+                  T mask, T low, T expo, int rich) {
   FreshOuts<T> o;
   for (int j = 0; j < FRESH_MAX_COPIES; j++) o.p[j] = (T*)outs[j < count ? j : 0];
   size_t blocks = (n + 255) / 256;
   if (blocks > 8192) blocks = 8192;
-  fresh_kernel<T><<<dim3((unsigned)blocks, (unsigned)count), 256>>>((const T*)in, n, o, k0, k1, first, mask);
+  fresh_kernel<T><<<dim3((unsigned)blocks, (unsigned)count), 256>>>((const T*)in, n, o, k0, k1, first, mask, low, expo,
+                                                                    rich);
 }
 
 struct SampleIns {

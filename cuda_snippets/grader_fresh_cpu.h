@@ -13,10 +13,11 @@
 
 namespace ops_grader {
 
-// outs[j] = in with the elements the hash of call first + j picks XOR mask (count outputs of n elements each).
+// outs[j] = in with the elements the hash of call first + j picks XOR mask (count outputs of n elements each);
+// with ``rich`` (a small array), each normal float's low significand bits (``low``) flipped by a hash too.
 template <typename T>
 static void fresh_copies(const void* in, size_t n, void* const* outs, int count, uint32_t k0, uint32_t k1,
-                         uint32_t first, T mask) {
+                         uint32_t first, T mask, T low, T expo, int rich) {
   typedef T __attribute__((may_alias)) alias_t;
   const alias_t* src = (const alias_t*)in;
   for (int j = 0; j < count; j++) {
@@ -31,6 +32,8 @@ static void fresh_copies(const void* in, size_t n, void* const* outs, int count,
       const uint32_t h = mix((uint32_t)full * 0x9E3779B1u + key);
       for (size_t i = full * 32; i < n; i++) dst[i] = src[i] ^ (((T)0 - (T)((h >> (i - full * 32)) & 1u)) & mask);
     }
+    if (rich)
+      for (size_t i = 0; i < n; i++) dst[i] = low_bits<T>(dst[i], key, (uint32_t)i, low, expo);
   }
 }
 

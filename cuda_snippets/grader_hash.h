@@ -24,4 +24,12 @@ OPS_GRADER_FN uint32_t mix(uint32_t h) {
 // mix(block * 0x9E3779B1 + key), one bit each.
 OPS_GRADER_FN uint32_t call_key(uint32_t k0, uint32_t k1, uint32_t call) { return mix(mix(k0 ^ mix(call)) ^ k1); }
 
+// The low significand bits a call also flips in element i of a small array (``rich``): normal floats only, so a
+// value keeps its sign's flip, its exponent and its kind.
+template <typename T>
+OPS_GRADER_FN T low_bits(T v, uint32_t key, uint32_t i, T low, T expo) {
+  const T e = v & expo;
+  return (e != 0 && e != expo) ? (T)(v ^ ((T)mix(i * 0x27D4EB2Fu ^ key) & low)) : v;
+}
+
 }  // namespace ops_grader

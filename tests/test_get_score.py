@@ -30,11 +30,11 @@ def test_grader_end_to_end_with_failures(tmp_path):
     out_json, out_md, tiers = tmp_path / "r.json", tmp_path / "r.md", tmp_path / "tiers.json"
     proc = toy_run("--timeout", "8", "--reference-timeout", "4", "--json", str(out_json), "--markdown",
                    str(out_md), "--save-tiers", str(tiers))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 1, proc.stderr[-3000:]  # cases failed
     data = json.loads(out_json.read_text())
     by_id = {r["case_id"]: r for r in data["results"]}
     ok = by_id["toy/fwd/ok"]
-    assert ok["correct"] and ok["ours"]["ms"] > 0 and ok["checked"] == 4  # the checked call and 3 timed sets
+    assert ok["correct"] and ok["ours"]["ms"] > 0 and ok["checked"] >= 3  # the checked call and timed calls
     assert ok["ours"]["ms"] == pytest.approx(max(ok["ours"]["kernel_ms"], ok["ours"]["wall_ms"]))
     assert ok["ours"]["call_ms"] > 0 and len(ok["ours"]["rounds"]) >= 2
     assert by_id["toy/bwd/ok"]["correct"]
@@ -67,7 +67,7 @@ def test_grader_end_to_end_with_failures(tmp_path):
 def test_time_budget_reports_unrun_cases(tmp_path):
     out_json = tmp_path / "r.json"
     proc = toy_run("-k", "ok", "--budget", "0", "--json", str(out_json), timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 1, proc.stderr[-3000:]  # cases not run
     results = json.loads(out_json.read_text())["results"]
     assert len(results) == 2 and all(r["why"] == "not run: time budget spent" and r["points"] == 0 for r in results)
 
@@ -88,7 +88,7 @@ def test_a_terminated_run_still_writes_what_it_measured(tmp_path):
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=60)
     assert time.monotonic() - signalled < 10
-    assert proc.returncode == 0
+    assert proc.returncode == 130
     by_id = {r["case_id"]: r for r in json.loads(out_json.read_text())["results"]}
     assert by_id["toy/fwd/ok"]["correct"] and by_id["toy/fwd/ok"]["ours"]["ms"] > 0
     assert by_id["toy/fwd/hang"]["why"] == "not run: interrupted (SIGTERM)"
@@ -160,11 +160,38 @@ def test_a_reference_that_fails_to_compile_is_one_line_and_its_log_is_kept(tmp_p
     assert "error:" not in proc.stdout + proc.stderr and "g++" not in proc.stdout + proc.stderr
 
 
-def test_a_module_that_does_not_import_fails_every_case_with_the_reason(tmp_path):
+def test_a_module_that_does_not_import_is_a_usage_error_of_one_line(tmp_path):
     out_json = tmp_path / "r.json"
-    proc = toy_run("-k", "ok", "--impl", "no_such_module_here", "--json", str(out_json))
+    for warm in ((), ("--no-warm",)):  # found by the compile pass's worker, or by the first case's
+        proc = subprocess.run([sys.executable, GET_SCORE, "--device", "cpu", "--no-torch", "--no-progress", *warm,
+                               "-k", "ok", "--impl", "no_such_module_here", "--json", str(out_json)],
+                              capture_output=True, text=True, env=toy_env(), timeout=300)
+        assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+        assert proc.stderr.count("\n") == 1 and "--impl no_such_module_here does not import" in proc.stderr
+        assert "ModuleNotFoundError" in proc.stderr and not out_json.exists()
+
+
+def test_exit_status_all_correct_and_under_fail_under(tmp_path):
+    ok = toy_run("-k", "fwd/ok,fwd/after", "--references", "naive")
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    under = toy_run("-k", "fwd/ok,fwd/after", "--references", "naive", "--fail-under", "201")
+    assert under.returncode == 3, under.stderr[-3000:]
+
+
+def test_a_usage_error_is_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, GET_SCORE, "--repeats", "0"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--repeats must be at least 1" in proc.stderr
+
+
+def test_an_ops_module_in_the_working_directory_is_ignored_in_one_line(tmp_path):
+    """A file ops.py where the grader runs would shadow the grader's own package in its workers: it is ignored
+    (and said so), the cases run as ever."""
+    (tmp_path / "ops.py").write_text("raise SystemExit('the wrong ops')\n")
+    out_json = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, GET_SCORE, "--device", "cpu", "--no-torch", "--no-progress", "--no-warm",
+                           "--repeats", "1", "-k", "fwd/ok", "--references", "naive", "--json", str(out_json)],
+                          capture_output=True, text=True, env=toy_env(), timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(out_json.read_text())["results"]
-    assert len(results) == 2
-    assert all(r["why"].startswith("crashed: the grading worker exited") and "no_such_module_here" in r["why"]
-               for r in results)
+    notes = [line for line in proc.stderr.splitlines() if "ops.py" in line]
+    assert len(notes) == 1 and "ignored" in notes[0]
+    assert json.loads(out_json.read_text())["results"][0]["correct"]

@@ -1,19 +1,22 @@
 """Modules that re-export ops and change one thing, graded on small case subsets on the CPU: each scores 0 on
-every case it affects. The verdicts come from the parent process, on outputs of the checked call and of the
-timed calls, with fresh inputs for every timed call."""
+every case it affects. The verdicts come from the parent process, on outputs of the checked call and of timed
+calls drawn per round, every timed call on inputs no call had before (``ops.scoring.fresh``)."""
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 
 import pytest
 
 from ops.scoring import grading
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMED_CALL = re.compile(r"timed calls? \d+")
 
 
-def grade(impl, *args, env_extra=None, tmp_path, device="cpu"):
+def run_grader(impl, *args, env_extra=None, tmp_path, device="cpu", reports=()):
     out = tmp_path / f"{impl}-{device}.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "tests"), ROOT,
                                                        os.environ.get("PYTHONPATH", "")]), **(env_extra or {}))
@@ -21,33 +24,45 @@ def grade(impl, *args, env_extra=None, tmp_path, device="cpu"):
     warm = ["--no-warm"] if device == "cpu" else []
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "get_score.py"), "--device", device, "--impl", impl,
                            "--no-progress", *warm, "--repeats", "1", "--references", "naive", "--json",
-                           str(out), *args], capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return {r["case_id"]: r for r in json.loads(out.read_text())["results"]}
+                           str(out), *reports, *args], capture_output=True, text=True, env=env, timeout=600)
+    assert out.exists(), proc.stderr[-3000:]
+    return {r["case_id"]: r for r in json.loads(out.read_text())["results"]}, proc
+
+
+def grade(impl, *args, status=1, **kwargs):
+    """The results of grading ``impl``; the run must end with ``status`` (1: a case wrong, 0: all correct)."""
+    results, proc = run_grader(impl, *args, **kwargs)
+    assert proc.returncode == status, proc.stderr[-3000:]
+    return results
 
 
 def assert_all_zero(results, why):
     assert results
     for case_id, r in results.items():
         assert r["points"] == 0 and not r["correct"], (case_id, r["why"])
-        assert why in r["why"], (case_id, r["why"])
+        assert (why.search(r["why"]) if isinstance(why, re.Pattern) else why in r["why"]), (case_id, r["why"])
 
 
 def test_cached_outputs_fail_on_the_timed_calls(tmp_path):
     results = grade("cheat_cache", "-k", "cpu_k2s2,cpu_10_int8,paddle0-1785x1-to-1785x128-float32", "--direction",
                     "fwd", tmp_path=tmp_path)
-    assert_all_zero(results, "timed call on input set")
+    assert_all_zero(results, TIMED_CALL)
+
+
+# The replay store is a folder the worker may write: isolation off (with it, a store would live in ~/.cache).
+REPLAY_ENV = {"OPS_GRADER_ISOLATION": "none"}
 
 
 def test_replayed_answers_of_a_seeded_run_fail_on_the_fresh_timed_inputs(tmp_path):
     store = tmp_path / "answers"
     store.mkdir()
     args = ("-k", "cpu_k2s2_f16,cpu_odd_f16", "--direction", "fwd", "--seed", "5")
-    grade("cheat_replay", *args, env_extra={"CHEAT_REPLAY_DIR": str(store)}, tmp_path=tmp_path)
-    assert list(store.iterdir())  # the first run recorded its answers
-    results = grade("cheat_replay", *args, env_extra={"CHEAT_REPLAY_DIR": str(store)}, tmp_path=tmp_path)
+    grade("cheat_replay", *args, env_extra={"CHEAT_REPLAY_DIR": str(store), **REPLAY_ENV}, tmp_path=tmp_path)
+    assert list(store.iterdir())  # the first run recorded its answers (and failed the timed calls)
+    results = grade("cheat_replay", *args, env_extra={"CHEAT_REPLAY_DIR": str(store), **REPLAY_ENV},
+                    tmp_path=tmp_path)
     plain = {k: v for k, v in results.items() if "edge" not in k}
-    assert_all_zero(plain, "timed call on input set")  # the seeded checked call itself was answered right
+    assert_all_zero(plain, TIMED_CALL)  # the seeded checked call itself was answered right
 
 
 def test_a_module_that_patches_the_judge_in_its_process_is_still_judged(tmp_path):
@@ -81,7 +96,7 @@ def test_work_on_the_host_shows_in_the_time_that_earns_points(tmp_path):
     that kernel's, its wall time holds the host work, and the points use the larger (whether it then earns
     points depends on the references' speed on this machine: not asserted)."""
     results = grade("cheat_host", "-k", "cpu_k2s2,cpu_021_f32,cpu_ta_f32", "--direction", "fwd", "--op",
-                    "max_pool3d", "--op", "permute", tmp_path=tmp_path)
+                    "max_pool3d", "--op", "permute", tmp_path=tmp_path, status=0)
     plain = {k: v for k, v in results.items() if k.split("/")[-1] in ("cpu_k2s2", "cpu_021_f32", "cpu_ta_f32")}
     assert len(plain) == 3
     for case_id, r in plain.items():
@@ -95,7 +110,7 @@ def test_waiting_for_work_done_elsewhere_counts(tmp_path):
     """On the CPU the grader times by the worker's CPU time (other processes do not inflate it); a call that
     waits instead of computing is timed by the wall clock, its wait included."""
     results = grade("cheat_wait", "--op", "permute", "--direction", "fwd", "-k", "cpu_021_f32,cpu_10_int8",
-                    tmp_path=tmp_path)
+                    tmp_path=tmp_path, status=0)
     for case_id, r in results.items():
         assert r["correct"], (case_id, r["why"])
         assert r["ours"]["ms"] >= 2.0 and r["ours"]["call_ms"] >= 2.0, (case_id, r["ours"])
@@ -103,12 +118,82 @@ def test_waiting_for_work_done_elsewhere_counts(tmp_path):
         assert r["points"] == 0 and r["refs"]["naive"]["ms"] < 0.2, (case_id, r["points"], r["refs"]["naive"])
 
 
+@pytest.mark.parametrize("magnitudes,status", [("0", 0), ("1", 1)])
+def test_a_cache_by_a_sample_of_the_input_values_scores_zero(tmp_path, magnitudes, status):
+    """Answers remembered by 16 values of each input, each computed one costing 2 ms: no timed call's inputs
+    were seen before, so every call computes (right, and too slow for points); remembered by their magnitudes
+    (which the timed calls' inputs of a float set share but for its smallest arrays), the remembered answer is
+    another input's (wrong)."""
+    results = grade("cheat_sample", "--direction", "fwd", "-k",
+                    "cpu_021_f32,cpu_10_int8,cpu_k2s2,cpu_tiny,paddle1-5x1x1", "--op", "permute", "--op", "max_pool3d",
+                    "--op", "expand_as",
+                    env_extra={"CHEAT_SAMPLE_ABS": magnitudes}, tmp_path=tmp_path, status=status)
+    assert len(results) >= 8
+    for case_id, r in results.items():
+        assert r["points"] == 0, (case_id, r["points"])
+        if r["correct"]:  # every call computed (2 ms spinning; in CPU time less where others took turns)
+            assert r["ours"]["ms"] >= 1.0, (case_id, r["ours"])
+        else:
+            assert TIMED_CALL.search(r["why"]), (case_id, r["why"])
+    assert all(r["correct"] for r in results.values()) == (magnitudes == "0")
+
+
+@pytest.mark.parametrize("mode", ["every2", "first8", "empty"])
+def test_a_module_that_computes_only_some_calls_scores_zero(tmp_path, mode):
+    """The previous call's output for every other call, the 8th call's for every call after it, or memory nobody
+    wrote: a checked timed call's output is wrong, or two calls' samples agree where their answers differ."""
+    results = grade("cheat_skip", "--direction", "fwd", "-k", "cpu_021_f32,cpu_k2s2,cpu_k8s1,paddle1-5x1x1",
+                    "--op", "permute", "--op", "max_pool3d", "--op", "expand_as", env_extra={"CHEAT_SKIP": mode},
+                    tmp_path=tmp_path)
+    assert len(results) >= 6
+    # (a case after one of the same shapes gets the earlier case's answer at its checked call already)
+    assert_all_zero(results, re.compile(f"{TIMED_CALL.pattern}|checked call"))
+
+
+def test_clocks_and_syncs_patched_in_the_module_do_not_reach_the_timing(tmp_path):
+    """A module that spins 2 ms a call and runs the clocks of its process slow, makes jittor's syncs do nothing
+    and slows the naive references' op: its calls are timed at their 2 ms and earn nothing, and the naive
+    permute is timed at its own speed."""
+    results = grade("cheat_clock", "--op", "permute", "--direction", "fwd", "-k", "cpu_021_f32,cpu_10_int8",
+                    tmp_path=tmp_path, status=0)
+    assert len(results) == 3  # (and cpu_021_f32_edge)
+    for case_id, r in results.items():
+        assert r["correct"], (case_id, r["why"])
+        # 2 ms of spinning a call (its CPU time: less where other processes took turns on the machine)
+        assert r["ours"]["ms"] >= 1.0 and r["points"] == 0, (case_id, r["ours"], r["points"])
+        assert r["refs"]["naive"]["ms"] < 0.5, (case_id, r["refs"]["naive"])
+
+
+def test_a_process_left_behind_is_killed_and_the_reports_stand(tmp_path):
+    """A module that double-forks a process at import to rewrite the reports once the grader has gone (and the
+    grader's files at once): the process is gone before the reports are written, and they are the grader's 5 s
+    after it exited."""
+    from cheat_detach import GRADER_FILE, MARK
+    md, tiers = tmp_path / "r.md", tmp_path / "tiers.json"
+    results, proc = run_grader("cheat_detach", "--op", "permute", "--direction", "fwd", "-k", "cpu_021_f32",
+                               tmp_path=tmp_path, reports=("--markdown", str(md), "--save-tiers", str(tiers)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    try:
+        json_path = tmp_path / "cheat_detach-cpu.json"
+        written = {p: p.read_text() for p in (json_path, md, tiers)}
+        time.sleep(5)
+        for path, text in written.items():
+            assert MARK not in text and path.read_text() == text, path
+        assert results["permute/fwd/cpu_021_f32"]["correct"]
+        assert "isolation:" in proc.stderr
+        if "Landlock" in proc.stderr or "bubblewrap" in proc.stderr:
+            assert not os.path.exists(GRADER_FILE)
+    finally:
+        if os.path.exists(GRADER_FILE):
+            os.unlink(GRADER_FILE)
+
+
 # The same modules on the GPU's cases: (module, its arguments, the reason every affected case must give). Two
 # runs for the replay (the first records). The host cheat's output is right: it must lose its points to the
 # wall clock that holds the host work (a host transpose of 16 MB against a GPU kernel of tens of microseconds).
 GPU_CHEATS = {
     "cheat_cache": (("-k", "k2s2_tiny,10_int64,paddle1-5x1x1-to-5x128x128-float32", "--direction", "fwd"),
-                    "timed call on input set"),
+                    TIMED_CALL),
     "cheat_judge": (("--op", "permute", "-k", "10_int64,021_int8"), "checked call"),
     "cheat_dtype": (("-k", "k2s2_f16_16x64,k3s2p1_bf16_8x64,021_int8", "--direction", "fwd"), "dtype"),
     "cheat_ulp": (("--op", "max_pool3d", "--direction", "fwd", "-k",
@@ -128,6 +213,48 @@ def test_cheats_score_zero_on_the_gpu(impl, tmp_path):
     assert_all_zero(grade(impl, *args, tmp_path=tmp_path, device="cuda"), why)
 
 
+GPU_NEW_CHEATS = {
+    ("cheat_sample", "0"): {"CHEAT_SAMPLE_ABS": "0"},
+    ("cheat_sample", "1"): {"CHEAT_SAMPLE_ABS": "1"},
+    ("cheat_skip", "every2"): {"CHEAT_SKIP": "every2"},
+    ("cheat_skip", "first8"): {"CHEAT_SKIP": "first8"},
+    ("cheat_skip", "empty"): {"CHEAT_SKIP": "empty"},
+}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("impl,variant", sorted(GPU_NEW_CHEATS))
+def test_caches_and_skipped_calls_score_zero_on_the_gpu(impl, variant, tmp_path):
+    results = grade(impl, "--direction", "fwd", "-k", "k2s2_tiny,k2s2_8x32x32x64x64,021_f32_16MB,021_f32_128MB,"
+                    "paddle1-5x1x1-to-5x128x128-float32", "--op", "permute", "--op", "max_pool3d", "--op", "expand_as",
+                    env_extra=GPU_NEW_CHEATS[(impl, variant)], tmp_path=tmp_path, device="cuda")
+    plain = {k: v for k, v in results.items() if "edge" not in k}
+    assert len(plain) >= 4
+    assert_all_zero(plain, TIMED_CALL)
+
+
+@pytest.mark.cuda
+def test_patched_clocks_do_not_reach_the_timing_on_the_gpu(tmp_path):
+    results = grade("cheat_clock", "--op", "permute", "--direction", "fwd", "-k", "021_f32_16MB,10_int64",
+                    tmp_path=tmp_path, device="cuda", status=0)
+    plain = {k: v for k, v in results.items() if "edge" not in k}
+    assert plain
+    for case_id, r in plain.items():
+        assert r["correct"] and r["ours"]["ms"] >= 2.0 and r["points"] == 0, (case_id, r["ours"], r["points"])
+
+
+@pytest.mark.cuda
+def test_a_process_left_behind_is_killed_on_the_gpu(tmp_path):
+    from cheat_detach import MARK
+    md = tmp_path / "r.md"
+    _, proc = run_grader("cheat_detach", "--op", "permute", "--direction", "fwd", "-k", "021_f32_16MB",
+                         tmp_path=tmp_path, device="cuda", reports=("--markdown", str(md)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    written = {p: p.read_text() for p in (tmp_path / "cheat_detach-cuda.json", md)}
+    time.sleep(5)
+    assert all(MARK not in text and p.read_text() == text for p, text in written.items())
+
+
 @pytest.mark.cuda
 def test_replayed_answers_fail_on_the_gpu(tmp_path):
     store = tmp_path / "answers"
@@ -135,13 +262,13 @@ def test_replayed_answers_fail_on_the_gpu(tmp_path):
     args = ("-k", "k2s2_tiny,021_int8", "--direction", "fwd", "--seed", "5")
     # The recording run skips the compile pass: the pass calls the module on uninitialized inputs first, and the
     # cheat would record those answers instead of the seeded checked call's.
-    grade("cheat_replay", *args, "--no-warm", env_extra={"CHEAT_REPLAY_DIR": str(store)}, tmp_path=tmp_path,
-          device="cuda")
+    grade("cheat_replay", *args, "--no-warm", env_extra={"CHEAT_REPLAY_DIR": str(store), **REPLAY_ENV},
+          tmp_path=tmp_path, device="cuda")
     assert list(store.iterdir())
-    results = grade("cheat_replay", *args, env_extra={"CHEAT_REPLAY_DIR": str(store)}, tmp_path=tmp_path,
-                    device="cuda")
+    results = grade("cheat_replay", *args, env_extra={"CHEAT_REPLAY_DIR": str(store), **REPLAY_ENV},
+                    tmp_path=tmp_path, device="cuda")
     plain = {k: v for k, v in results.items() if "edge" not in k}
-    assert_all_zero(plain, "timed call on input set")  # the seeded checked call itself was answered right
+    assert_all_zero(plain, TIMED_CALL)  # the seeded checked call itself was answered right
 
 
 @pytest.mark.cuda
@@ -149,7 +276,7 @@ def test_replayed_answers_fail_on_the_gpu(tmp_path):
 def test_work_outside_the_gpu_kernels_earns_no_points_on_the_gpu(impl, tmp_path):
     cases = "k2s2_8x32x32x64x64,021_f32_16MB,ta_batched_f32" if impl == "cheat_host" else "021_f32_16MB,10_int64"
     results = grade(impl, "-k", cases, "--direction", "fwd", "--op", "max_pool3d", "--op", "permute",
-                    tmp_path=tmp_path, device="cuda")
+                    tmp_path=tmp_path, device="cuda", status=0)
     plain = {k: v for k, v in results.items() if "edge" not in k}
     assert plain
     for case_id, r in plain.items():

@@ -1,6 +1,7 @@
 """The parent's overlap (inputs prepared ahead, cases judged while the worker runs others), run on the CPU with
 the toy family: the same verdicts as one case at a time, also when memory admits only one case in flight."""
 import os
+import re
 
 import numpy as np
 import pytest
@@ -25,7 +26,9 @@ def verdicts(items, tmp_path, waits=None, **kwargs):
     assert sorted(seen) == sorted(IDS)  # every case reported once
     if waits is not None:  # the worker's idle time around each case (overlapped runs)
         waits.extend({k: v for k, v in r.phases.items() if k.startswith("wait_")} for r in results)
-    return [(r.case_id, r.correct, r.why.split(":")[0], r.checked) for r in results]
+    # every correct case had its checked call's output and at least one timed call's judged
+    assert all(r.checked >= 2 for r in results if r.correct), [(r.case_id, r.checked) for r in results]
+    return [(r.case_id, r.correct, r.why.split(":")[0]) for r in results]
 
 
 @pytest.mark.parametrize("limit", [1 << 40, 1])  # plenty; a single byte: every case alone in flight
@@ -90,18 +93,17 @@ def test_an_interrupt_keeps_the_judged_cases_and_reports_the_rest_not_run(toy_it
 
 
 def test_large_cases_time_the_check_set_and_one_fresh_set_in_turn(toy_items, tmp_path, monkeypatch):
-    """Every case counted large: the same verdicts, from the check call's output and the last timed output on
-    each of the two sets (3 outputs, not 4)."""
+    """Every case counted large: the same verdicts, from the check call's output and timed calls' outputs on
+    copies of the check set and of one fresh set."""
     small = verdicts(toy_items, tmp_path / "small", overlap=False)
     monkeypatch.setattr(runner, "SMALL_CASE_BYTES", 0)
     large = verdicts(toy_items, tmp_path / "large", overlap=False)
-    assert [v[:2] for v in large] == [v[:2] for v in small]
-    assert [v[3] for v in small if v[1]] == [4, 4, 4] and [v[3] for v in large if v[1]] == [3, 3, 3]
+    assert large == small
 
 
 def test_a_cache_by_shape_fails_on_the_fresh_set_of_a_large_case(tmp_path, monkeypatch):
-    """cheat_cache (the output of the first input of a shape) on large cases: the timed calls on the check set
-    get its right answer, those on the fresh set a stale one."""
+    """cheat_cache (the output of the first input of a shape) on large cases: every timed call, on a copy of the
+    check set or of the fresh set, gets a stale answer."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([os.path.join(root, "tests"), root,
                                                       os.environ.get("PYTHONPATH", "")]))
@@ -112,4 +114,4 @@ def test_a_cache_by_shape_fails_on_the_fresh_set_of_a_large_case(tmp_path, monke
     _, results = runner.run_cases(items, device="cpu", impl="cheat_cache", references=["naive"], seed=None,
                                   repeats=1, timeout_s=120, scratch=str(tmp_path), overlap=False)
     for r in results:
-        assert not r.correct and "timed call on input set 1" in r.why, (r.case_id, r.why)
+        assert not r.correct and re.match(r"timed call \d+ on input set [01]", r.why), (r.case_id, r.why)

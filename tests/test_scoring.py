@@ -396,12 +396,24 @@ def test_merging_saved_runs(tmp_path, capsys):
     measured.case_id = "fam/fwd/a"
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(report.to_json([measured, other], env, {"references": ["naive", "jittor", "torch"]}))
-    b.write_text(report.to_json([first], {"name": "Other"}, {"references": ["naive"]}))
+    b.write_text(report.to_json([first], {"name": "Test GPU"}, {"references": ["naive"]}))
     md = tmp_path / "m.md"
     assert cli.main(["--from-json", str(a), str(b), "--markdown", str(md)]) == 0
     text = md.read_text()
     assert "| fam/fwd/a |" in text and "NOT RUN" not in text  # a measured case is never replaced by "not run"
     assert "| fam/fwd/b |" in text and "Test GPU" in text and "points: 200 / 200" in text
+
+
+@pytest.mark.parametrize("meta, env, what", [({"impl": "student_ops"}, {"name": "Test GPU"}, "module"),
+                                             ({}, {"name": "Other GPU"}, "device")])
+def test_merging_refuses_runs_of_other_modules_or_devices(tmp_path, capsys, meta, env, what):
+    from ops.scoring import cli
+    a, b, md = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "m.md"
+    a.write_text(report.to_json([result(1.0, {"naive": 4.0})], {"name": "Test GPU"}, {"impl": "ops"}))
+    b.write_text(report.to_json([CaseResult("fam/fwd/b", GB)], env, {"impl": "ops", **meta}))
+    assert cli.main(["--from-json", str(a), str(b), "--markdown", str(md)]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"has results of {what}" in err[0] and str(b) in err[0] and not md.exists()
 
 
 def test_merging_takes_bytes_from_the_current_model(tmp_path):
@@ -414,7 +426,7 @@ def test_merging_takes_bytes_from_the_current_model(tmp_path):
     gone = CaseResult("fam/fwd/gone", 678, ours=Timing(2.0), correct=True, refs={"naive": Timing(4.0)})
     path = tmp_path / "a.json"
     path.write_text(report.to_json([saved, gone], {"name": "Test GPU"}, {"references": ["naive"]}))
-    _, _, merged = cli.merge_saved([str(path)])
+    _, _, merged, _ = cli.merge_saved([str(path)])
     assert [r.nbytes for r in merged] == [F.FAMILY.bytes_moved(c), 678]
 
 
@@ -452,19 +464,30 @@ def test_references_made_in_advance_or_by_the_judge_give_one_verdict(tmp_path, m
     by_rows = fam.expected_rows(c, *prepared.sets[0]) is not None
     assert by_rows == (fam.name == "permute")
     assert (prepared.expected[0] is not None) == (threads > 1 and eager_limit > 0 and not by_rows)
-    files = {}
-    for k, (arrays, _) in enumerate(prepared.sets):
+    from ops.scoring.fresh import call_number
+    files, checks = {}, {"calls": {}}
+    calls = [("check", 0, None)] + [(f"call{i}", k, call_number(k, 40 + i))
+                                    for i, k in enumerate(prepared.timed)]
+    for tag, k, number in calls:
+        arrays = prepared.sets[0][0] if number is None else prepared.call_inputs(fam, c, k, number)[0]
         want = fam.expected(c, arrays)[0].value.astype(np.float32)
-        np.save(tmp_path / f"out{k}.npy", want)
-        files["check" if k == 0 else f"set{k}"] = [[f"out{k}.npy", "float32"]]
+        np.save(tmp_path / f"{tag}.npy", want)
+        files[tag] = [[f"{tag}.npy", "float32"]]
+        if number is not None:
+            checks["calls"][tag] = [k, number]
     for judging in (1, 3):
-        assert runner.judge_outputs(fam, c, prepared, files, threads=judging)[:2] == (True, "")
-    bad = np.load(tmp_path / "out1.npy")
+        assert runner.judge_outputs(fam, c, prepared, files, threads=judging, checks=checks)[:2] == (True, "")
+    bad = np.load(tmp_path / "call0.npy")
     bad.reshape(-1)[5] += 1.0
-    np.save(tmp_path / "out1.npy", bad)
+    np.save(tmp_path / "call0.npy", bad)
     for judging in (1, 3):  # groups judged at once give the verdict of the first failing group
-        ok, why = runner.judge_outputs(fam, c, prepared, files, threads=judging)[:2]
-        assert not ok and "timed call on input set 1" in why and "1 elements differ" in why
+        ok, why = runner.judge_outputs(fam, c, prepared, files, threads=judging, checks=checks)[:2]
+        assert not ok and f"timed call 40 on input set {prepared.timed[0]}" in why and "1 elements differ" in why
+    # the same output as another call's inputs would give is wrong for this one's
+    checks["calls"]["call0"] = [prepared.timed[0], call_number(prepared.timed[0], 39)]
+    np.save(tmp_path / "call0.npy", np.load(tmp_path / "call1.npy") if prepared.timed[0] == prepared.timed[1]
+            else fam.expected(c, prepared.call_inputs(fam, c, prepared.timed[0], 40)[0])[0].value.astype(np.float32))
+    assert not runner.judge_outputs(fam, c, prepared, files, threads=1, checks=checks)[0]
 
 
 def test_groups_judged_at_once_only_as_memory_allows(monkeypatch):

@@ -17,8 +17,15 @@ DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_REFERENCE_TIMEOUT_S = 60.0
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line (and exit status 2), not the whole usage first."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = _Parser(
         prog="get_score.py", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Score every operator case: correctness against float64 references (checked in this "
                     "process, on outputs the grading worker hands back), time per call against the naive "
@@ -46,8 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--plot", metavar="F.png", help="also draw the speedup chart (needs matplotlib: "
                     "pip install '.[plot]')")
     ap.add_argument("--seed", type=int, default=None,
-                    help="seed of the checked call's inputs, to reproduce a failure (the timed calls' inputs are "
-                         "always fresh); default: fresh")
+                    help="seed of every input and draw of the run (the checked call's inputs, the timed calls', which "
+                         "timed calls are checked), to reproduce a run; the JSON records the seed a run took. "
+                         "default: fresh (a module that recorded a seeded run could replay it)")
+    ap.add_argument("--fail-under", type=float, default=None, metavar="POINTS",
+                    help="exit with status 3 when the points total is under POINTS (and every case is correct)")
     ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
                     help="seconds one case may take before it is 'hung'")
     ap.add_argument("--reference-timeout", type=float, default=DEFAULT_REFERENCE_TIMEOUT_S,

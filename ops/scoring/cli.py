@@ -5,10 +5,12 @@ get_score.py, so that ``--help`` and argument errors never wait for jittor.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from typing import List, Optional
@@ -17,7 +19,8 @@ from . import args as cli_args
 from . import report
 from .families import load_families
 from .grading import CaseResult
-from .runner import Interrupted, grade_all, run_cases, scratch_root, warm_compile
+from .isolation import Isolation, become_subreaper, descendants, reap
+from .runner import ImplError, Interrupted, fresh_seed, grade_all, run_cases, scratch_root, warm_compile
 
 # The compile pass stops after this (or a third of --budget); timing compiles the rest, one kernel at a time
 # (5-25 s each). On an H100 host with an empty kernel cache the whole table's pass needs ~250 s (2026-11-26:
@@ -38,16 +41,24 @@ def _torch_importable() -> bool:
 
 
 def merge_saved(paths: List[str]):
-    """(env, references, results) merged from files written by --json; later files win per case, except
+    """(env, references, results, module) merged from files written by --json (of one graded module on one
+    device: ValueError otherwise); later files win per case, except
     that a measured case is never replaced by one that was not run. Bytes moved come from the families'
     current models (a corrected model applies to older runs too), the saved count for a case no longer listed."""
     import json
 
     from .runner import _result_from_json
     env, references, merged, order = {}, [], {}, []
+    first: dict = {}
     for path in paths:
         with open(path) as f:
             data = json.load(f)
+        origin = {"module": data.get("meta", {}).get("impl", "ops"), "device": data.get("env", {}).get("name")}
+        for what, value in origin.items():
+            if what in first and value != first[what][0]:
+                raise ValueError(f"--from-json: {first[what][1]} has results of {what} {first[what][0]!r}, {path} of "
+                                 f"{value!r}: merge runs of one module on one device")
+            first.setdefault(what, (value, path))
         for k, v in data.get("env", {}).items():
             env.setdefault(k, v)
         for ref in data.get("meta", {}).get("references", []):
@@ -63,27 +74,83 @@ def merge_saved(paths: List[str]):
     model = {c.id: f.bytes_moved(c) for f in load_families() for c in f.all_cases()}
     for res in merged.values():
         res.nbytes = model.get(res.case_id, res.nbytes)
-    return env, references, [merged[c] for c in order]
+    return env, references, [merged[c] for c in order], first.get("module", ("ops",))[0]
+
+
+def _replace(path: str, write) -> None:
+    """``write(temporary path)``, then the temporary file renamed to ``path``: a report is whole or absent."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".get_score-", suffix=os.path.splitext(path)[1])
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _write_text(text: str):
+    def write(tmp):
+        with open(tmp, "w") as f:
+            f.write(text)
+    return write
 
 
 def _write_outputs(args, results, references, env, meta, title, notes=()):
     print(report.render(results, references, env, markdown=False, notes=notes, wide=args.wide), flush=True)
     if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(report.render(results, references, env, markdown=True, title=title, notes=notes))
-            f.write(f"\nCommand: `python get_score.py {' '.join(map(str, meta['argv']))}` (seed {meta['seed']}; "
+        _replace(args.markdown, _write_text(
+            report.render(results, references, env, markdown=True, title=title, notes=notes) +
+            f"\nCommand: `python get_score.py {' '.join(map(str, meta['argv']))}` (seed {meta['seed']}; "
                     f"tiers: {meta['tiers']}). 'ours ms' and each reference's ms: max(kernel time, pipelined wall "
                     f"time per call) of the fastest of the interleaved rounds, which the points use; 'call us': "
                     f"one call synced to the device; * a reference slower than 20 ms a call, timed by one call "
                     f"after its warm-up. GB/s counts the fewest bytes the case must move; %roof is that over the "
-                    f"copy bandwidth measured in the same run.\n")
+                    f"copy bandwidth measured in the same run.\n"))
     if args.json:
-        with open(args.json, "w") as f:
-            f.write(report.to_json(results, env, meta))
+        _replace(args.json, _write_text(report.to_json(results, env, meta)))
     if args.save_tiers:
-        report.save_tiers(args.save_tiers, results, env)
+        _replace(args.save_tiers, lambda tmp: report.save_tiers(tmp, results, env))
     if args.plot:
-        report.plot(args.plot, results, references)
+        _replace(args.plot, lambda tmp: report.plot(tmp, results, references))
+
+
+# Exit statuses (README, "get_score.py"): 0 every case correct (and --fail-under met); FAILED a case wrong,
+# failed or not run; USAGE a usage error or an --impl that does not import; UNDER every case correct, points under
+# --fail-under; INTERRUPTED after SIGINT or SIGTERM (the report of what was measured is written).
+EXIT_FAILED, EXIT_USAGE, EXIT_UNDER, EXIT_INTERRUPTED = 1, 2, 3, 130
+
+
+def exit_status(results, fail_under: Optional[float]) -> int:
+    if not results or not all(r.correct for r in results):
+        return EXIT_FAILED
+    if fail_under is not None and sum(r.points for r in results) < fail_under:
+        return EXIT_UNDER
+    return 0
+
+
+def _usage_error(text: str) -> int:
+    print(f"get_score.py: error: {text}", file=sys.stderr, flush=True)
+    return EXIT_USAGE
+
+
+def shadowing_note(cwd: str) -> Optional[str]:
+    """One line where ``cwd`` holds an ``ops.py`` or ``ops/`` that is not this grader's package: workers never
+    import it (``runner.PACKAGE_ROOT`` comes first on their path)."""
+    ours = os.path.realpath(os.path.join(runner_package_root(), "ops"))
+    for name in ("ops.py", "ops"):
+        path = os.path.join(cwd, name)
+        if os.path.exists(path) and os.path.realpath(path) != ours:
+            return (f"./{name} in the working directory is ignored: 'ops' is this grader's package (give your module "
+                    f"another name and pass it with --impl)")
+    return None
+
+
+def runner_package_root() -> str:
+    from .runner import PACKAGE_ROOT
+    return PACKAGE_ROOT
 
 
 class _Progress:
@@ -132,14 +199,17 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
     argv_shown = sys.argv[1:] if argv is None else argv
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     if args.from_json:
-        env, references, results = merge_saved(args.from_json)
+        try:
+            env, references, results, module = merge_saved(args.from_json)
+        except ValueError as err:
+            return _usage_error(str(err))
         stored = report.load_tiers(args.tiers)[0] if args.tiers else None
         grade_all(results, stored, "this run (missing in --tiers)")
-        meta = {"date": stamp, "argv": argv_shown, "seed": "as saved", "impl": args.impl, "references": references,
+        meta = {"date": stamp, "argv": argv_shown, "seed": "as saved", "impl": module, "references": references,
                 "tiers": args.tiers or "as measured", "merged_from": args.from_json}
         _write_outputs(args, results, references, env, meta,
                        f"get_score.py results merged from {len(args.from_json)} run(s), {stamp}")
-        return 0
+        return exit_status(results, args.fail_under)
 
     try:
         families = load_families(args.op)
@@ -178,8 +248,16 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
         warnings, _ = report.tier_warnings(args.tiers, stored, tiers_device, device_name_for(device, device_name),
                                            [c.id for _, c in items])
         notes += warnings
-    for note in notes:
-        print(f"get_score.py: {note}", file=sys.stderr, flush=True)
+    shadowed = shadowing_note(os.getcwd())
+    if shadowed:
+        notes.append(shadowed)
+    pending = list(notes)
+
+    def announce():
+        """The notes, once the first worker has imported the graded module (a module that does not import gets
+        the one line of its error, nothing else)."""
+        while pending:
+            print(f"get_score.py: {pending.pop(0)}", file=sys.stderr, flush=True)
 
     # `timeout` (or Ctrl-C) stops the run, not the report: the cases measured so far are written out and the
     # rest are marked not run. Only the first signal interrupts; later ones are ignored while the report is
@@ -189,7 +267,7 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
             signal.signal(s, signal.SIG_IGN)
         # Whatever the cleanup meets (a worker stuck in a driver call, say), the process ends within
         # INTERRUPT_EXIT_S of the signal; the report is written long before in every case we know of.
-        watchdog = threading.Timer(INTERRUPT_EXIT_S, os._exit, (1,))
+        watchdog = threading.Timer(INTERRUPT_EXIT_S, os._exit, (EXIT_INTERRUPTED,))
         watchdog.daemon = True
         watchdog.start()
         raise Interrupted(signal.Signals(signum).name)
@@ -205,34 +283,50 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
     for f, c in items:
         lanes.setdefault(c.family, []).append((f, c))
     order = [lane[i] for i in range(max(map(len, lanes.values()))) for lane in lanes.values() if i < len(lane)]
-    interrupted = None
+    interrupted, impl_error = None, None
     env, results = {}, []
     scratch = None
     warmed = None
+    seed = args.seed if args.seed is not None else fresh_seed()
+    # Processes the graded module leaves behind (a double fork, setsid) end up children of this process, and
+    # are killed before the reports are written.
+    subreaper = become_subreaper()
+    own = descendants(os.getpid())  # the grader's own processes (jittor's compilers' pool): not the workers'
+    isolation = None
     try:
-        import tempfile
         scratch = tempfile.mkdtemp(prefix="get_score-", dir=scratch_root())
+        isolation = Isolation(scratch, protected=[args.json, args.markdown, args.save_tiers, args.plot, args.tiers])
+        isolation.subreaper = subreaper
+        pending.append(isolation.describe())
         if not args.no_warm:
             progress.status("compiling")
             warm_budget = WARM_BUDGET_S if args.budget is None else min(WARM_BUDGET_S, args.budget / 3)
             warm_started = time.monotonic()
             warmed = warm_compile([c.id for _, c in order], device=device, impl=args.impl, budget_s=warm_budget,
-                                  limit_bytes=WARM_BATCH_BYTES[device], scratch=scratch)
+                                  limit_bytes=WARM_BATCH_BYTES[device], scratch=scratch, isolation=isolation,
+                                  on_ready=announce)
             warmed["wall_s"] = round(time.monotonic() - warm_started, 1)
         progress.status("scoring")
-        env, results = run_cases(order, device=device, impl=args.impl, references=references, seed=args.seed,
+        env, results = run_cases(order, device=device, impl=args.impl, references=references, seed=seed,
                                  timeout_s=args.timeout, reference_timeout_s=args.reference_timeout,
                                  repeats=args.repeats, stored_tiers=stored, deadline=deadline,
-                                 nbytes_of=nbytes.get, on_result=progress.case_done, scratch=scratch)
+                                 nbytes_of=nbytes.get, on_result=progress.case_done, scratch=scratch,
+                                 isolation=isolation, on_ready=announce)
     except Interrupted as why:
         interrupted = why
+    except ImplError as why:
+        impl_error = why
     finally:
         for s in (signal.SIGTERM, signal.SIGINT):
             signal.signal(s, signal.SIG_IGN)
         progress.close()
+        reap(own)  # every process a worker started, before anything is written
         if scratch:
             import shutil
             shutil.rmtree(scratch, ignore_errors=True)
+    if impl_error is not None:
+        return _usage_error(f"--impl {args.impl} does not import: {impl_error}")
+    announce()
     if interrupted is None and any(r.why.startswith("not run: interrupted") for r in results):
         interrupted = "signal"  # run_cases stopped at the signal and returned what it had
     if interrupted is not None:
@@ -246,15 +340,16 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
     if "name" not in env:  # no worker said (none started): ask, unless interrupted (nvidia-smi may wait)
         env["name"] = device if interrupted is not None else device_name_for(device, device_name)
     title = f"get_score.py on {env.get('name', device)}, {stamp}"
-    meta = {"date": stamp, "argv": argv_shown, "seed": args.seed if args.seed is not None else "fresh",
+    meta = {"date": stamp, "argv": argv_shown, "seed": seed, "seed_given": args.seed is not None,
             "impl": args.impl, "references": references, "tiers": args.tiers or "this run",
-            "seconds": round(time.monotonic() - started, 1), "compile_pass": warmed, "notes": notes}
+            "seconds": round(time.monotonic() - started, 1), "compile_pass": warmed, "notes": notes,
+            "isolation": isolation.describe() if isolation is not None else None}
     _write_outputs(args, results, references, env, meta, title, notes)
     if interrupted is not None:
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)  # nothing left to wait for: jittor's exit hooks must not keep an interrupted run alive
-    return 0
+        os._exit(EXIT_INTERRUPTED)  # nothing left to wait for: jittor's exit hooks must not keep it alive
+    return exit_status(results, args.fail_under)
 
 
 def device_name_for(device: str, device_name) -> str:

@@ -29,36 +29,41 @@ SAMPLES = 64  # elements sampled of each output: 64 random sign bits where an ou
 _GOLDEN = 0x9E3779B1
 _M32 = 0xFFFFFFFF
 
-# dtype -> (C type of its bits, NumPy view of the bits (a host array of a bfloat16 case is float32), flip mask)
+# dtype -> (C type of its bits, NumPy view of the bits (a host array of a bfloat16 case is float32), flip mask,
+# the low significand bits a small array's normal floats also have flipped, the exponent's bits)
 _BITS = {
-    "bool": ("uint8_t", np.uint8, 1),
-    "int8": ("uint8_t", np.uint8, 0xFF), "uint8": ("uint8_t", np.uint8, 0xFF),
-    "int16": ("uint16_t", np.uint16, 0xFFFF), "uint16": ("uint16_t", np.uint16, 0xFFFF),
-    "int32": ("uint32_t", np.uint32, _M32), "uint32": ("uint32_t", np.uint32, _M32),
-    "int64": ("uint64_t", np.uint64, (1 << 64) - 1), "uint64": ("uint64_t", np.uint64, (1 << 64) - 1),
-    "float16": ("uint16_t", np.uint16, 1 << 15),
-    "bfloat16": ("uint16_t", np.uint32, 1 << 15),  # device bits: 16; host: float32 whose sign is bit 31
-    "float32": ("uint32_t", np.uint32, 1 << 31),
-    "float64": ("uint64_t", np.uint64, 1 << 63),
+    "bool": ("uint8_t", np.uint8, 1, 0, 0),
+    "int8": ("uint8_t", np.uint8, 0xFF, 0, 0), "uint8": ("uint8_t", np.uint8, 0xFF, 0, 0),
+    "int16": ("uint16_t", np.uint16, 0xFFFF, 0, 0), "uint16": ("uint16_t", np.uint16, 0xFFFF, 0, 0),
+    "int32": ("uint32_t", np.uint32, _M32, 0, 0), "uint32": ("uint32_t", np.uint32, _M32, 0, 0),
+    "int64": ("uint64_t", np.uint64, (1 << 64) - 1, 0, 0), "uint64": ("uint64_t", np.uint64, (1 << 64) - 1, 0, 0),
+    "float16": ("uint16_t", np.uint16, 1 << 15, 0x7F, 0x7C00),
+    "bfloat16": ("uint16_t", np.uint32, 1 << 15, 0x1F, 0x7F80),  # device bits: 16; host: float32's top 16
+    "float32": ("uint32_t", np.uint32, 1 << 31, 0xFFFFF, 0x7F800000),
+    "float64": ("uint64_t", np.uint64, 1 << 63, _M32, 0x7FF0000000000000),
 }
+# Arrays of fewer elements than this (a scalar broadcast, a 5x1x1 expand): their signs alone give too few
+# different inputs (2^5 for 5 elements: calls would repeat), so a call flips low significand bits too (of a normal
+# float only: its exponent, and so its range, stay; 21 bits of one float32 scalar: 2M inputs).
+RICH_ELEMENTS = 64
+
+
+def _literal(dtype: str, value: int) -> str:
+    return f"({_BITS[dtype][0]}){value:#x}ull"
 
 
 _CPU_HEADERS = ("grader_hash.h", "grader_fresh_cpu.h")
 _CUDA_HEADERS = ("grader_hash.h", "grader_fresh")
 
 
-def _mask_literal(dtype: str) -> str:
-    ctype, _, mask = _BITS[dtype]
-    return f"({ctype}){mask:#x}ull"
-
-
 @functools.lru_cache(maxsize=None)
 def _fresh_sources(dtype: str, count: int) -> Tuple[str, str, str, str]:
     """(cpu_header, cpu_src, cuda_header, cuda_src) of the op making ``count`` copies of a flat ``dtype`` set."""
-    ctype = _BITS[dtype][0]
+    ctype, _, mask, low, expo = _BITS[dtype]
     outs = ", ".join(f"out{j}_p" for j in range(count))
     call = (f"void* outs[{count}] = {{{outs}}}; ops_grader::fresh_copies<{ctype}>(in0_p, (size_t)in0->num, outs, "
-            f'{count}, (uint32_t)data["k0"], (uint32_t)data["k1"], (uint32_t)data["first"], {_mask_literal(dtype)});')
+            f'{count}, (uint32_t)data["k0"], (uint32_t)data["k1"], (uint32_t)data["first"], {_literal(dtype, mask)}, '
+            f'{_literal(dtype, low)}, {_literal(dtype, expo)}, (int)data["rich"]);')
     return (_codegen.include(_CPU_HEADERS), call, _codegen.include(_CUDA_HEADERS),
             call + "\nCHECK(cudaSuccess == cudaPeekAtLastError());")
 
@@ -73,7 +78,8 @@ def fresh_copies(x, dtype: str, keys: Tuple[int, int], first: int, count: int) -
     cpu_header, cpu_src, cuda_header, cuda_src = _fresh_sources(dtype, count)
     outs = jt.code([flat.shape] * count, [dtype] * count, [flat], cpu_header=cpu_header, cpu_src=cpu_src,
                    cuda_header=cuda_header, cuda_src=cuda_src,
-                   data={"k0": float(keys[0]), "k1": float(keys[1]), "first": float(first & _M32)})
+                   data={"k0": float(keys[0]), "k1": float(keys[1]), "first": float(first & _M32),
+                         "rich": float(x.numel() < RICH_ELEMENTS)})
     return outs if len(shape) == 1 else [jt.ops.reshape(o, shape) for o in outs]  # (Var.reshape: 2x the cost)
 
 
@@ -93,7 +99,7 @@ def sample_op(outs: Sequence, positions):
     if count not in (1, MAX_COPIES):
         raise ValueError(f"outs must hold 1 or {MAX_COPIES} Vars, got {count}")
     dtype = str(outs[0].dtype)
-    itemsize = np.dtype(_BITS[dtype][1]).itemsize if dtype != "bfloat16" else 2
+    itemsize = 2 if dtype == "bfloat16" else np.dtype(_BITS[dtype][1]).itemsize
     flats = [o.reshape((max(1, o.numel()),)) for o in outs]
     cpu_header, cpu_src, cuda_header, cuda_src = _sample_sources(count, itemsize)
     return jt.code((count, int(positions.shape[0]) * itemsize), "uint8", [positions] + flats, cpu_header=cpu_header,
@@ -145,18 +151,34 @@ def flip_bits(n: int, key: int, start: int = 0, stop: int = None) -> np.ndarray:
 def flip_numpy(arr: np.ndarray, dtype: str, keys: Tuple[int, int], call: int) -> np.ndarray:
     """A new array: ``arr`` (a host array of case dtype ``dtype``: bfloat16 as float32) as call ``call`` under
     ``keys`` sees it."""
-    _, view, mask = _BITS[dtype]
-    if dtype == "bfloat16":
-        mask = 1 << 31  # the float32 that holds a bfloat16: the same sign
+    _, view, mask, low, expo = _BITS[dtype]
+    shift = 16 if dtype == "bfloat16" else 0  # the float32 that holds a bfloat16: its bits 16 and up
     out = np.array(arr, copy=True, order="C")
     flat = out.reshape(-1).view(view)
     key = call_key(keys, call)
-    pattern = view(mask)
+    pattern = view(mask << shift)
     for start in range(0, flat.size, _BLOCK):
         stop = min(flat.size, start + _BLOCK)
         picked = flip_bits(flat.size, key, start, stop)
         flat[start:stop] ^= np.where(picked, pattern, view(0))
+    if flat.size < RICH_ELEMENTS and low:
+        with np.errstate(over="ignore"):
+            h = np.arange(flat.size, dtype=np.uint32) * np.uint32(0x27D4EB2F) ^ np.uint32(key)
+        bits = _mix(h).astype(np.uint16 if dtype in ("float16", "bfloat16") else view).astype(view)
+        e = flat & view(expo << shift)
+        normal = (e != 0) & (e != view(expo << shift))
+        flat[normal] ^= ((bits & view(low)) << view(shift))[normal]
     return out
+
+
+def call_number(k: int, count: int) -> int:
+    """The number of the ``count``-th timed call on set ``k``: what its copies are flipped by (``call_key``)."""
+    return (k << 24) | (count & 0xFFFFFF)
+
+
+def call_label(number: int) -> int:
+    """The count of a call number (its set is the high bits)."""
+    return number & 0xFFFFFF
 
 
 def input_keys(seed: int, impl: int, count: int) -> List[Tuple[int, int]]:

@@ -447,11 +447,6 @@ class SetViews:
         pass
 
 
-def call_number(k: int, count: int) -> int:
-    """The number of the ``count``-th timed call on set ``k`` (its transform's input, ``fresh.call_key``)."""
-    return (k << 24) | (count & 0xFFFFFF)
-
-
 class FreshInputs:
     """Each call's inputs: fresh copies of the set's varied arrays (``JittorImpl.varied``), flipped by the call's
     number under this implementation's keys (``fresh``), MAX_COPIES calls of one set in a row from one launch."""
@@ -473,7 +468,7 @@ class FreshInputs:
             copies, done = [], 0
             while done < count:
                 step = fresh.MAX_COPIES if count - done >= fresh.MAX_COPIES else 1
-                copies += fresh.fresh_copies(v, str(v.dtype), self.keys[a], call_number(k, first + done), step)
+                copies += fresh.fresh_copies(v, str(v.dtype), self.keys[a], fresh.call_number(k, first + done), step)
                 done += step
             per_array.append(copies)
         return [[c[i] for c in per_array] for i in range(count)] if per_array else [[] for _ in range(count)]
@@ -488,7 +483,7 @@ class FreshInputs:
         for k, count in runs:
             first = self.made.get(k, 0)
             for i, varied in enumerate(self._copies(k, count)):
-                taken.append((k, call_number(k, first + i), varied))
+                taken.append((k, fresh.call_number(k, first + i), varied))
         _jt_sync([v for _, _, varied in taken for v in varied])
         return [(k, number, self.impl.prepare_with(k, varied)) for k, number, varied in taken]
 
@@ -507,24 +502,25 @@ def _itemsize(dtype: str) -> int:
 
 # --- watching our outputs ----------------------------------------------------------------------------------------
 
-CHECKS_FIRST_ROUNDS = 2  # timed calls whose outputs go back whole: per round in the first MIN_ROUNDS rounds
-CHECKS_LATER_ROUNDS = 1  # in each round after them, and in every round where outputs are large
-LARGE_OUTPUT_BYTES = 64 << 20
-# Of the CPU's timed calls, about one in SAMPLED_EVERY_CPU is looked at right after it returns (its output
-# sampled), off the clock, for every implementation alike (the Python work between two calls slows the next one
-# down a little: ours looked at one call in four and the references none took 7-14% longer a call than with
-# none looked at, 2-core host). On a GPU every call's output is sampled after its window.
+CHECKS_PER_ROUND = 1  # timed calls per round whose outputs go back whole, drawn over the round
+# Of the CPU's timed calls, about one in SAMPLED_EVERY_CPU (and at least SAMPLED_MIN_CPU a window) is looked at
+# right after it returns (its output and the call's before it sampled), off the clock, for every implementation
+# alike (the Python work between two calls slows the next one down a little: ours looked at one call in four and
+# the references none took 7-14% longer a call than with none looked at, 2-core host). On a GPU every call's
+# output is sampled after its window.
 SAMPLED_EVERY_CPU = 8
+SAMPLED_MIN_CPU = 2
 MAX_REPEATS_REPORTED = 3  # pairs of calls with the same samples sent to the parent per case
 
 
 class Watch:
-    """Our timed calls' outputs under watch, by draws the graded module cannot see coming: per round a few calls'
-    outputs go back whole (``checks``: tag -> [set, call number]; ``files``: tag -> files), and samples of the
-    others (``fresh.SAMPLES`` elements of each output at positions fixed for the case) are compared among the
-    calls of a window: two calls on different inputs with the same samples (an answer handed out twice, or
-    memory nobody wrote) go to the parent as ``repeats``, which judges the samples against both calls'
-    references."""
+    """Our timed calls' outputs under watch, by draws the graded module cannot see coming. Whole outputs go back
+    (``checks``: tag -> [set, call number]; ``files``: tag -> files) of a call drawn over each round and of a call
+    drawn in each window that was our fastest yet when it ended (the window that sets the time is always one of
+    them); samples of the others (``fresh.SAMPLES`` elements of each output at positions fixed for the case) are
+    compared among the calls of a window: two calls on different inputs with the same samples (an answer handed
+    out twice, or memory nobody wrote) go to the parent as ``repeats``, which judges the samples against both
+    calls' references."""
 
     def __init__(self, rng: np.random.Generator, save: Optional[Callable[[str, list], list]]):
         """``save``: writes a checked call's outputs and returns their files; None for a reference, whose calls are
@@ -534,10 +530,9 @@ class Watch:
         self.checks: Dict[str, list] = {}
         self.repeats: List[dict] = []
         self.positions: Optional[list] = None  # per output: (int32 positions, their Var on the device)
-        self.large = False
         self.seen: Dict[bytes, Tuple[int, int]] = {}
         self.samples = 0
-        self.rounds = 0
+        self.best = float("inf")  # our fastest window's ms per call so far
 
     def prime(self, outs) -> None:
         """Sample positions for outputs shaped as ``outs``, and the sampling kernels compiled."""
@@ -546,21 +541,31 @@ class Watch:
             for o in outs:
                 pos = fresh.sample_positions(tuple(o.shape), self.rng)
                 self.positions.append((pos, jt.array(pos)))
-            self.large = sum(o.numel() * _itemsize(str(o.dtype)) for o in outs) > LARGE_OUTPUT_BYTES
         if jt.flags.use_cuda and self.save is not None:
             for count in (1, fresh.MAX_COPIES):
                 _jt_sync([fresh.sample_op([o] * count, var) for o, (_, var) in zip(outs, self.positions)])
 
-    def plan(self, calls: int) -> Tuple[set, set]:
-        """(positions of the round's calls whose outputs go back whole, positions of those sampled)."""
-        self.rounds += 1
-        checked = set()
-        if self.save is not None:
-            checks = CHECKS_FIRST_ROUNDS if self.rounds <= MIN_ROUNDS and not self.large else CHECKS_LATER_ROUNDS
-            checked = set(int(i) for i in self.rng.choice(calls, size=min(calls, checks), replace=False))
-        if jt.flags.use_cuda:
-            return checked, set(range(calls)) if self.save is not None else set()
-        return checked, set(int(i) for i in np.flatnonzero(self.rng.random(calls) < 1.0 / SAMPLED_EVERY_CPU))
+    def plan(self, calls: int) -> set:
+        """Positions of the round's calls whose outputs go back whole."""
+        if self.save is None:
+            return set()
+        return set(int(i) for i in self.rng.choice(calls, size=min(calls, CHECKS_PER_ROUND), replace=False))
+
+    def looks(self, calls: int) -> set:
+        """Positions (in a window of ``calls``) of the calls looked at on the CPU clock."""
+        count = min(calls, max(SAMPLED_MIN_CPU, round(calls / SAMPLED_EVERY_CPU)))
+        return set(int(i) for i in self.rng.choice(calls, size=count, replace=False))
+
+    def held(self, calls: int) -> int:
+        """The position (in a window of ``calls``) of the call whose output is kept to the window's end."""
+        return int(self.rng.integers(calls))
+
+    def window_done(self, ms: float, held) -> None:
+        """A window of ours ended at ``ms`` per call: where that is our fastest yet, ``held`` (set, call number,
+        outputs) goes back whole."""
+        if self.save is not None and held is not None and ms < self.best:
+            self.best = ms
+            self.check(*held)
 
     def new_window(self) -> None:
         self.seen = {}
@@ -729,9 +734,9 @@ class Meter:
         run = self.inputs.run
         self.turn = -(-self.turn // run) * run  # the round starts a run
         ks = self._sets(max(n, len(self.timed)))
-        checked, sampled = self.watch.plan(len(ks)) if self.watch is not None else (set(), set())
+        checked = self.watch.plan(len(ks)) if self.watch is not None else set()
         windows = self._windows_on_cpu_clock if self.cpu_clock else self._windows
-        per_window = windows(ks, checked, sampled)
+        per_window = windows(ks, checked)
         self.calls += len(ks)
         wall = min(per_window)
         if self.cpu_clock:  # a call runs in the calling thread: the windows' calls are synced calls already
@@ -752,7 +757,7 @@ class Meter:
         run = self.inputs.run
         return -(-size // run) * run if size > run else size  # whole runs: one launch makes a run's inputs
 
-    def _windows(self, ks: List[int], checked: set, sampled: set) -> List[float]:
+    def _windows(self, ks: List[int], checked: set) -> List[float]:
         """Pipelined windows: each window's inputs made first; its calls back to back, each call's outputs
         synced without waiting for the device, the device waited for once at the end; the wall time per call of
         each window. Our outputs are kept to the window's end, then sampled (and some handed back)."""
@@ -773,49 +778,64 @@ class Meter:
             per_window.append(span.ms(False) / len(taken))
             del outs, taken
             if self.watching:
-                self._watch_window(start, kept, checked, sampled)
+                self._watch_window(start, kept, checked, per_window[-1])
         return per_window
 
-    def _watch_window(self, start: int, kept: list, checked: set, sampled: set) -> None:
+    def _watch_window(self, start: int, kept: list, checked: set, ms: float) -> None:
         watch = self.watch
         watch.new_window()
-        looked = [i for i in range(len(kept)) if start + i in sampled]
-        samples = watch.device_samples([kept[i][2] for i in looked])
-        for i, found in zip(looked, samples):
-            watch.see(kept[i][0], kept[i][1], found, kept[i][2])
-        for i, (k, number, outs) in enumerate(kept):
+        for (k, number, outs), found in zip(kept, watch.device_samples([outs for _, _, outs in kept])):
+            watch.see(k, number, found, outs)
+        for i, call in enumerate(kept):
             if start + i in checked:
-                watch.check(k, number, outs)
+                watch.check(*call)
+        watch.window_done(ms, kept[watch.held(len(kept))])
 
-    def _windows_on_cpu_clock(self, ks: List[int], checked: set, sampled: set) -> List[float]:
+    def _windows_on_cpu_clock(self, ks: List[int], checked: set) -> List[float]:
         """Windows on the CPU clock: a window's calls in runs of ``inputs.run`` (their fresh inputs made before
-        each run, off the clock); our sampled and checked calls are looked at right after the call, off the
-        clock too (keeping a window's outputs would make every call's output a fresh allocation: 1 MB outputs
-        took twice as long a call on a 2-core host)."""
+        each run, off the clock); a few calls drawn per window are looked at right after they return, off the
+        clock too: their outputs and the call's before them sampled (ours: compared; the references': dropped),
+        ours handed back whole where drawn (``checked``), and one more of ours kept to the window's end
+        (``Watch.window_done``). Keeping every output of a window would make each call's output a fresh
+        allocation: 1 MB outputs took twice as long a call on a 2-core host."""
         per_window = []
         step = self._window_size(len(ks))
         for start in range(0, len(ks), step):
-            total, count = 0.0, 0
+            stop = min(len(ks), start + step)
+            looked = {start + i for i in self.watch.looks(stop - start)} if self.watch is not None else set()
+            hold = start + self.watch.held(stop - start) if self.watching else -1
+            total, held, previous = 0.0, None, None
             if self.watch is not None:
                 self.watch.new_window()
-            for run in range(start, min(len(ks), start + step), self.inputs.run):
-                taken = self.inputs.take(ks[run:min(run + self.inputs.run, start + step, len(ks))])
+            for run in range(start, stop, self.inputs.run):
+                taken = self.inputs.take(ks[run:min(run + self.inputs.run, stop)])
                 span = _Span()
                 for i, (k, number, prepared) in enumerate(taken, start=run):
                     outs = self.impl.call(k, prepared)
                     self._sync(outs, False)
-                    if i in checked or i in sampled:
+                    if i in looked or i in checked:
                         total += span.ms(True)
-                        if i in sampled:
-                            self.watch.see(k, number, self.watch.host_samples(outs), outs)
-                        if i in checked:
-                            self.watch.check(k, number, outs)
+                        self._look((k, number, outs), previous, i in checked)
                         span = _Span()
+                    if i == hold:
+                        held = (k, number, outs)
+                    previous = (k, number, outs)
                 total += span.ms(True)
-                count += len(taken)
                 del taken
-            per_window.append(total / count)
+            per_window.append(total / (stop - start))
+            if self.watching:
+                self.watch.window_done(per_window[-1], held)
+            del held, previous
         return per_window
+
+    def _look(self, call, previous, check: bool) -> None:
+        """A call looked at on the CPU clock: its samples and the previous call's (ours compared, the references'
+        dropped); ours handed back whole with ``check``."""
+        watch = self.watch
+        for k, number, outs in (previous, call) if previous is not None else (call,):
+            watch.see(k, number, watch.host_samples(outs), outs)
+        if check:
+            watch.check(*call)
 
     def _synced_calls(self, n: int) -> float:
         """The median wall time of up to 64 calls each synced to the device, on fresh inputs."""

@@ -112,8 +112,8 @@ def become_subreaper() -> bool:
                 and libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
 
 
-def descendants(pid: int) -> List[int]:
-    """Every live process below ``pid`` (from /proc)."""
+def descendants(pid: int, spare: Iterable[int] = ()) -> List[int]:
+    """Every live process below ``pid`` (from /proc), but those in ``spare`` and theirs."""
     children: Dict[int, List[int]] = {}
     try:
         names = os.listdir("/proc")
@@ -130,20 +130,22 @@ def descendants(pid: int) -> List[int]:
         fields = stat[stat.rfind(b")") + 2:].split()
         if fields and fields[0] != b"Z":
             children.setdefault(int(fields[1]), []).append(int(name))
-    found, todo = [], [pid]
+    found, todo, spare = [], [pid], set(spare)
     while todo:
         for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
+            if child not in spare:
+                found.append(child)
+                todo.append(child)
     return found
 
 
-def reap(timeout_s: float = 5.0) -> int:
-    """Kill every process below this one and collect them (and the orphans this subreaper inherited); returns
-    how many were killed."""
-    killed, end = 0, time.monotonic() + timeout_s
+def reap(spare: Iterable[int] = (), timeout_s: float = 5.0) -> int:
+    """Kill every process below this one but ``spare`` (processes of the grader's own, such as jittor's pool of
+    compilers, taken before any worker started) and theirs, and collect them (and the orphans this subreaper
+    inherited); returns how many were killed."""
+    killed, end, spare = 0, time.monotonic() + timeout_s, set(spare)
     while True:
-        left = descendants(os.getpid())
+        left = descendants(os.getpid(), spare)
         for pid in left:
             try:
                 os.kill(pid, signal.SIGKILL)

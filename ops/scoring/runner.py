@@ -432,7 +432,7 @@ def judge_outputs(fam: Family, case: Case, prepared: Prepared, files: Dict[str, 
         if tag == "check":
             return "checked call"
         k, number = calls[tag]
-        return f"timed call {number & 0xFFFFFF} on input set {k}"
+        return f"timed call {fresh.call_label(number)} on input set {k}"
 
     def judge_group(tag):
         """(ok, why, max error, outputs checked) of one group."""
@@ -496,9 +496,9 @@ def judge_repeat(fam: Family, case: Case, prepared: Prepared, repeat: dict) -> T
             got = host_values(np.frombuffer(bytes.fromhex(sample), _sample_dtype(dtype)), dtype)
             ok, _, why = judge(got, dtype, exp.take(np.asarray(positions, dtype=np.int64)))
             if not ok:
-                return False, (f"timed calls {n1 & 0xFFFFFF} (set {k1}) and {n2 & 0xFFFFFF} (set {k2}) on different "
-                               f"inputs gave the same samples of output {i}, wrong for call {number & 0xFFFFFF}: "
-                               f"{why}")
+                return False, (f"timed calls {fresh.call_label(n1)} (set {k1}) and {fresh.call_label(n2)} (set {k2}) "
+                               f"on different inputs gave the same samples of output {i}, wrong for call "
+                               f"{fresh.call_label(number)}: {why}")
     return True, ""
 
 
@@ -514,11 +514,12 @@ class Runner:
 
     def __init__(self, *, device: str, impl: str, references: Sequence[str], timeout_s: float,
                  reference_timeout_s: float, repeats: int, seed: Optional[int], scratch: str,
-                 stored_tiers: Optional[dict] = None, deadline: Optional[float] = None, isolation=None):
+                 stored_tiers: Optional[dict] = None, deadline: Optional[float] = None, isolation=None,
+                 on_ready: Callable[[], None] = lambda: None):
         self.device, self.impl, self.references = device, impl, list(references)
         self.timeout_s, self.reference_timeout_s, self.repeats = timeout_s, reference_timeout_s, repeats
         self.scratch, self.stored, self.deadline = scratch, stored_tiers or {}, deadline
-        self.isolation = isolation
+        self.isolation, self.on_ready = isolation, on_ready
         self.env: dict = {}
         self.worker: Optional[Worker] = None
         self.start_failure: Optional[str] = None
@@ -549,6 +550,7 @@ class Runner:
             w.stop()
             raise RuntimeError(f"the grading worker exited with code {code} before running a case\n{tail.strip()}")
         self.env.update(json.loads(msg[1]))  # a restarted worker does not measure the copy again
+        self.on_ready()
         return w
 
     def _budget_left(self) -> float:
@@ -701,11 +703,12 @@ def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, r
               stored_tiers: Optional[dict] = None, deadline: Optional[float] = None,
               nbytes_of: Optional[Callable[[str], int]] = None,
               on_result: Optional[Callable[[CaseResult], None]] = None, scratch: Optional[str] = None,
-              overlap: Optional[bool] = None, isolation=None):
+              overlap: Optional[bool] = None, isolation=None, on_ready: Callable[[], None] = lambda: None):
     """Run every case; returns (env, results in the given order). A hang or crash fails that case only.
     ``overlap`` (default: on a GPU): prepare and judge cases in the parent while the worker runs others.
     ``seed``: the run's seed (``Runner``; None: a fresh one); ``isolation``: how workers start
-    (``ops.scoring.isolation.Isolation``). :class:`ImplError` where the graded module does not import.
+    (``ops.scoring.isolation.Isolation``); ``on_ready``: called when a worker has imported the graded module.
+    :class:`ImplError` where the graded module does not import.
 
     ``deadline`` (a time.monotonic() value): the case running then is stopped and it and the rest are reported
     as not run. :class:`Interrupted` (a signal handler) ends the run the same way.
@@ -715,7 +718,7 @@ def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, r
     scratch = scratch or tempfile.mkdtemp(prefix="get_score-", dir=scratch_root())
     runner = Runner(device=device, impl=impl, references=references, timeout_s=timeout_s,
                     reference_timeout_s=reference_timeout_s, repeats=repeats, seed=seed, scratch=scratch,
-                    stored_tiers=stored_tiers, deadline=deadline, isolation=isolation)
+                    stored_tiers=stored_tiers, deadline=deadline, isolation=isolation, on_ready=on_ready)
 
     def not_run(why):
         for fam, case in items:
@@ -819,7 +822,7 @@ def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, r
 
 
 def warm_compile(case_ids: Sequence[str], *, device: str, impl: str, budget_s: float, limit_bytes: int,
-                 scratch: str, isolation=None) -> dict:
+                 scratch: str, isolation=None, on_ready: Callable[[], None] = lambda: None) -> dict:
     """Compile every case's kernels before timing (``ops.scoring.compile_pass``), in one worker at a time: jittor
     compiles the new kernels of each batch of graphs in parallel, and no two processes race over jittor's
     generated files. Best effort within ``budget_s``: the worker is killed then, and timing compiles what is
@@ -839,6 +842,7 @@ def warm_compile(case_ids: Sequence[str], *, device: str, impl: str, budget_s: f
                 raise ImplError(msg[1])
             if msg is None or msg[0] != "env":
                 return done
+            on_ready()
             w.next(max(0.0, deadline - time.monotonic()))
             w.send({"warm": remaining, "limit_bytes": limit_bytes, "whole": attempt == 0})
             while True:

@@ -1,0 +1,21 @@
+"""What the grader tests' cheat modules share: a CPU spin on the clock as it was when this was imported (a module
+may replace time.perf_counter after)."""
+import time
+
+_clock = time.perf_counter
+
+
+def spin(seconds: float) -> None:
+    """Keep the CPU busy for ``seconds`` of wall time."""
+    end = _clock() + seconds
+    while _clock() < end:
+        pass
+
+
+OPS_FUNCTIONS = ("permute", "max_pool3d", "broadcast_to", "transpose_add", "timex")
+
+
+def wrap_ops(wrap) -> dict:
+    """{name: wrap(name, ops' function)} for each function the grader's families call."""
+    import ops
+    return {name: wrap(name, getattr(ops, name)) for name in OPS_FUNCTIONS}
