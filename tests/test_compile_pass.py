@@ -97,6 +97,22 @@ def test_placeholders_and_handed_back_outputs_are_what_the_worker_makes():
     assert back[:2] == outs and len(back) == 3 and str(back[2].dtype) == "uint16" and tuple(back[2].shape) == (6,)
 
 
+def test_the_grader_kernels_of_the_timed_calls_are_built_for_every_varied_dtype(monkeypatch):
+    """The copies each timed call gets (``fresh``): one kernel per dtype the calls vary and per count of copies, in
+    the pass rather than in a case's warm-up; the samples' kernels only where outputs are sampled on the device."""
+    from ops.scoring import fresh
+    from ops.scoring.families import load_families
+
+    by_id = {c.id: (f, c) for f in load_families() for c in f.all_cases()}
+    items = [by_id[i] for i in ("permute/fwd/cpu_10_int8", "max_pool3d/bwd/cpu_k3s2p1_bf16", "timex/fwd/cpu_B3_C4_T37")]
+    made = []
+    monkeypatch.setattr(fresh, "fresh_copies", lambda x, dtype, keys, first, count: made.append((dtype, count)) or [x])
+    jt.flags.use_cuda = 0
+    graphs = compile_pass.grader_graphs(items)
+    assert sorted(made) == [(d, n) for d in ("bfloat16", "float32", "int8") for n in (1, fresh.MAX_COPIES)]
+    assert len(graphs) == len(made)  # no sampling kernel on the CPU: its outputs are read where they lie
+
+
 def test_failing_groups_are_bisected_and_their_syncs_counted(monkeypatch):
     """A sync that fails is retried in halves down to the failing group, which is reported; the stats count
     every sync and the failed ones."""

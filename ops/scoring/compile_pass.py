@@ -23,6 +23,7 @@ from typing import Callable, Dict, List, Sequence
 import numpy as np
 
 from .._jittor import jt
+from . import fresh
 from .harness import InputSet, JittorImpl, compiled_kernels, for_hand_back, input_dtypes, upload
 from .runner import LOG_TAIL, compile_reason, log_size, read_log, without_colors
 from .spec import Case
@@ -179,6 +180,7 @@ def warm_graphs(items, api, limit_bytes: int, report: Callable[[str, dict], None
     probes = probe_known_failures(items, failed, stats)
     if probes:
         report("batch", {"items": 0, "probes": probes, **stats.figures()})
+    _sync_bisect(grader_graphs(items), stats)
 
     def run(step):
         """``step(impl, name)`` for every graph of the batch not known to fail; ours and the naive composite synced
@@ -245,6 +247,28 @@ def warm_graphs(items, api, limit_bytes: int, report: Callable[[str, dict], None
     if consumed:
         flush()
     return built
+
+
+def grader_graphs(items) -> list:
+    """The grader's own kernels the timed calls of ``items`` need (``ops.scoring.fresh``): their inputs' fresh
+    copies, one launch making one copy or MAX_COPIES, of every dtype the calls vary (a forward's inputs, a
+    backward's output gradients); on the GPU the samples of our outputs in the dtypes they may have (the case's,
+    integer indices, bool). One kernel per dtype and count, whatever the shapes."""
+    varied, outputs = set(), {"int32", "int64", "bool", "int8"}
+    for fam, case in items:
+        arrays, grads = fam.zero_inputs(case)
+        varied.update(input_dtypes(case, arrays) if case.direction == "fwd" else [case.dtype] * len(grads))
+        outputs.add(case.dtype)
+    graphs = []
+    for dtype in sorted(varied):
+        x = jt.empty((fresh.MAX_COPIES,), dtype)
+        graphs += fresh.fresh_copies(x, dtype, (1, 2), 0, 1) + fresh.fresh_copies(x, dtype, (1, 2), 0, fresh.MAX_COPIES)
+    if jt.flags.use_cuda:
+        positions = jt.zeros((fresh.SAMPLES,), "int32")
+        for dtype in sorted(outputs):
+            out = jt.empty((fresh.SAMPLES,), dtype)
+            graphs += [fresh.sample_op([out], positions), fresh.sample_op([out] * fresh.MAX_COPIES, positions)]
+    return graphs
 
 
 class SyncStats:

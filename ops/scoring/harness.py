@@ -503,6 +503,7 @@ def _itemsize(dtype: str) -> int:
 # --- watching our outputs ----------------------------------------------------------------------------------------
 
 CHECKS_PER_ROUND = 1  # timed calls per round whose outputs go back whole, drawn over the round
+LARGE_OUTPUT_BYTES = 64 << 20
 # Of the CPU's timed calls, about one in SAMPLED_EVERY_CPU (and at least SAMPLED_MIN_CPU a window) is looked at
 # right after it returns (its output and the call's before it sampled), off the clock, for every implementation
 # alike (the Python work between two calls slows the next one down a little: ours looked at one call in four and
@@ -533,21 +534,25 @@ class Watch:
         self.seen: Dict[bytes, Tuple[int, int]] = {}
         self.samples = 0
         self.best = float("inf")  # our fastest window's ms per call so far
+        self.large = False
 
-    def prime(self, outs) -> None:
-        """Sample positions for outputs shaped as ``outs``, and the sampling kernels compiled."""
+    def prime(self, outs, on_device: bool) -> None:
+        """Sample positions for outputs shaped as ``outs``, and (``on_device``: outputs sampled by a kernel, not
+        read on the host) the sampling kernels compiled."""
         if self.positions is None:
             self.positions = []
             for o in outs:
                 pos = fresh.sample_positions(tuple(o.shape), self.rng)
                 self.positions.append((pos, jt.array(pos)))
-        if jt.flags.use_cuda and self.save is not None:
+            self.large = on_device and sum(o.numel() * _itemsize(str(o.dtype)) for o in outs) > LARGE_OUTPUT_BYTES
+        if on_device and self.save is not None:
             for count in (1, fresh.MAX_COPIES):
                 _jt_sync([fresh.sample_op([o] * count, var) for o, (_, var) in zip(outs, self.positions)])
 
     def plan(self, calls: int) -> set:
-        """Positions of the round's calls whose outputs go back whole."""
-        if self.save is None:
+        """Positions of the round's calls whose outputs go back whole (none where our outputs are large: then every
+        call is sampled on the device, and the parent's reference of one costs seconds)."""
+        if self.save is None or self.large:
             return set()
         return set(int(i) for i in self.rng.choice(calls, size=min(calls, CHECKS_PER_ROUND), replace=False))
 
@@ -692,7 +697,7 @@ class Meter:
             self.estimate_ms = (_perf_counter() - started) * 1e3
             clean = children_cpu_seconds() == children
             if self.watch is not None and self.is_jittor:
-                self.watch.prime(outs)
+                self.watch.prime(outs, not self.cpu_clock)
             if self.is_jittor:
                 self.output_bytes = sum(o.numel() * _itemsize(str(o.dtype)) for o in outs)
             if clean and (attempt > 0 or self.estimate_ms > SLOW_FIRST_CALL_MS):
