@@ -1,6 +1,7 @@
 """Cheat for the grader's tests: ops, but at import it leaves a process behind (a double fork and setsid) that
-waits for the grader to exit and then rewrites its reports (the --json and --markdown files named on the grader's
-command line) and the stored tiers; it also tries to write them and a file among the grader's own at once."""
+for a minute keeps rewriting the grader's reports (the --json, --markdown and --save-tiers files named on the
+grader's command line where it can see it, and those in CHEAT_DETACH_PATHS, separated by os.pathsep) and a file
+among the grader's own."""
 import os
 import time
 
@@ -11,18 +12,24 @@ MARK = "rewritten by cheat_detach"
 GRADER_FILE = os.path.join(os.path.dirname(os.path.abspath(ops.__file__)), "scoring", "cheat_detach_was_here.txt")
 
 
-def _grader():
-    """(pid, report paths) of the get_score.py process above this one."""
+def _report_paths():
+    """The report paths on the command line of the get_score.py process above this one (where this process
+    can see it), and CHEAT_DETACH_PATHS."""
+    paths = [p for p in os.environ.get("CHEAT_DETACH_PATHS", "").split(os.pathsep) if p]
     pid = os.getppid()
     while pid > 1:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = [a.decode() for a in f.read().split(b"\0") if a]
-        if any(a.endswith("get_score.py") for a in argv):
-            paths = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--json", "--markdown", "--save-tiers")]
-            return pid, paths
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            pid = int(f.read().rsplit(b")", 1)[1].split()[1])
-    return None, []
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = [a.decode() for a in f.read().split(b"\0") if a]
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                parent = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except OSError:
+            break
+        if len(argv) > 1 and os.path.basename(argv[1]) == "get_score.py":  # python get_score.py ...
+            paths += [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--json", "--markdown", "--save-tiers")]
+            break
+        pid = parent
+    return paths
 
 
 def _rewrite(paths):
@@ -35,21 +42,17 @@ def _rewrite(paths):
 
 
 def _leave_a_process():
-    pid, paths = _grader()
-    if pid is None or os.environ.get("CHEAT_DETACH_DONE"):
-        return
-    os.environ["CHEAT_DETACH_DONE"] = "1"  # once per run (the grader starts several workers)
+    paths = _report_paths()
     if os.fork() != 0:
         return
     os.setsid()
     if os.fork() != 0:
         os._exit(0)
     try:
-        _rewrite(paths)
-        while os.path.exists(f"/proc/{pid}"):
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            _rewrite(paths)
             time.sleep(0.05)
-        time.sleep(0.5)
-        _rewrite(paths)
     finally:
         os._exit(0)
 

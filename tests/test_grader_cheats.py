@@ -164,25 +164,30 @@ def test_clocks_and_syncs_patched_in_the_module_do_not_reach_the_timing(tmp_path
         assert r["refs"]["naive"]["ms"] < 0.5, (case_id, r["refs"]["naive"])
 
 
+# cheat_detach's mark and the file among the grader's own it writes (not imported here: its import detaches)
+MARK = "rewritten by cheat_detach"
+GRADER_FILE = os.path.join(ROOT, "ops", "scoring", "cheat_detach_was_here.txt")
+
+
 def test_a_process_left_behind_is_killed_and_the_reports_stand(tmp_path):
     """A module that double-forks a process at import to rewrite the reports once the grader has gone (and the
     grader's files at once): the process is gone before the reports are written, and they are the grader's 5 s
     after it exited."""
-    from cheat_detach import GRADER_FILE, MARK
     md, tiers = tmp_path / "r.md", tmp_path / "tiers.json"
+    json_path = tmp_path / "cheat_detach-cpu.json"
     results, proc = run_grader("cheat_detach", "--op", "permute", "--direction", "fwd", "-k", "cpu_021_f32",
-                               tmp_path=tmp_path, reports=("--markdown", str(md), "--save-tiers", str(tiers)))
+                               tmp_path=tmp_path, reports=("--markdown", str(md), "--save-tiers", str(tiers)),
+                               env_extra={"CHEAT_DETACH_PATHS": os.pathsep.join(map(str, (json_path, md, tiers)))})
     assert proc.returncode == 0, proc.stderr[-3000:]
     try:
-        json_path = tmp_path / "cheat_detach-cpu.json"
         written = {p: p.read_text() for p in (json_path, md, tiers)}
         time.sleep(5)
         for path, text in written.items():
             assert MARK not in text and path.read_text() == text, path
         assert results["permute/fwd/cpu_021_f32"]["correct"]
         assert "isolation:" in proc.stderr
-        if "Landlock" in proc.stderr or "bubblewrap" in proc.stderr:
-            assert not os.path.exists(GRADER_FILE)
+        if "isolation: Landlock" in proc.stderr or "isolation: bubblewrap" in proc.stderr:
+            assert not os.path.exists(GRADER_FILE)  # (where the machine has neither, it could write there)
     finally:
         if os.path.exists(GRADER_FILE):
             os.unlink(GRADER_FILE)
@@ -245,12 +250,13 @@ def test_patched_clocks_do_not_reach_the_timing_on_the_gpu(tmp_path):
 
 @pytest.mark.cuda
 def test_a_process_left_behind_is_killed_on_the_gpu(tmp_path):
-    from cheat_detach import MARK
     md = tmp_path / "r.md"
+    json_path = tmp_path / "cheat_detach-cuda.json"
     _, proc = run_grader("cheat_detach", "--op", "permute", "--direction", "fwd", "-k", "021_f32_16MB",
-                         tmp_path=tmp_path, device="cuda", reports=("--markdown", str(md)))
+                         tmp_path=tmp_path, device="cuda", reports=("--markdown", str(md)),
+                         env_extra={"CHEAT_DETACH_PATHS": os.pathsep.join(map(str, (json_path, md)))})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    written = {p: p.read_text() for p in (tmp_path / "cheat_detach-cuda.json", md)}
+    written = {p: p.read_text() for p in (json_path, md)}
     time.sleep(5)
     assert all(MARK not in text and p.read_text() == text for p, text in written.items())
 

@@ -290,6 +290,9 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
     seed = args.seed if args.seed is not None else fresh_seed()
     # Processes the graded module leaves behind (a double fork, setsid) end up children of this process, and
     # are killed before the reports are written.
+    # jittor's core exits this process when a child dies of a signal; the grader's children (workers, what they
+    # leave and it kills, its probes) do
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     subreaper = become_subreaper()
     own = descendants(os.getpid())  # the grader's own processes (jittor's compilers' pool): not the workers'
     isolation = None

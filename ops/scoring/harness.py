@@ -543,7 +543,7 @@ class Watch:
             self.positions = []
             for o in outs:
                 pos = fresh.sample_positions(tuple(o.shape), self.rng)
-                self.positions.append((pos, jt.array(pos)))
+                self.positions.append((pos, jt.array(pos) if on_device else None))
             self.large = on_device and sum(o.numel() * _itemsize(str(o.dtype)) for o in outs) > LARGE_OUTPUT_BYTES
         if on_device and self.save is not None:
             for count in (1, fresh.MAX_COPIES):
@@ -593,9 +593,13 @@ class Watch:
                                  "samples": [s.hex() for s in samples]})
 
     def host_samples(self, outs) -> List[bytes]:
-        """The samples of outputs in host memory (the CPU device), read where they lie."""
+        """The samples of outputs in host memory (the CPU device), read where they lie (a jittor Var's memory, a
+        PyTorch tensor's)."""
         found = []
         for o, (pos, _) in zip(outs, self.positions):
+            if not isinstance(o, jt.Var):
+                found.append(np.asarray(o.detach().reshape(-1))[pos].tobytes())
+                continue
             size = _itemsize(str(o.dtype))
             raw = (ctypes.c_uint8 * (o.numel() * size)).from_address(o.raw_ptr)
             found.append(np.frombuffer(raw, _SAMPLE_VIEW[size])[pos].tobytes())
@@ -696,8 +700,8 @@ class Meter:
             self._sync(outs, True)
             self.estimate_ms = (_perf_counter() - started) * 1e3
             clean = children_cpu_seconds() == children
-            if self.watch is not None and self.is_jittor:
-                self.watch.prime(outs, not self.cpu_clock)
+            if self.watch is not None:
+                self.watch.prime(outs, self.is_jittor and not self.cpu_clock)
             if self.is_jittor:
                 self.output_bytes = sum(o.numel() * _itemsize(str(o.dtype)) for o in outs)
             if clean and (attempt > 0 or self.estimate_ms > SLOW_FIRST_CALL_MS):
