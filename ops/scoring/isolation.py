@@ -5,13 +5,13 @@ writes but the verdict files it judges. Here:
 
 * ``Isolation`` (the parent): how a worker is started and what it may write. Where bubblewrap (``bwrap``) runs,
   the worker runs in its own PID namespace (everything it starts dies with it) on a read-only view of the
-  machine, writable only where it must write: the run's scratch folder and the compilers' caches, with a /tmp of
-  its own. Where it does not, the worker restricts itself with Landlock (Linux 5.13 and later, no privileges
-  needed): the same folders writable, nothing else. ``describe`` is the one line the run prints and records.
+  machine, writable only where it must write: the run's scratch folder and the compilers' caches, with a /tmp
+  and a /dev/shm of its own. Where it does not, the worker restricts itself with Landlock (Linux 5.13 and later,
+  no privileges needed): the same folders and /dev/shm writable, nothing else. ``describe`` is the one line the run prints and records.
 * ``become_subreaper`` and ``reap`` (the parent): every process a worker leaves behind (a double fork and
   ``setsid`` included) becomes the parent's child rather than init's, and is killed before the reports are
   written.
-* ``restrict_writes`` (the worker, first thing): the Landlock half.
+* ``worker_setup`` (the worker, first thing, before it imports ``ops`` and jittor): the Landlock half.
 * ``Pristine`` (the worker): attributes of ``time``, ``resource`` and jittor (its modules, ``Var``, its flags)
   as they were before the graded module was imported, put back before each reference is timed.
 
@@ -209,8 +209,9 @@ class Isolation:
         self.subreaper = False
 
     def writable(self) -> List[str]:
-        """What a worker may write: the scratch folder, the compilers' caches, device files."""
-        return [self.scratch] + _cache_folders() + _device_paths()
+        """What a worker may write: the scratch folder, the compilers' caches, device files, /dev/shm (where
+        Python's multiprocessing, which jittor's compilers use, makes its semaphores)."""
+        return [self.scratch, "/dev/shm"] + _cache_folders() + _device_paths()
 
     def command(self, argv: List[str]) -> List[str]:
         """``argv`` as the worker is started: inside bubblewrap where that is the mode."""
@@ -236,6 +237,8 @@ class Isolation:
         if self.mode == "none":
             return list(self.protected)
         roots = [self.scratch] + [os.path.realpath(p) for p in _cache_folders()]
+        if self.mode == "landlock":
+            roots.append(os.path.realpath("/dev/shm"))
         return [p for p in self.protected if any(p == r or p.startswith(r + os.sep) for r in roots)]
 
     def describe(self) -> str:
@@ -245,7 +248,7 @@ class Isolation:
         if self.mode == "bwrap":
             where = "bubblewrap: own PID namespace, read-only files but the scratch folder and caches"
         elif self.mode == "landlock":
-            where = "Landlock: writes only to the scratch folder, ~/.cache and device files"
+            where = "Landlock: writes only to the scratch folder, /dev/shm, ~/.cache and device files"
         else:
             where = "none: the graded module can write any file this user can (no bubblewrap, no Landlock)"
         exposed = self.exposed() if self.mode != "none" else []

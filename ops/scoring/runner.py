@@ -148,9 +148,15 @@ class ImplError(Exception):
 
 # The grader's own package root, first on a worker's sys.path: an ``ops.py`` or ``ops/`` in the working directory
 # (which ``python -m`` would put first) does not replace the grader's package; the working directory comes next,
-# for the graded module.
+# for the graded module. Before anything is imported (``ops`` imports jittor, which may start a pool of compiler
+# processes that a Landlocked process could no longer signal), the worker restricts itself
+# (``isolation.worker_setup``, loaded by its path).
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_BOOT = ("import runpy, sys; root = sys.argv.pop(1); sys.path[0:1] = [root, '']; "
+_BOOT = ("import importlib.util, json, runpy, sys; root = sys.argv.pop(1); sys.path[0:1] = [root, '']; "
+         "spec = importlib.util.spec_from_file_location('_grader_isolation', root + '/ops/scoring/isolation.py'); "
+         "iso = importlib.util.module_from_spec(spec); spec.loader.exec_module(iso); "
+         "why = iso.worker_setup(json.loads(sys.argv[sys.argv.index('--job') + 1]).get('isolation') or {}); "
+         "why and print('isolation: ' + why, file=sys.stderr, flush=True); "
          "runpy.run_module('ops.scoring.worker', run_name='__main__', alter_sys=True)")
 
 

@@ -176,16 +176,14 @@ IMPORT_FAILED = 3  # the worker's exit status when the graded module does not im
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--job", required=True, help="JSON: device, impl, copy, log, isolation")
+    ap.add_argument("--job", required=True, help="JSON: device, impl, copy, log, isolation (applied by the "
+                                                 "parent's boot line, runner.worker_command, before this imports)")
     args = ap.parse_args(argv)
     job = json.loads(args.job)
 
-    from .isolation import Pristine, worker_setup
-    why_not = worker_setup(job.get("isolation") or {})
-    if why_not:
-        print(f"isolation: {why_not}", file=sys.stderr, flush=True)
-
     import resource
+
+    from .isolation import Pristine
 
     from .._jittor import jt
     from .families import load_families
