@@ -17,13 +17,16 @@ so that a slow spell of the machine touches all of them alike); the fastest roun
 processes only ever slow a round down:
 * ``kernel_ms``: kernel time, jittor's profiler (it re-runs each kernel of the graph; no host work) or, for
   PyTorch on a GPU, CUDA events around back-to-back calls;
-* ``wall_ms``: pipelined wall time per call: back-to-back calls over the rotated sets, each call's outputs
-  synced without waiting for the device, the device waited for once at the end;
+* ``wall_ms``: pipelined wall time per call: windows of back-to-back calls on fresh inputs (made before the
+  window), each call's outputs synced without waiting for the device, the device waited for once at the end;
 * ``call_ms``: wall time of one call synced to the device, as a training step pays it.
 Points use ``ms = max(kernel_ms, wall_ms)``: work done outside jittor's kernels (on the host, in Python)
 shows in the wall time, and launch overhead hidden by pipelining does not count against a fast kernel. On the
-CPU device (one thread) ``wall_ms`` and ``call_ms`` are CPU time unless the call waited (``Meter._pipelined``),
-and ``ms = wall_ms``.
+CPU device (one thread) a call runs in the calling thread: ``wall_ms`` is CPU time unless the call waited
+(``_Span``), its windows' calls run in batches whose inputs are made off the clock, ``call_ms`` is the windows'
+time per call, and ``ms = wall_ms``. A round in which jittor compiled a kernel (the compiler is a child process)
+is discarded and run again. The clocks and syncs are bound at import, before the worker imports the graded
+module.
 Backward cases time only the backward: the forward outputs of each set are computed first, and the output
 gradient is injected (``_InjectGrad``) so that the op's own gradient code is all that runs.
 """

@@ -7,7 +7,8 @@ writes but the verdict files it judges. Here:
   the worker runs in its own PID namespace (everything it starts dies with it) on a read-only view of the
   machine, writable only where it must write: the run's scratch folder and the compilers' caches, with a /tmp
   and a /dev/shm of its own. Where it does not, the worker restricts itself with Landlock (Linux 5.13 and later,
-  no privileges needed): the same folders and /dev/shm writable, nothing else. ``describe`` is the one line the run prints and records.
+  no privileges needed): the same folders and /dev/shm writable, nothing else. ``describe`` is the one line the
+  run prints and records.
 * ``become_subreaper`` and ``reap`` (the parent): every process a worker leaves behind (a double fork and
   ``setsid`` included) becomes the parent's child rather than init's, and is killed before the reports are
   written.

@@ -12,8 +12,9 @@ calls'), ``@@checks {"calls": {tag: [set, call number]}, "repeats": [...], "samp
 ``@@timing <name> {...}`` for each implementation, ``@@done <id>``. Command: {"case": id, "dir": folder, "seed":
 the case's seed (its calls' keys and the draws of checked calls), "spares": the folder of spare files
 (``spare``), "references": [...], "nbytes": n, "tiers": [GB/s x3] or null, "repeats": r, "ours_is_ops": bool}.
-A ``{"warm": [ids...], "limit_bytes": n, "whole": bool}`` command compiles instead (``compile_pass``): ``@@warmstart {...}`` before each batch's syncs, ``@@warmbatch {...}`` after,
-``@@warmed {...}`` at the end (at once when ``whole`` and the same list and code were compiled before).
+A ``{"warm": [ids...], "limit_bytes": n, "whole": bool}`` command compiles instead (``compile_pass``):
+``@@warmstart {...}`` before each batch's syncs, ``@@warmbatch {...}`` after, ``@@warmed {...}`` at the end (at
+once when ``whole`` and the same list and code were compiled before).
 """
 from __future__ import annotations
 
