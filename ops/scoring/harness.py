@@ -77,9 +77,10 @@ FAR_FROM_TIER = 0.2
 MIN_ROUNDS = 2
 WARM_CALLS = 5  # warm calls, at most, until one compiles nothing
 ROUND_ATTEMPTS = 4  # tries of a round, at most, until one compiles nothing
-# A window's fresh inputs (and our outputs, kept to its end) hold at most this much: a window of a 256 MB case
-# takes fewer calls (and a round more windows) rather than gigabytes of copies.
-WINDOW_BYTES = 2 << 30
+# Pipelined windows' fresh inputs and outputs (ours are kept to the window's end) hold at most this much: a round
+# of a large case makes fewer calls (every implementation alike, 4 windows each) rather than tens of gigabytes of
+# copies: 64 calls of a 256 MB permute (16 a window), 16 of the 24300x11520 transpose_add.
+WINDOW_BYTES = 8 << 30
 
 
 # The clocks and syncs timing uses, bound when the worker imports this module, before it imports the graded
@@ -723,7 +724,11 @@ class Meter:
 
     def _count(self) -> int:
         target = TARGET_MS_CPU_CLOCK if self.cpu_clock else TARGET_MS
-        return int(max(2, min(MAX_CALLS, target / max(self.estimate_ms, 1e-3))))
+        n = int(max(2, min(MAX_CALLS, target / max(self.estimate_ms, 1e-3))))
+        per_call = self.inputs.call_bytes + self.output_bytes
+        if per_call and not self.cpu_clock:  # (the CPU clock's windows hold a run's inputs at a time)
+            n = min(n, WINDOWS * max(1, WINDOW_BYTES // per_call))
+        return n
 
     @_adds_seconds
     def round(self) -> bool:
@@ -760,14 +765,15 @@ class Meter:
         return wall, per_call, kernel
 
     def _window_size(self, calls: int) -> int:
-        """Calls a window takes: a WINDOWS-th of the round's, fewer where their fresh inputs (and our outputs,
-        kept to the window's end) would hold more than WINDOW_BYTES."""
+        """Calls a window takes: a WINDOWS-th of the round's, in whole runs (one launch makes a run's inputs) where
+        that stays within WINDOW_BYTES (``_count`` keeps a round's calls within WINDOWS of them)."""
         size = max(1, -(-calls // WINDOWS))
-        per_call = self.inputs.call_bytes + (self.output_bytes if self.watching else 0)
-        if per_call:
-            size = min(size, max(1, WINDOW_BYTES // per_call))
         run = self.inputs.run
-        return -(-size // run) * run if size > run else size  # whole runs: one launch makes a run's inputs
+        whole = -(-size // run) * run
+        per_call = self.inputs.call_bytes + self.output_bytes
+        if size > run and (self.cpu_clock or not per_call or whole * per_call <= WINDOW_BYTES):
+            return whole
+        return size
 
     def _windows(self, ks: List[int], checked: set) -> List[float]:
         """Pipelined windows: each window's inputs made first; its calls back to back, each call's outputs
