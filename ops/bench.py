@@ -221,7 +221,7 @@ def _cnn_batch(np, batch: int, cuda: bool, seed: int = 1):
     return rng.standard_normal(shape).astype(np.float32), rng.integers(0, CNN_CLASSES, batch).astype(np.int32)
 
 
-LR = 0.05
+LR = 0.01
 
 
 def _jittor_step(jt, model, x, y):

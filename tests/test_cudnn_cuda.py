@@ -62,8 +62,9 @@ def test_conv3d_forward_and_gradients_match_torch(rng, stride, padding, dilation
 
 @needs_cudnn
 def test_conv2d_and_grouped_conv_run_on_cudnn(rng):
+    """jittor relays these to cuDNN (its conv tuner); a depthwise Conv2d is its own code op, cuDNN or not."""
     x = rng.standard_normal((2, 8, 12, 12)).astype(np.float32)
-    for groups in (1, 8):
+    for groups in (1, 2):
         conv = jt.nn.Conv2d(8, 8, 3, padding=1, groups=groups, bias=False)
         jx = jt.array(x)
         with jt.profile_scope() as report:
