@@ -90,12 +90,12 @@ def build_parser(prog: str = "get_score.py") -> argparse.ArgumentParser:
     return ap
 
 
-def resolve_ops(names):
+def resolve_ops(names, aliases=OP_ALIASES):
     """(families, case ops): the families ``--op`` names select, in order, and for each family the ``op`` of
     the cases to keep (None: every case of the family). A family named itself keeps all its cases."""
     families, keep = [], {}
     for name in names:
-        family, op = OP_ALIASES.get(name, (name, None))
+        family, op = aliases.get(name, (name, None))
         if family not in keep:
             families.append(family)
             keep[family] = set()
@@ -111,7 +111,8 @@ def parse_args(argv=None, prog: str = "get_score.py"):
     args = ap.parse_args(argv)
     args.case_ops = {}
     if args.op:
-        args.op, args.case_ops = resolve_ops(args.op)
+        # a course's own families (FAMILY_MODULES_ENV) are named as they are
+        args.op, args.case_ops = resolve_ops(args.op, {} if os.environ.get(FAMILY_MODULES_ENV) else OP_ALIASES)
     for name in ("timeout", "reference_timeout"):
         if getattr(args, name) <= 0:
             ap.error(f"--{name.replace('_', '-')} must be positive")
