@@ -32,12 +32,22 @@ def as_index(value, name: str) -> int:
         raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})") from None
 
 
+def is_sequence(value) -> bool:
+    """A sequence of ints rather than one int: a tuple, list, range, jittor NanoVector, 1-D NumPy array or
+    another iterable that is no int, string or Var (a one-element Var is an int to :func:`as_index`)."""
+    if isinstance(value, (tuple, list, range, jt.NanoVector)):
+        return True
+    if isinstance(value, np.ndarray):
+        return value.ndim == 1
+    return (not isinstance(value, (jt.Var, str, bytes)) and not hasattr(value, "__index__")
+            and hasattr(value, "__iter__"))
+
+
 def as_index_sequence(value, name: str, positions: bool = True) -> tuple:
     """``value`` as a tuple of ints: a sequence of ints (tuple, list, range, a 1-D NumPy integer array, jittor's
     NanoVector, ...), each in any form :func:`as_index` takes. TypeError naming ``name`` (and, with
     ``positions``, the position: ``dims[1]``) otherwise."""
-    if isinstance(value, (str, bytes, jt.Var)) or not hasattr(value, "__iter__") and \
-            not hasattr(value, "__getitem__"):
+    if isinstance(value, (str, bytes, jt.Var)) or not (hasattr(value, "__iter__") or hasattr(value, "__getitem__")):
         raise TypeError(f"{name} must be a sequence of ints, got {type(value).__name__} ({value!r})")
     if isinstance(value, np.ndarray):
         if value.ndim != 1:

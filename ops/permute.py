@@ -57,11 +57,9 @@ import math
 from dataclasses import dataclass
 from typing import Dict, Sequence, Tuple
 
-import numpy as np
-
 from . import _codegen
 from . import _launch
-from ._args import as_index, as_index_sequence
+from ._args import as_index, as_index_sequence, is_sequence
 from ._jittor import jt
 
 __all__ = ["permute", "transpose", "transpose_add", "Permute", "TransposeAdd", "KernelConfig", "PermutePlan",
@@ -803,16 +801,6 @@ def _check_dim(ndim: int, d, name: str) -> int:
     return d % ndim
 
 
-def _is_sequence(value) -> bool:
-    """A sequence of dims rather than one dim: a tuple, list, range, NanoVector, 1-D NumPy array or another
-    iterable that is no int (a Var is neither: as_index takes a one-element one)."""
-    if isinstance(value, (tuple, list, range, jt.NanoVector)):
-        return True
-    if isinstance(value, np.ndarray):
-        return value.ndim == 1
-    return not isinstance(value, jt.Var) and not hasattr(value, "__index__") and hasattr(value, "__iter__")
-
-
 def _dims_arg(dims, ndim=None) -> tuple:
     """permute's ``*dims`` as a tuple of ints: varargs, or one sequence (tuple, list, range, 1-D NumPy array,
     jittor's NanoVector, ...), as NumPy, PyTorch and jittor take them; none at all (or one None, NumPy's
@@ -820,7 +808,7 @@ def _dims_arg(dims, ndim=None) -> tuple:
     if len(dims) == 1:
         if dims[0] is None:
             dims = ()
-        elif _is_sequence(dims[0]):
+        elif is_sequence(dims[0]):
             return as_index_sequence(dims[0], "dims")
     if not dims and ndim is not None:
         return tuple(range(ndim - 1, -1, -1))
@@ -837,7 +825,7 @@ def _transpose_plan_of(x, dim0, dim1, need_grad: bool):
     """The plan of ``transpose(x, dim0, dim1)``, after checking its dims: two dims swap (PyTorch); one sequence of
     dims permutes, none reverses (NumPy's and jittor's ``transpose``)."""
     if dim1 is None:
-        if dim0 is not None and not _is_sequence(dim0):
+        if dim0 is not None and not is_sequence(dim0):
             raise TypeError(f"transpose takes two dims to swap (dim0, dim1) or one sequence of dims, got dim0={dim0!r} "
                             f"and no dim1")
         return _permute_plan_of(x, (dim0,), need_grad)

@@ -78,11 +78,9 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
-import numpy as np
-
 from . import _codegen
 from . import _launch
-from ._args import as_flag, as_index, as_index_sequence
+from ._args import as_flag, as_index, as_index_sequence, is_sequence
 from ._jittor import jt
 
 __all__ = ["max_pool3d", "MaxPool3d", "PoolParams", "KernelConfig", "normalize_params", "pool_output_size",
@@ -208,14 +206,10 @@ class PoolParams:
         return out
 
 
-def _is_sequence(value) -> bool:
-    return isinstance(value, (tuple, list, range, jt.NanoVector)) or (isinstance(value, np.ndarray) and value.ndim == 1)
-
-
 def _triple(value, name: str) -> Triple:
     """An int, or a sequence (tuple, list, range, 1-D NumPy array) of 1 or 3 ints (PyTorch's rule), as a triple;
     TypeError/ValueError naming ``name`` otherwise. Ints in any form ``_args.as_index`` takes."""
-    if _is_sequence(value):
+    if is_sequence(value):
         ints = as_index_sequence(value, name, positions=False)
         if len(ints) not in (1, 3):
             raise ValueError(f"{name} must be an int or a tuple of 1 or 3 ints (d, h, w), got {len(ints)} values "
@@ -226,12 +220,16 @@ def _triple(value, name: str) -> Triple:
     raise TypeError(f"{name} must be an int or a tuple of 1 or 3 ints, got {type(value).__name__} ({value!r})")
 
 
+def _default_stride(stride) -> bool:
+    """None, or an empty sequence (PyTorch's functional default is ``[]``): the stride is the kernel size."""
+    return stride is None or (is_sequence(stride) and hasattr(stride, "__len__") and len(stride) == 0)
+
+
 def normalize_params(kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False) -> PoolParams:
     """Validated :class:`PoolParams`; errors name the argument (PyTorch's rules). ``stride`` None (or an empty
     sequence, as PyTorch) means ``kernel_size``; ``dilation`` None means 1 (jittor's default)."""
     kernel = _triple(kernel_size, "kernel_size")
-    stride = kernel if stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0) \
-        else _triple(stride, "stride")
+    stride = kernel if _default_stride(stride) else _triple(stride, "stride")
     padding = _triple(padding, "padding")
     dilation = (1, 1, 1) if dilation is None else _triple(dilation, "dilation")
     for name, values, low in (("kernel_size", kernel, 1), ("stride", stride, 1), ("dilation", dilation, 1),
@@ -785,7 +783,7 @@ def max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
 
 def _as_given(value, name: str):
     """A pooling argument as the layer keeps it: an int, or a tuple of ints (from any sequence)."""
-    return as_index_sequence(value, name, positions=False) if _is_sequence(value) else as_index(value, name)
+    return as_index_sequence(value, name, positions=False) if is_sequence(value) else as_index(value, name)
 
 
 class MaxPool3d(jt.Module):
@@ -803,8 +801,7 @@ class MaxPool3d(jt.Module):
         super().__init__()
         params = normalize_params(kernel_size, stride, padding, dilation, ceil_mode)  # fail at construction
         self.kernel_size = _as_given(kernel_size, "kernel_size")
-        no_stride = stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0)
-        self.stride = self.kernel_size if no_stride else _as_given(stride, "stride")
+        self.stride = self.kernel_size if _default_stride(stride) else _as_given(stride, "stride")
         self.padding = _as_given(padding, "padding")
         self.dilation = 1 if dilation is None else _as_given(dilation, "dilation")
         self.return_indices = as_flag(return_indices, "return_indices")

@@ -164,17 +164,18 @@ def format_table(head, body, markdown: bool, width: Optional[int] = None) -> str
 
 def _id_lines(prefix: str, ids: Sequence[str], width: int, max_lines: int = 6) -> List[str]:
     """``prefix`` and the comma-separated ``ids`` in lines of at most ``width`` columns, ids whole; past
-    ``max_lines`` lines the rest are counted ("and 12 more")."""
-    lines, line = [], prefix
+    ``max_lines`` lines the rest are counted ("and 12 more", room for which the last line keeps)."""
+    lines, line, indent = [], prefix, "   "
     for i, case_id in enumerate(ids):
-        item = case_id + ("," if i < len(ids) - 1 else "")
-        if len(line) + 1 + len(item) > width and line.strip():
+        item = f" {case_id}" + ("," if i < len(ids) - 1 else "")
+        left = len(ids) - i - 1
+        reserve = len(f" and {left} more") if left and len(lines) + 1 == max_lines else 0
+        if len(line) + len(item) + reserve > width and line not in (prefix, indent):
             if len(lines) + 1 == max_lines:
-                lines.append(f"{line} and {len(ids) - i} more")
-                return lines
+                return lines + [f"{line} and {left + 1} more"]
             lines.append(line)
-            line = "   "
-        line += " " + item
+            line = indent
+        line += item
     return lines + [line]
 
 
