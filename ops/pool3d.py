@@ -75,13 +75,12 @@ from __future__ import annotations
 
 import functools as _functools
 import math
-import numbers
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 from . import _codegen
 from . import _launch
-from ._args import as_index
+from ._args import as_flag, as_index, as_index_sequence, is_sequence
 from ._jittor import jt
 
 __all__ = ["max_pool3d", "MaxPool3d", "PoolParams", "KernelConfig", "normalize_params", "pool_output_size",
@@ -208,26 +207,31 @@ class PoolParams:
 
 
 def _triple(value, name: str) -> Triple:
-    """An int, or a tuple/list of 1 or 3 ints (PyTorch's rule), as a triple; TypeError/ValueError naming ``name``
-    otherwise. Ints in any form ``_args.as_index`` takes."""
-    if isinstance(value, (tuple, list)):
-        if len(value) not in (1, 3):
-            raise ValueError(f"{name} must be an int or a tuple of 1 or 3 ints (d, h, w), got {len(value)} values "
-                             f"{tuple(value)}")
-        ints = tuple(as_index(v, name) for v in value)
+    """An int, or a sequence (tuple, list, range, 1-D NumPy array) of 1 or 3 ints (PyTorch's rule), as a triple;
+    TypeError/ValueError naming ``name`` otherwise. Ints in any form ``_args.as_index`` takes."""
+    if is_sequence(value):
+        ints = as_index_sequence(value, name, positions=False)
+        if len(ints) not in (1, 3):
+            raise ValueError(f"{name} must be an int or a tuple of 1 or 3 ints (d, h, w), got {len(ints)} values "
+                             f"{ints}")
         return ints * 3 if len(ints) == 1 else ints
     if isinstance(value, jt.Var) or hasattr(value, "__index__"):
         return (as_index(value, name),) * 3
     raise TypeError(f"{name} must be an int or a tuple of 1 or 3 ints, got {type(value).__name__} ({value!r})")
 
 
+def _default_stride(stride) -> bool:
+    """None, or an empty sequence (PyTorch's functional default is ``[]``): the stride is the kernel size."""
+    return stride is None or (is_sequence(stride) and hasattr(stride, "__len__") and len(stride) == 0)
+
+
 def normalize_params(kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False) -> PoolParams:
-    """Validated :class:`PoolParams`; errors name the argument (PyTorch's rules)."""
+    """Validated :class:`PoolParams`; errors name the argument (PyTorch's rules). ``stride`` None (or an empty
+    sequence, as PyTorch) means ``kernel_size``; ``dilation`` None means 1 (jittor's default)."""
     kernel = _triple(kernel_size, "kernel_size")
-    stride = kernel if stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0) \
-        else _triple(stride, "stride")
+    stride = kernel if _default_stride(stride) else _triple(stride, "stride")
     padding = _triple(padding, "padding")
-    dilation = _triple(dilation, "dilation")
+    dilation = (1, 1, 1) if dilation is None else _triple(dilation, "dilation")
     for name, values, low in (("kernel_size", kernel, 1), ("stride", stride, 1), ("dilation", dilation, 1),
                               ("padding", padding, 0)):
         if min(values) < low:
@@ -236,9 +240,7 @@ def normalize_params(kernel_size, stride=None, padding=0, dilation=1, ceil_mode=
     if any(p > k // 2 for p, k in zip(padding, kernel)):
         raise ValueError(f"padding should be at most half of kernel_size in every dim, got padding={padding} "
                          f"for kernel_size={kernel}")
-    if not isinstance(ceil_mode, (bool, numbers.Integral)):
-        raise TypeError(f"ceil_mode must be a bool, got {type(ceil_mode).__name__}")
-    return PoolParams(kernel, stride, padding, dilation, bool(ceil_mode))
+    return PoolParams(kernel, stride, padding, dilation, as_flag(ceil_mode, "ceil_mode"))
 
 
 def pool_output_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
@@ -751,15 +753,20 @@ def _plan_of(x, kernel_size, stride, padding, dilation, ceil_mode, return_indice
     _check_input(x)
     params = normalize_params(kernel_size, stride, padding, dilation, ceil_mode)
     shape = tuple(int(n) for n in x.shape)
-    return plan(shape, str(x.dtype), params, bool(return_indices), need_grad, _launch.on_cuda())
+    return plan(shape, str(x.dtype), params, as_flag(return_indices, "return_indices"), need_grad,
+                _launch.on_cuda())
 
 
 def max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
-    """3-D max pooling over the last three dims of ``x`` ((N, C, D, H, W) or (C, D, H, W)).
+    """3-D max pooling over the last three dims of ``x`` ((N, C, D, H, W) or (C, D, H, W)), with the arguments of
+    ``torch.nn.functional.max_pool3d`` in its order (``ceil_mode`` before ``return_indices``; the layer
+    :class:`MaxPool3d` takes them in the layers' order).
 
+    ``kernel_size``, ``stride``, ``padding``, ``dilation``: an int or 1 or 3 ints (d, h, w); ``stride=None``
+    means ``kernel_size``, ``dilation=None`` means 1 (jittor's default); padding at most half the kernel.
     Returns the pooled Var, or ``(values, indices)`` with ``return_indices``: int32 flat positions
-    ``(d * H + h) * W + w`` of each maximum in its (n, c) plane. Raises TypeError/ValueError naming the bad
-    argument. Backward is deterministic (no atomics).
+    ``(d * H + h) * W + w`` of each maximum in its (n, c) plane. An empty batch gives an empty result. Raises
+    TypeError/ValueError naming the bad argument. Backward is deterministic (no atomics).
     """
     params = (kernel_size, stride, padding, dilation, ceil_mode, return_indices)
     if type(x) is _Var:
@@ -774,15 +781,41 @@ def max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
                           _plan_of, x, *params, need_grad)(x)
 
 
-class MaxPool3d(jt.Module):
-    """Module form of :func:`max_pool3d` (same arguments)."""
+def _as_given(value, name: str):
+    """A pooling argument as the layer keeps it: an int, or a tuple of ints (from any sequence)."""
+    return as_index_sequence(value, name, positions=False) if is_sequence(value) else as_index(value, name)
 
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+
+class MaxPool3d(jt.Module):
+    """3-D max pooling layer, a drop-in for ``torch.nn.MaxPool3d`` and ``jittor.nn.MaxPool3d``.
+
+    ``MaxPool3d(kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False)``: the
+    layers' argument order (``return_indices`` before ``ceil_mode``), the functional :func:`max_pool3d`'s
+    meanings. ``stride=None`` means ``kernel_size``; jittor's defaults ``dilation=None`` and
+    ``return_indices=None`` mean 1 and False. The arguments are checked here (TypeError/ValueError naming the
+    argument) and kept as PyTorch keeps them: ``kernel_size``, ``stride`` (``kernel_size`` where None),
+    ``padding``, ``dilation``, ``return_indices``, ``ceil_mode``.
+    """
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False):
         super().__init__()
-        normalize_params(kernel_size, stride, padding, dilation, ceil_mode)  # fail at construction
-        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
-        self.dilation, self.ceil_mode, self.return_indices = dilation, ceil_mode, return_indices
+        params = normalize_params(kernel_size, stride, padding, dilation, ceil_mode)  # fail at construction
+        self.kernel_size = _as_given(kernel_size, "kernel_size")
+        self.stride = self.kernel_size if _default_stride(stride) else _as_given(stride, "stride")
+        self.padding = _as_given(padding, "padding")
+        self.dilation = 1 if dilation is None else _as_given(dilation, "dilation")
+        self.return_indices = as_flag(return_indices, "return_indices")
+        self.ceil_mode = params.ceil_mode
 
     def execute(self, x):
+        """Pool ``x`` ((N, C, D, H, W) or (C, D, H, W)): the pooled Var, or ``(values, indices)`` when the layer
+        returns indices (int32 flat positions ``(d * H + h) * W + w`` in each (n, c) plane)."""
         return max_pool3d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
                           self.return_indices)
+
+    forward = execute
+
+    def extra_repr(self) -> str:
+        text = (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+        return text + (", return_indices=True" if self.return_indices else "")

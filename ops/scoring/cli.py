@@ -32,6 +32,29 @@ def _matches(case_id: str, keyword: Optional[str]) -> bool:
     return keyword is None or any(k and k in case_id for k in keyword.split(","))
 
 
+def _case_op_selected(case, case_ops: dict) -> bool:
+    """--op by an API function's name (``args.case_ops``): only the family's cases of that op."""
+    keep = case_ops.get(case.family)
+    return keep is None or case.p.get("op", case.family) in keep
+
+
+def last_level_cache_bytes() -> Optional[int]:
+    """The largest CPU cache of this host (Linux sysfs), or None where it cannot be read."""
+    import glob
+    sizes = []
+    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+        digits = text.rstrip("KMGkmg")
+        if digits.isdigit():
+            sizes.append(int(digits) * scale)
+    return max(sizes) if sizes else None
+
+
 def _torch_importable() -> bool:
     import importlib.util
     return importlib.util.find_spec("torch") is not None
@@ -66,12 +89,15 @@ def merge_saved(paths: List[str]):
     return env, references, [merged[c] for c in order]
 
 
-def _write_outputs(args, results, references, env, meta, title, notes=()):
-    print(report.render(results, references, env, markdown=False, notes=notes, wide=args.wide), flush=True)
+def _write_outputs(args, results, references, env, meta, title, notes=(), prog="get_score.py"):
+    """The table on stdout (the run's notes were printed when it started), and the files asked for (the
+    markdown with the notes)."""
+    print(report.render(results, references, env, markdown=False, wide=args.wide), flush=True)
     if args.markdown:
+        command = f"python {prog}" if prog.endswith(".py") else prog
         with open(args.markdown, "w") as f:
             f.write(report.render(results, references, env, markdown=True, title=title, notes=notes))
-            f.write(f"\nCommand: `python get_score.py {' '.join(map(str, meta['argv']))}` (seed {meta['seed']}; "
+            f.write(f"\nCommand: `{command} {' '.join(map(str, meta['argv']))}` (seed {meta['seed']}; "
                     f"tiers: {meta['tiers']}). 'ours ms' and each reference's ms: max(kernel time, pipelined wall "
                     f"time per call) of the fastest of the interleaved rounds, which the points use; 'call us': "
                     f"one call synced to the device; * a reference slower than 20 ms a call, timed by one call "
@@ -103,8 +129,9 @@ class _Progress:
             self.bar.set_description_str(text)
 
     def line(self, text: str) -> None:
+        text = "\n".join(report.wrap(text, report.TERMINAL_WIDTH))
         if self.bar is not None:
-            self.bar.write(text[:report.TERMINAL_WIDTH], file=sys.stderr)
+            self.bar.write(text, file=sys.stderr)
         else:
             print(text, file=sys.stderr, flush=True)
 
@@ -123,8 +150,9 @@ class _Progress:
 
 
 def main(argv: Optional[List[str]] = None, parsed=None) -> int:
-    """get_score.py. ``parsed``: (parser, args) already parsed by get_score.py."""
-    ap, args = parsed if parsed is not None else cli_args.parse_args(argv)
+    """get_score.py, or the ``ops-get-score`` command (``pip install .``). ``parsed``: (parser, args) already
+    parsed by get_score.py."""
+    ap, args = parsed if parsed is not None else cli_args.parse_args(argv, prog="ops-get-score")
     if args.plot:
         why_not = report.plot_available()
         if why_not:
@@ -138,7 +166,7 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
         meta = {"date": stamp, "argv": argv_shown, "seed": "as saved", "impl": args.impl, "references": references,
                 "tiers": args.tiers or "as measured", "merged_from": args.from_json}
         _write_outputs(args, results, references, env, meta,
-                       f"get_score.py results merged from {len(args.from_json)} run(s), {stamp}")
+                       f"{ap.prog} results merged from {len(args.from_json)} run(s), {stamp}", prog=ap.prog)
         return 0
 
     try:
@@ -152,8 +180,10 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
     device = args.device or ("cuda" if has_cuda() else "cpu")
     if device == "cuda" and not has_cuda():
         ap.error("--device cuda, but jittor has no CUDA here")
+    case_ops = getattr(args, "case_ops", {})
     items = [(f, c) for f in families for c in f.all_cases() if device in c.devices
-             and _matches(c.id, args.keyword) and (args.direction is None or c.direction == args.direction)]
+             and _matches(c.id, args.keyword) and (args.direction is None or c.direction == args.direction)
+             and _case_op_selected(c, case_ops)]
     if args.list:
         print("\n".join(c.id for _, c in items))
         return 0
@@ -179,7 +209,7 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
                                            [c.id for _, c in items])
         notes += warnings
     for note in notes:
-        print(f"get_score.py: {note}", file=sys.stderr, flush=True)
+        print("\n".join(report.wrap(f"{ap.prog}: {note}", report.TERMINAL_WIDTH)), file=sys.stderr, flush=True)
 
     # `timeout` (or Ctrl-C) stops the run, not the report: the cases measured so far are written out and the
     # rest are marked not run. Only the first signal interrupts; later ones are ignored while the report is
@@ -243,13 +273,15 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
     results = [by_id[c.id] for _, c in items]
     grade_all(results, stored, "this run (missing in --tiers)")
     env.setdefault("device", device)
+    if device == "cpu":
+        env.setdefault("cache_bytes", last_level_cache_bytes())
     if "name" not in env:  # no worker said (none started): ask, unless interrupted (nvidia-smi may wait)
         env["name"] = device if interrupted is not None else device_name_for(device, device_name)
-    title = f"get_score.py on {env.get('name', device)}, {stamp}"
+    title = f"{ap.prog} on {env.get('name', device)}, {stamp}"
     meta = {"date": stamp, "argv": argv_shown, "seed": args.seed if args.seed is not None else "fresh",
             "impl": args.impl, "references": references, "tiers": args.tiers or "this run",
             "seconds": round(time.monotonic() - started, 1), "compile_pass": warmed, "notes": notes}
-    _write_outputs(args, results, references, env, meta, title, notes)
+    _write_outputs(args, results, references, env, meta, title, notes, prog=ap.prog)
     if interrupted is not None:
         sys.stdout.flush()
         sys.stderr.flush()
