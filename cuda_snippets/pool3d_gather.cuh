@@ -96,12 +96,15 @@ template <typename T> struct Pool3dGatherLoad {
   __device__ __forceinline__ typename Pool3dAcc<T>::type operator()(const T* p) const { return pool3d_acc(*p); }
 };
 
-// Writes run `item` (plane, id, ih, run) of dx: the gathered sums of its up to RUN elements; vec_ok (the
-// launch's W % RUN == 0 and an aligned dx): every run is whole and RUN-aligned, stored as one vector.
-template <typename T, typename I, class Win, int RUN>
-__device__ __forceinline__ void pool3d_gather_item(I item, const int* __restrict__ idx, const T* __restrict__ dy,
-                                                   T* __restrict__ dx, const Pool3dArgs<I>& a,
-                                                   const Pool3dGatherDims& gd, bool vec_ok, const Win& win) {
+// One thread per run of RUN elements of an input row; VEC_OK (the launch's W % RUN == 0): every run is whole
+// and RUN-aligned, stored as one vector.
+template <typename T, typename I, class Win, int RUN, int BLOCK>
+__global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather(const int* __restrict__ idx, const T* __restrict__ dy,
+                                                           T* __restrict__ dx, const Pool3dArgs<I> a,
+                                                           const Pool3dGatherDims gd, const bool vec_ok,
+                                                           const Win win) {
+  const I item = (I)blockIdx.x * BLOCK + threadIdx.x;
+  if (item >= a.total) return;
   I plane;
   int id, ih, run;
   pool3d_split(a, item, plane, id, ih, run);
@@ -125,95 +128,6 @@ __device__ __forceinline__ void pool3d_gather_item(I item, const int* __restrict
   }
 }
 
-// One thread per run of RUN elements of an input row.
-template <typename T, typename I, class Win, int RUN, int BLOCK>
-__global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather(const int* __restrict__ idx, const T* __restrict__ dy,
-                                                           T* __restrict__ dx, const Pool3dArgs<I> a,
-                                                           const Pool3dGatherDims gd, const bool vec_ok,
-                                                           const Win win) {
-  const I item = (I)blockIdx.x * BLOCK + threadIdx.x;
-  if (item >= a.total) return;
-  pool3d_gather_item<T, I, Win, RUN>(item, idx, dy, dx, a, gd, vec_ok, win);
-}
-
-// The sparse gather, for windows that overlap so much that most of the windows a run reads do not point into
-// it (k8s1: each element lies in 512 windows, and few elements are any window's maximum). Three passes,
-// each deterministic: (1) every window flags the run holding its argmax (a byte; racing writers write the
-// same 1); (2) a thread per run zeroes an unflagged run, or lists a flagged one; (3) a thread per listed run
-// gathers it exactly as pool3d_bwd_gather does. The list's order depends on the scheduling, but each run's sum
-// does not: every run is summed by one thread in the gather's fixed order, so dx is bit-identical to the dense
-// gather's.
-template <typename I, int RUN, int BLOCK>
-__global__ void __launch_bounds__(BLOCK) pool3d_flag_runs(const int* __restrict__ idx, unsigned char* __restrict__ flags,
-                                                          const I outputs, const Pool3dDiv<I> plane_out,
-                                                          const Pool3dDiv<int> width, const int rows,
-                                                          const int runs_per_row) {
-  const I o = (I)blockIdx.x * BLOCK + threadIdx.x;
-  if (o >= outputs) return;
-  const int p = idx[o];
-  if (p < 0) return;  // a window of padding only
-  const I plane = plane_out.div(o);
-  const int row = width.div(p);
-  const int w = p - row * width.value();
-  flags[((I)plane * rows + row) * runs_per_row + w / RUN] = 1;
-}
-
-template <typename T, typename I, int RUN, int BLOCK>
-__global__ void __launch_bounds__(BLOCK) pool3d_list_runs(const unsigned char* __restrict__ flags, T* __restrict__ dx,
-                                                          I* __restrict__ list, unsigned int* __restrict__ listed,
-                                                          const Pool3dArgs<I> a, const int W, const bool vec_ok) {
-  const I item = (I)blockIdx.x * BLOCK + threadIdx.x;
-  const bool flagged = item < a.total && flags[item];
-  const unsigned int lanes = __ballot_sync(0xffffffffu, flagged);
-  if (lanes) {  // one atomic a warp; the order of the list does not reach dx
-    const int lane = threadIdx.x & 31, leader = __ffs(lanes) - 1;
-    unsigned int base = 0;
-    if (lane == leader) base = atomicAdd(listed, (unsigned int)__popc(lanes));
-    base = __shfl_sync(0xffffffffu, base, leader);
-    if (flagged) list[base + __popc(lanes & ((1u << lane) - 1))] = item;
-  }
-  if (item >= a.total || flagged) return;
-  I plane;
-  int id, ih, run;
-  pool3d_split(a, item, plane, id, ih, run);
-  const int w0 = run * RUN;
-  T* __restrict__ dp = dx + plane * a.plane_in + (I)(id * a.g.H + ih) * W + w0;
-  if (vec_ok) {
-    OpsVec<T, RUN> v;
-#pragma unroll
-    for (int r = 0; r < RUN; ++r) v.v[r] = pool3d_zero<T>();
-    *reinterpret_cast<OpsVec<T, RUN>*>(dp) = v;
-  } else {
-    const int n = pool3d_min(RUN, W - w0);
-    for (int r = 0; r < n; ++r) dp[r] = pool3d_zero<T>();
-  }
-}
-
-template <typename T, typename I, class Win, int RUN, int BLOCK>
-__global__ void __launch_bounds__(BLOCK) pool3d_gather_listed(const I* __restrict__ list,
-                                                              const unsigned int* __restrict__ listed,
-                                                              const int* __restrict__ idx, const T* __restrict__ dy,
-                                                              T* __restrict__ dx, const Pool3dArgs<I> a,
-                                                              const Pool3dGatherDims gd, const bool vec_ok,
-                                                              const Win win) {
-  const unsigned int i = blockIdx.x * BLOCK + threadIdx.x;
-  if (i >= *listed) return;
-  pool3d_gather_item<T, I, Win, RUN>(list[i], idx, dy, dx, a, gd, vec_ok, win);
-}
-
-// Device scratch of the sparse gather (flags, list, count), kept for the process and grown when a launch
-// needs more: a cudaMalloc per launch would synchronize the device.
-inline void* pool3d_scratch(size_t bytes) {
-  static void* buffer = 0;
-  static size_t capacity = 0;
-  if (bytes > capacity) {
-    if (buffer) CHECK(cudaSuccess == cudaFree(buffer));
-    capacity = bytes + bytes / 4;
-    CHECK(cudaSuccess == cudaMalloc(&buffer, capacity));
-  }
-  return buffer;
-}
-
 // The launcher: Win is a Pool3dWinC (compile-time window, checked against the geometry) or Pool3dWinR (the
 // geometry's window at run time).
 template <typename T, typename I, class Win, int RUN, int BLOCK>
@@ -223,30 +137,6 @@ void pool3d_bwd_gather_launch(const int* idx, const T* dy, T* dx, const Pool3dGe
   const Pool3dGatherDims gd = {g.H, g.W, g.Do, g.Ho, g.Wo, g.pd, g.ph, g.pw};
   const bool vec_ok = g.W % RUN == 0 && ((unsigned long long)dx) % (RUN * sizeof(T)) == 0;
   pool3d_bwd_gather<T, I, Win, RUN, BLOCK><<<pool3d_grid<I, BLOCK>(a), BLOCK>>>(idx, dy, dx, a, gd, vec_ok, win);
-  OPS_CHECK_LAUNCH();
-}
-
-template <typename T, typename I, class Win, int RUN, int BLOCK>
-void pool3d_bwd_sparse_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom& g, long long planes) {
-  const Win win = pool3d_gather_window(g, Win());
-  const int runs_per_row = ops_ceil_div(g.W, RUN);
-  const Pool3dArgs<I> a = pool3d_args<I>(g, planes, runs_per_row, g.H, g.D);
-  const Pool3dGatherDims gd = {g.H, g.W, g.Do, g.Ho, g.Wo, g.pd, g.ph, g.pw};
-  const bool vec_ok = g.W % RUN == 0 && ((unsigned long long)dx) % (RUN * sizeof(T)) == 0;
-  const size_t flag_bytes = ((size_t)a.total + 15) / 16 * 16;
-  char* scratch = (char*)pool3d_scratch(flag_bytes + 16 + (size_t)a.total * sizeof(I));
-  unsigned char* flags = (unsigned char*)scratch;
-  unsigned int* listed = (unsigned int*)(scratch + flag_bytes);
-  I* list = (I*)(scratch + flag_bytes + 16);
-  CHECK(cudaSuccess == cudaMemsetAsync(scratch, 0, flag_bytes + 16, 0));
-  const I outputs = (I)(planes * a.plane_out);
-  pool3d_flag_runs<I, RUN, BLOCK><<<(unsigned int)ops_ceil_div((long long)outputs, (long long)BLOCK), BLOCK>>>(
-      idx, flags, outputs, Pool3dDiv<I>::make(a.plane_out), Pool3dDiv<int>::make(g.W), g.D * g.H, runs_per_row);
-  OPS_CHECK_LAUNCH();
-  pool3d_list_runs<T, I, RUN, BLOCK><<<pool3d_grid<I, BLOCK>(a), BLOCK>>>(flags, dx, list, listed, a, g.W, vec_ok);
-  OPS_CHECK_LAUNCH();
-  pool3d_gather_listed<T, I, Win, RUN, BLOCK><<<pool3d_grid<I, BLOCK>(a), BLOCK>>>(list, listed, idx, dy, dx, a, gd,
-                                                                                    vec_ok, win);
   OPS_CHECK_LAUNCH();
 }
 #endif

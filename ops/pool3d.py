@@ -150,16 +150,17 @@ ROWS_KW, ROWS_SW, ROWS_PW = (2, 3, 4, 5, 8), (1, 2), (0, 1)
 # 2026-11-23); with runs and compile-time strides (pool3d_gather.cuh) 0.098 ms, 1.19x PyTorch (predicted
 # 0.05-0.07).
 GATHER_RUN_BYTES = 16
+# Where an element lies in at most GATHER_WIDE_MAX_WINDOWS windows, 4- and 8-byte elements take 32-byte runs: a
+# thread has twice the bytes in flight for the same index reads. H100 (2026-11-27, float32, kernel ms 16 -> 32
+# bytes): k4s4 0.0558 -> 0.0356, k3s2p1 0.0985 -> 0.0826, k2s2 0.0731 -> 0.0652, k2s3 0.1087 -> 0.1004; with more
+# windows the longer run reads more of them in one thread's chain: k3s1 0.0590 -> 0.0621, k8s1 0.115 -> 0.182.
+GATHER_WIDE_RUN_BYTES, GATHER_WIDE_MAX_WINDOWS = 32, 8
 # Windows (kernel, stride, dilation) the gather takes at compile time; any other layer runs the same kernel with
 # the window at run time (Pool3dWinR).
 GATHER_WINDOWS = (
     ((2, 2, 2), (2, 2, 2), (1, 1, 1)), ((3, 3, 3), (1, 1, 1), (1, 1, 1)), ((3, 3, 3), (2, 2, 2), (1, 1, 1)),
     ((2, 2, 2), (1, 1, 1), (1, 1, 1)), ((1, 3, 3), (1, 2, 2), (1, 1, 1)), ((1, 2, 2), (1, 2, 2), (1, 1, 1)),
 )
-# Windows that can hold one input element (the product of ceil(k / s) over the dims) from which the gather
-# takes its sparse form (bwd_gather_sparse): flag the runs holding an argmax, gather those only. k8s1 reads 512
-# windows' indices per element, nearly all pointing elsewhere; k3s1 (27) keeps the dense gather.
-SPARSE_MIN_WINDOWS = 64
 # The recompute backward's windows at compile time (OPS_POOL3D_BWD=recompute, an A/B switch: a small menu).
 RECOMPUTE_WINDOWS = ((2, 2, 2), (3, 3, 3))
 # Backward algorithm, OPS_POOL3D_BWD: "gather" (default) gathers dx from the int32 indices the forward saves when
@@ -178,7 +179,7 @@ _launch.register_switch(BWD_SWITCH, BWD_MODES)
 VARIANTS = {
     "fwd": ("fwd_k2s2_vec", "fwd_flat", "fwd_warp", "fwd_rows", "fwd_cpu"),
     "bwd": ("bwd_tile_k2s2_vec", "bwd_tile_flat", "bwd_tile_warp", "bwd_scatter_flat", "bwd_scatter_warp",
-            "bwd_gather", "bwd_gather_sparse", "bwd_tile_cpu", "bwd_scatter_cpu", "bwd_gather_cpu"),
+            "bwd_gather", "bwd_tile_cpu", "bwd_scatter_cpu", "bwd_gather_cpu"),
 }
 # Forward modes (bit 1: values, bit 2: indices), as the kernels' MODE template argument.
 MODE_VALUES, MODE_BOTH = 1, 3
@@ -286,9 +287,15 @@ def windows_disjoint(params: PoolParams) -> bool:
     return all(s >= d * (k - 1) + 1 for k, s, d in zip(params.kernel, params.stride, params.dilation))
 
 
-def windows_per_element(params: PoolParams) -> int:
+def windows_per_element(kernel: Triple, stride: Triple) -> int:
     """How many windows one input element can lie in (dilation's gaps aside): the product of ceil(k / s)."""
-    return math.prod(-(-k // s) for k, s in zip(params.kernel, params.stride))
+    return math.prod(-(-k // s) for k, s in zip(kernel, stride))
+
+
+def gather_run(kernel: Triple, stride: Triple, itemsize: int) -> int:
+    """Elements per thread of the gather backward (its run along W)."""
+    wide = itemsize >= 4 and windows_per_element(kernel, stride) <= GATHER_WIDE_MAX_WINDOWS
+    return (GATHER_WIDE_RUN_BYTES if wide else GATHER_RUN_BYTES) // itemsize
 
 
 def windows_tile(params: PoolParams) -> bool:
@@ -420,14 +427,13 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
         if algo not in ("gather", layout_algorithm(params)):  # the gather serves every layout, the others one
             raise ValueError(f"algorithm must be 'gather' or {layout_algorithm(params)!r} for these windows, "
                              f"got {algo!r}")
-        run = max(1, GATHER_RUN_BYTES // itemsize) if algo == "gather" else 1
+        run = gather_run(params.kernel, params.stride, itemsize) if algo == "gather" else 1
         if not cuda:
             return KernelConfig(f"bwd_{algo}_cpu", nopad=nopad, index_type=itype)
         if algo == "gather":
             window = (params.kernel, params.stride, params.dilation)
-            sparse = windows_per_element(params) >= SPARSE_MIN_WINDOWS
-            return KernelConfig("bwd_gather_sparse" if sparse else "bwd_gather", vec=run, block=BLOCK,
-                                index_type=itype, window=window if window in GATHER_WINDOWS and not sparse else None)
+            return KernelConfig("bwd_gather", vec=run, block=BLOCK, index_type=itype,
+                                window=window if window in GATHER_WINDOWS else None)
         vec = _k2s2_vec(params, spatial[2], itemsize) if windows_cover_exactly(spatial, out, params) else 0
         if vec:
             opt = K2_OPT_WIDE if vec * itemsize == MAX_VEC_BYTES else K2_OPT_NARROW
@@ -477,8 +483,8 @@ def _entry(cfg: KernelConfig) -> tuple:
         return (v, cfg.k, cfg.nopad, cfg.clamp)
     if v == "fwd_rows":
         return (v, cfg.vec, cfg.k[2], cfg.sw, cfg.pw, cfg.nopad)
-    if v in ("bwd_gather", "bwd_gather_sparse"):
-        return (v, cfg.window)
+    if v == "bwd_gather":
+        return (v, cfg.window, cfg.vec)
     return (v, cfg.k, cfg.nopad)  # fwd_warp, bwd_{tile,scatter}_{flat,warp}
 
 
@@ -499,11 +505,10 @@ def _call(entry: tuple, mode: int = MODE_VALUES) -> str:
     if v == "fwd_rows":
         _, vec, kw, sw, pw, nopad = entry
         return f"pool3d_fwd_rows_launch<T, I, {vec}, {kw}, {sw}, {pw}, {_TF[nopad]}, {BLOCK}>(x, y, yi, g, planes)"
-    if v in ("bwd_gather", "bwd_gather_sparse"):
-        window = entry[1]
+    if v == "bwd_gather":
+        _, window, run = entry
         win = "Pool3dWinR" if window is None else f"Pool3dWinC<{', '.join(ks(t) for t in window)}>"
-        launcher = "pool3d_bwd_gather_launch" if v == "bwd_gather" else "pool3d_bwd_sparse_launch"
-        return f"{launcher}<T, I, {win}, {GATHER_RUN_BYTES} / sizeof(T), {BLOCK}>(idx, dy, dx, g, planes)"
+        return f"pool3d_bwd_gather_launch<T, I, {win}, {run}, {BLOCK}>(idx, dy, dx, g, planes)"
     if v == "bwd_tile_k2s2_vec":
         opt = f"(({entry[1]} * sizeof(T)) == {MAX_VEC_BYTES} ? {K2_OPT_WIDE} : {K2_OPT_NARROW})"
         return f"pool3d_bwd_k2s2_launch<T, I, {entry[1]}, {opt}, {BLOCK}>(x, dy, dx, g, planes)"
@@ -528,7 +533,9 @@ def menus(itemsize: int) -> dict:
     k2s2 = [("fwd_k2s2_vec", vec) for vec in vecs]
     rows = [("fwd_rows", vec, kw, sw, pw, pw == 0 and nopad) for vec in vecs[:2] for kw in ROWS_KW
             for sw in ROWS_SW for pw in ROWS_PW for nopad in ((True, False) if pw == 0 else (False,))]
-    gather = [("bwd_gather", w) for w in GATHER_WINDOWS + (None,)] + [("bwd_gather_sparse", None)]
+    narrow, wide = GATHER_RUN_BYTES // itemsize, GATHER_WIDE_RUN_BYTES // itemsize
+    gather = [("bwd_gather", w, gather_run(w[0], w[1], itemsize)) for w in GATHER_WINDOWS]
+    gather += [("bwd_gather", None, run) for run in sorted({narrow, wide if itemsize >= 4 else narrow})]
     recompute = [("bwd_tile_k2s2_vec", vec) for vec in vecs]
     for layout in ("tile", "scatter"):
         recompute += [(f"bwd_{layout}_flat", k, nopad) for k in RECOMPUTE_WINDOWS + (GENERIC_WINDOW,)
@@ -589,7 +596,7 @@ def cuda_backward_src(index_type: str, algorithm: str) -> str:
 def menu_index(cfg: KernelConfig, dtype, mode: int = MODE_VALUES) -> int:
     """The index of a CUDA configuration in its translation unit's menu (``data["v"]`` / ``data["bv"]``)."""
     itemsize = _codegen.ITEMSIZE[_codegen.dtype_name(dtype)]
-    if cfg.variant in ("bwd_gather", "bwd_gather_sparse"):
+    if cfg.variant == "bwd_gather":
         name = "gather"
     elif cfg.variant.startswith("bwd"):
         name = "recompute"
