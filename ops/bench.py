@@ -88,6 +88,9 @@ def call_cases(jt, ops, np, torch, cuda: bool):
     xb = var(big)
     x2, y2, x2g = var((64, 64)), var((64, 64)), var((64, 64), True)
     xe, xeg = var((5, 1, 1)), var((5, 1, 1), True)
+    # tiny expand_as forward + backward: calls of a few microseconds, jittor's per-op costs against ours
+    tiny = [((3, 1), (3, 4)), ((5, 1, 1), (5, 8, 8))]
+    tiny_vars = [(var(xs, True), var(ys), tt(xs, True), tt(ys)) for xs, ys in tiny]
     w, k = var((64, 64)), var((1, 64, 64))
     wg, kg = var((64, 64), True), var((1, 64, 64), True)
     t5, t5g, tb = tt((1, 1, 4, 4, 4)), tt((1, 1, 4, 4, 4), True), tt(big)
@@ -123,6 +126,12 @@ def call_cases(jt, ops, np, torch, cuda: bool):
         ("broadcast_to fwd+bwd", fwd_bwd(lambda x: ops.broadcast_to(x, (5, 128, 128)), xeg),
          fwd_bwd(lambda x: jt.broadcast(x, (5, 128, 128)), xeg),
          torch and torch_fwd_bwd(lambda x: x.expand(5, 128, 128).contiguous(), teg)),
+    ] + [
+        ("expand_as fwd+bwd " + f"{xs}->{ys}".replace(" ", ""), fwd_bwd(lambda x, y=y: ops.expand_as(x, y), x),
+         fwd_bwd(lambda x, y=y: x.expand_as(y), x),
+         torch and torch_fwd_bwd(lambda t, u=u: t.expand_as(u).contiguous(), t))
+        for (xs, ys), (x, y, t, u) in zip(tiny, tiny_vars)
+    ] + [
         ("timex B1 C64 T64", lambda: ops.timex(w, k), lambda: timex_naive(w, k),
          torch and (lambda: timex_torch(tt((64, 64)), tt((1, 64, 64))))),
         ("timex fwd+bwd B1 C64 T64", fwd_bwd(ops.timex, wg, kg), fwd_bwd(timex_naive, wg, kg), None),
