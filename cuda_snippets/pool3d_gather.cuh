@@ -128,6 +128,92 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather(const int* __restrict
   }
 }
 
+// The cooperative gather, for windows that hold an element many times (k8s1: a run reads 704 windows'
+// indices): one warp per run, its lanes reading 32 of the run's windows at once, in the serial gather's
+// (od, oh, ow) order; the matches are added in that order (ballot, then one shuffle per match), so every lane
+// holds the serial gather's sums bit for bit, and lane 0 writes the run. A thread's serial chain of index
+// reads, which bounds the dense gather on these windows, becomes 1/32 as long.
+template <typename T, typename I, class Win, int RUN, int BLOCK>
+__global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather_coop(const int* __restrict__ idx,
+                                                                const T* __restrict__ dy, T* __restrict__ dx,
+                                                                const Pool3dArgs<I> a, const Pool3dGatherDims gd,
+                                                                const bool vec_ok, const Win win) {
+  const I item = ((I)blockIdx.x * BLOCK + threadIdx.x) >> 5;  // the same for the whole warp
+  const int lane = threadIdx.x & 31;
+  if (item >= a.total) return;
+  I plane;
+  int id, ih, run;
+  pool3d_split(a, item, plane, id, ih, run);
+  const int w0 = run * RUN;
+  const int n = pool3d_min(RUN, gd.W - w0);
+  const int td = id + gd.pd, th = ih + gd.ph, tw = w0 + gd.pw;
+  const int pos0 = (id * gd.H + ih) * gd.W + w0;
+  int d_lo, d_hi, h_lo, h_hi, w_lo, w_hi;
+  pool3d_gather_range(td, td, win.kd, win.sd, win.dd, gd.Do, d_lo, d_hi);
+  pool3d_gather_range(th, th, win.kh, win.sh, win.dh, gd.Ho, h_lo, h_hi);
+  pool3d_gather_range(tw, tw + n - 1, win.kw, win.sw, win.dw, gd.Wo, w_lo, w_hi);
+  const int nd = d_hi - d_lo + 1, nh = h_hi - h_lo + 1, nw = w_hi - w_lo + 1;
+  const int count = nd > 0 && nh > 0 && nw > 0 ? nd * nh * nw : 0;
+  const int* __restrict__ ip = idx + plane * a.plane_out;
+  const T* __restrict__ gp = dy + plane * a.plane_out;
+  typedef typename Pool3dAcc<T>::type A;
+  A acc[RUN];
+#pragma unroll
+  for (int r = 0; r < RUN; ++r) acc[r] = A(0);
+  for (int base = 0; base < count; base += 32) {
+    const int c = base + lane;
+    bool match = false;
+    int r = 0;
+    A v = A(0);
+    if (c < count) {
+      const int q = c / nw, od = d_lo + q / nh, oh = h_lo + q % nh, ow = w_lo + c % nw;
+      const bool holds = (win.dd == 1 || (td - od * win.sd) % win.dd == 0) &&
+                         (win.dh == 1 || (th - oh * win.sh) % win.dh == 0);
+      if (holds) {
+        const int o = (od * gd.Ho + oh) * gd.Wo + ow;
+        r = ip[o] - pos0;
+        match = (unsigned int)r < (unsigned int)n;
+        if (match) v = pool3d_acc(gp[o]);
+      }
+    }
+    unsigned int matches = __ballot_sync(0xffffffffu, match);
+    while (matches) {
+      const int src = __ffs(matches) - 1;
+      matches &= matches - 1;
+      const int rs = __shfl_sync(0xffffffffu, r, src);
+      const A vs = __shfl_sync(0xffffffffu, v, src);
+#pragma unroll
+      for (int q = 0; q < RUN; ++q) {
+        if (q == rs) acc[q] = acc[q] + vs;
+      }
+    }
+  }
+  if (lane != 0) return;
+  T* __restrict__ dp = dx + plane * a.plane_in + (I)(id * gd.H + ih) * gd.W + w0;
+  if (vec_ok) {
+    OpsVec<T, RUN> out;
+#pragma unroll
+    for (int r = 0; r < RUN; ++r) out.v[r] = pool3d_from_acc<T>(acc[r]);
+    *reinterpret_cast<OpsVec<T, RUN>*>(dp) = out;
+  } else {
+#pragma unroll
+    for (int r = 0; r < RUN; ++r) {
+      if (r < n) dp[r] = pool3d_from_acc<T>(acc[r]);
+    }
+  }
+}
+
+template <typename T, typename I, class Win, int RUN, int BLOCK>
+void pool3d_bwd_coop_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom& g, long long planes) {
+  const Win win = pool3d_gather_window(g, Win());
+  const Pool3dArgs<I> a = pool3d_args<I>(g, planes, ops_ceil_div(g.W, RUN), g.H, g.D);
+  const Pool3dGatherDims gd = {g.H, g.W, g.Do, g.Ho, g.Wo, g.pd, g.ph, g.pw};
+  const bool vec_ok = g.W % RUN == 0 && ((unsigned long long)dx) % (RUN * sizeof(T)) == 0;
+  pool3d_bwd_gather_coop<T, I, Win, RUN, BLOCK><<<pool3d_grid<I, BLOCK / 32>(a), BLOCK>>>(idx, dy, dx, a, gd, vec_ok,
+                                                                                        win);
+  OPS_CHECK_LAUNCH();
+}
+
 // The launcher: Win is a Pool3dWinC (compile-time window, checked against the geometry) or Pool3dWinR (the
 // geometry's window at run time).
 template <typename T, typename I, class Win, int RUN, int BLOCK>

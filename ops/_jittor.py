@@ -7,15 +7,21 @@ jittor 1.3.11 needs help on two kinds of machine this package runs on:
 * machines with ``nvcc`` but no GPU: it then fails to load ``libcudart`` unless ``nvcc_path=""``;
 * CUDA 13 GPU machines: its ``extern/cuda/inc/helper_cuda.h`` reads ``cudaDeviceProp::computeMode`` and
   ``::clockRate``, both removed in CUDA 13, so its core and its cuBLAS/cub/cuRAND extensions fail to build;
-  it compiles CUDA as C++14 while CUDA 13's cub/thrust (CCCL 3) require C++17; and cuDNN 9 is not loadable
-  by it (``conv_opt=1`` limits the libraries it loads to cuBLAS and cuRAND);
+  it compiles CUDA as C++14 while CUDA 13's cub/thrust (CCCL 3) require C++17; its loader looks for cuDNN 8
+  and aborts the import where cuDNN 9 is all there is, and it finds NCCL only by downloading it. The bootstrap
+  keeps jittor's own loader to cuBLAS and cuRAND (``conv_opt=1``), then builds jittor's cudnn extension
+  against a cuDNN 9 it finds (``load_cudnn``: without its RNN ops, which call functions cuDNN 9 removed), and
+  points jittor at an NCCL it finds (``nccl_include_path``/``nccl_lib_path``); ``ops._cuda_libs`` finds both
+  and keeps the links they need in jittor's cache folder;
 * NumPy 2: jittor 1.3.11 declares ``numpy<2`` and its C bridge reads NumPy 1.x array structs, so under
   NumPy 2 every array crossing into or out of jittor is silently garbage (seen on an H100, 2026-11-22).
   The bootstrap refuses to go on rather than return wrong numbers.
 
 ``plan_defaults`` decides which jittor environment variables to set (never one the user set), and
 ``patch_helper_cuda`` rewrites the two removed reads in jittor's own header, once, keeping the original
-beside it. ``OPS_JITTOR_BOOTSTRAP=0`` turns all of this off; ``OPS_PATCH_JITTOR_CUDA13=0`` only the patch.
+beside it. ``OPS_JITTOR_BOOTSTRAP=0`` turns all of this off; ``OPS_PATCH_JITTOR_CUDA13=0`` only the patch,
+``OPS_JITTOR_CUDNN=0`` only the cuDNN 9 build, ``OPS_JITTOR_NCCL=0`` only NCCL. A ``conv_opt`` or ``use_nccl``
+the user set wins over both.
 
 jittor reads its environment when it is imported, so all this works only when ``ops`` is imported first; when
 jittor was imported before, ``import ops`` says so on stderr (``jittor_first_message``) if the bootstrap would
@@ -37,8 +43,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Tuple
 
+from . import _cuda_libs
+
 BOOTSTRAP_SWITCH = "OPS_JITTOR_BOOTSTRAP"
 PATCH_SWITCH = "OPS_PATCH_JITTOR_CUDA13"
+CUDNN_SWITCH = "OPS_JITTOR_CUDNN"
+NCCL_SWITCH = "OPS_JITTOR_NCCL"
+NCCL_VARS = ("use_nccl", "nccl_include_path", "nccl_lib_path")
 
 # Each of these makes jittor download something at import when left at its default.
 OFFLINE_DEFAULTS = {"use_mkl": "0", "use_cutt": "0", "use_cutlass": "0", "use_nccl": "0"}
@@ -66,7 +77,40 @@ def _switch_on(env: Mapping[str, str], name: str) -> bool:
     return env.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def plan_defaults(env: Mapping[str, str], machine: Machine) -> dict:
+@dataclass(frozen=True)
+class CudaLibs:
+    """The cuDNN 9 and NCCL the bootstrap gives jittor on a GPU machine (None: none found, or not wanted)."""
+
+    cudnn: Optional[_cuda_libs.Library] = None  # built against and loaded after jittor's import (load_cudnn)
+    nccl: Optional[_cuda_libs.Library] = None
+    nccl_links: Optional[str] = None  # the folder holding libnccl.so, which jittor's NCCL setup asserts
+    cudnn_wanted: bool = False  # a cuDNN was looked for (GPU, switches on, conv_opt not the user's)
+
+
+NO_NCCL_MESSAGE = ("ops: no NCCL found, so jittor's MPI data parallel runs without it (all-reduce through the "
+                   "host); pip install 'jittor-fast-ops[cuda]' or set NCCL_HOME")
+
+
+def nccl_wanted(env: Mapping[str, str]) -> bool:
+    return _switch_on(env, NCCL_SWITCH) and not any(k in env for k in NCCL_VARS)
+
+
+def find_cuda_libs(env: Mapping[str, str], machine: Machine, search_path=None) -> CudaLibs:
+    """The cuDNN 9 and NCCL to use where the user left jittor's choice to the bootstrap: cuDNN unless the user
+    set ``conv_opt``, NCCL unless they set any of ``use_nccl``, ``nccl_include_path``, ``nccl_lib_path``."""
+    if machine.gpu_count == 0 or not _switch_on(env, BOOTSTRAP_SWITCH) or env.get("nvcc_path", None) == "":
+        return CudaLibs()
+    search_path = sys.path if search_path is None else search_path
+    cudnn = nccl = None
+    cudnn_wanted = _switch_on(env, CUDNN_SWITCH) and "conv_opt" not in env
+    if cudnn_wanted:
+        cudnn = _cuda_libs.find_cudnn(env, search_path)
+    if nccl_wanted(env):
+        nccl = _cuda_libs.find_nccl(env, search_path)
+    return CudaLibs(cudnn=cudnn, nccl=nccl, cudnn_wanted=cudnn_wanted)
+
+
+def plan_defaults(env: Mapping[str, str], machine: Machine, libs: CudaLibs = CudaLibs()) -> dict:
     """jittor environment variables to set before its import; a variable already in ``env`` is left alone."""
     if not _switch_on(env, BOOTSTRAP_SWITCH):
         return {}
@@ -75,7 +119,15 @@ def plan_defaults(env: Mapping[str, str], machine: Machine) -> dict:
     if machine.gpu_count == 0:
         wanted["nvcc_path"] = ""  # an nvcc without a GPU makes jittor fail on libcudart
     else:
-        wanted["conv_opt"] = "1"  # cuDNN 9 cannot be loaded by jittor 1.3.11: load cuBLAS and cuRAND only
+        # jittor's own loader wants cuDNN 8 and aborts the import without it: it loads cuBLAS and cuRAND only,
+        # and load_cudnn builds jittor's cudnn extension against a cuDNN 9 after the import
+        wanted["conv_opt"] = "1"
+        if libs.nccl is not None and libs.nccl_links:
+            del wanted["use_nccl"]
+            wanted["nccl_include_path"] = libs.nccl.include_dir
+            wanted["nccl_lib_path"] = libs.nccl_links
+    if any(k in env for k in NCCL_VARS):  # the user configured NCCL: never switch it off behind their back
+        wanted.pop("use_nccl", None)
     return {k: v for k, v in wanted.items() if k not in env}
 
 
@@ -177,8 +229,8 @@ def core_build_message(cache_path: str, cores: int, cuda: bool) -> str:
     16 (CPU), ~90 s on 16 with CUDA; modelled as 450 s / cores + 10 s, plus 60 s with CUDA."""
     seconds = 450 / max(1, cores) + 10 + (60 if cuda else 0)
     about = f"{round(seconds / 60)} minutes" if seconds >= 120 else f"{int(round(seconds, -1))} s"
-    return (f"ops: jittor is building its core{' with CUDA' if cuda else ''} in {cache_path} (first import only, "
-            f"about {about} on {cores} cores, silent meanwhile); later imports take seconds")
+    return (f"ops: jittor is building its core{' with CUDA' if cuda else ''} (first import only): about {about} on "
+            f"{cores} cores, silent\nops: jittor's cache: {cache_path}")
 
 
 def _jittor_cache_path() -> Optional[str]:
@@ -191,10 +243,35 @@ def _jittor_cache_path() -> Optional[str]:
         return None
 
 
+def link_nccl(libs: CudaLibs, cache_path: Optional[str]) -> Tuple[CudaLibs, str]:
+    """The links jittor's NCCL setup needs (it asserts an unversioned libnccl.so); without them, no NCCL."""
+    if libs.nccl is None:
+        return libs, ""
+    without = CudaLibs(cudnn=libs.cudnn, cudnn_wanted=libs.cudnn_wanted)
+    if not cache_path:
+        return without, "ops: jittor's cache folder is unknown, so jittor runs without NCCL"
+    folder = _cuda_libs.links_dir(cache_path, libs.nccl)
+    try:
+        _cuda_libs.ensure_links(folder, libs.nccl)
+    except OSError as err:
+        return without, f"ops: NCCL {libs.nccl.version_text} found but {folder} cannot be written ({err}); " \
+                        f"jittor runs without NCCL"
+    return CudaLibs(cudnn=libs.cudnn, nccl=libs.nccl, nccl_links=folder, cudnn_wanted=libs.cudnn_wanted), ""
+
+
 def bootstrap(env=os.environ) -> Machine:
     """Set jittor's defaults in ``env`` and apply the CUDA 13 fix where needed; call before importing jittor."""
+    global LIBS
     machine = probe_machine(env)
-    env.update(plan_defaults(env, machine))
+    libs = find_cuda_libs(env, machine)
+    if libs.nccl is not None:
+        libs, message = link_nccl(libs, _jittor_cache_path())
+        if message:
+            print(message, file=sys.stderr)
+    elif machine.gpu_count and "OMPI_COMM_WORLD_SIZE" in env and nccl_wanted(env):
+        print(NO_NCCL_MESSAGE, file=sys.stderr)
+    LIBS = libs
+    env.update(plan_defaults(env, machine, libs))
     jittor_dir = _jittor_dir()
     if jittor_dir is not None and should_patch(env, machine):
         try:
@@ -230,6 +307,7 @@ def jittor_first_message(env: Mapping[str, str], machine: Machine) -> str:
             f"'Running on a GPU machine'.")
 
 
+LIBS = CudaLibs()
 if "jittor" not in sys.modules:
     MACHINE = bootstrap()
     PROBED = MACHINE
@@ -266,6 +344,79 @@ with warnings.catch_warnings():
 
 if PROBED is not None and should_patch(os.environ, PROBED) and getattr(jt, "has_cuda", 0):  # a flag: set it anyway
     jt.flags.nvcc_flags = cuda_std_fix(jt.flags.nvcc_flags)
+
+NO_CUDNN_MESSAGE = ("ops: no cuDNN 9 found, so jittor's convolutions run on its own kernels (100x slower in a 3-D "
+                    "CNN); pip install 'jittor-fast-ops[cuda]' or set CUDNN_PATH; conv_opt=1 hides this line")
+BUILD_FAILED = "cudnn-build-failed.txt"  # in the links folder: the reason, so that later imports do not retry
+
+
+def cudnn_sources(jittor_dir: Path) -> list:
+    """jittor's cudnn extension without its RNN files: they call cudnnSetRNNDescriptor_v6, cudnnGetRNNParamsSize
+    and other functions cuDNN 9 removed (headers included: jittor compiles every file it is given)."""
+    root = jittor_dir / "extern" / "cuda" / "cudnn"
+    return sorted(str(p) for p in root.rglob("*") if p.is_file() and not p.name.startswith("cudnn_rnn"))
+
+
+def _rnn_without_cudnn(rnn_base) -> None:
+    """jittor's LSTM/GRU/RNN take their cuDNN path whenever ``jt.cudnn`` is set, and that path calls the RNN op
+    left out of the cuDNN 9 build: run their execute with ``jt.cudnn`` hidden, so they take jittor's own loop."""
+    execute = rnn_base.execute
+    if getattr(execute, "_ops_without_cudnn", False):
+        return
+
+    def without_cudnn(self, *args, **kwargs):
+        cudnn, jt.cudnn = jt.cudnn, None
+        try:
+            return execute(self, *args, **kwargs)
+        finally:
+            jt.cudnn = cudnn
+    without_cudnn.__doc__, without_cudnn.__wrapped__ = execute.__doc__, execute
+    without_cudnn._ops_without_cudnn = True
+    rnn_base.execute = without_cudnn
+
+
+def load_cudnn(lib: _cuda_libs.Library, cache_path: str) -> str:
+    """Build jittor's cudnn extension against ``lib`` (cuDNN 9) and hand it to jittor, as its own loader would
+    for cuDNN 8; returns the line to print ('' when there is nothing new to say). Writes only in jittor's cache
+    folder: the extension (jittor's custom_ops folder) and a folder of links (libcudnn.so for the linker)."""
+    folder = _cuda_libs.links_dir(cache_path, lib)
+    failed = os.path.join(folder, BUILD_FAILED)
+    if os.path.exists(failed):
+        return (f"ops: jittor's cudnn extension did not build against cuDNN {lib.version_text} ({failed}); "
+                f"convolutions run on jittor's own kernels; delete that file to try again")
+    try:
+        new = _cuda_libs.ensure_links(folder, lib)
+        for path in [lib.library] + _cuda_libs.sub_libraries(lib):  # cuDNN dlopens these by name
+            ctypes.CDLL(path, os.RTLD_GLOBAL | os.RTLD_LAZY)
+        jittor_dir = Path(jt.__file__).parent
+        flags = (f' -I"{jittor_dir}/extern/cuda/inc" -I"{jittor_dir}/extern/cuda/cudnn/inc" -I"{lib.include_dir}" '
+                 f'-lcudnn -L"{folder}" -L"{os.path.join(jt.compiler.cache_path, "cuda")}" -llibcuda_extern ')
+        module = jt.compiler.compile_custom_ops(cudnn_sources(jittor_dir), return_module=True, extra_flags=flags)
+    except Exception as err:  # any failure leaves jittor as it was: conv_opt=1, its own convolutions
+        reason = " ".join(str(err).split())[:2000]
+        try:
+            Path(failed).write_text(reason + "\n")
+        except OSError:
+            pass
+        return (f"ops: jittor's cudnn extension did not build against cuDNN {lib.version_text} "
+                f"({reason[:200]}); convolutions run on jittor's own kernels")
+    jt.cudnn = jt.compile_extern.cudnn = module
+    jt.compile_extern.cudnn_ops = module.ops
+    _rnn_without_cudnn(jt.nn.RNNBase)
+    if not new:
+        return ""
+    return (f"ops: jittor's convolutions run on cuDNN {lib.version_text} ({lib.origin}: {lib.lib_dir}); its "
+            f"LSTM/GRU/RNN on its own kernels; {CUDNN_SWITCH}=0 turns this off")
+
+
+CUDNN_LOADED = False
+if getattr(jt, "has_cuda", 0) and LIBS.cudnn is not None and _jittor_cache_path():
+    _message = load_cudnn(LIBS.cudnn, _jittor_cache_path())
+    CUDNN_LOADED = jt.cudnn is not None
+    if _message:
+        print(_message, file=sys.stderr)
+elif getattr(jt, "has_cuda", 0) and LIBS.cudnn_wanted:
+    print(NO_CUDNN_MESSAGE, file=sys.stderr)
 
 __all__ = ["jt", "has_cuda", "MACHINE"]
 

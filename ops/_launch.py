@@ -22,6 +22,8 @@ import os
 import re
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
+from numpy import ndarray as _ndarray
+
 from ._jittor import has_cuda, jt
 
 __all__ = ["PlanCache", "recent_plan", "recent_plan2", "Launch", "taped", "pack_fields", "unpack_fields",
@@ -85,11 +87,14 @@ def on_cuda() -> bool:
 
 
 def _freeze(value):
-    """``value`` with every list, tuple and jittor NanoVector (at any depth) turned into a tuple, so that it can
-    be a dict key; TypeError for anything else unhashable (a jittor Var: iterating one yields Vars without end,
-    so only these sequence types are walked)."""
+    """``value`` with every list, tuple, jittor NanoVector and NumPy array (at any depth) turned into a tuple (a
+    0-d array into its scalar), so that it can be a dict key; TypeError for anything else unhashable (a jittor
+    Var: iterating one yields Vars without end, so only these sequence types are walked). Equal arguments give
+    equal keys: ``permute(x, np.array([1, 0]))`` finds the plan of ``permute(x, (1, 0))``."""
     if isinstance(value, (tuple, list, jt.NanoVector)):
         return tuple(_freeze(v) for v in value)
+    if isinstance(value, _ndarray):
+        return _freeze(value.tolist())
     hash(value)
     return value
 

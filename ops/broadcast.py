@@ -617,9 +617,13 @@ def expand_as(x, other):
 
 
 class ExpandAs(jt.Module):
-    """``ExpandAs()(x, other)`` = ``expand_as(x, other)``."""
+    """Layer of :func:`expand_as`: ``ExpandAs()(x, other) == expand_as(x, other)``."""
 
     def execute(self, x, other):
+        """``x`` broadcast to ``other``'s shape (NumPy rules), materialized; ``other`` only lends its shape."""
         return expand_as(x, other)
 
     forward = execute
+
+    def extra_repr(self) -> str:
+        return ""

@@ -59,7 +59,7 @@ from typing import Dict, Sequence, Tuple
 
 from . import _codegen
 from . import _launch
-from ._args import as_index
+from ._args import as_index, as_index_sequence, is_sequence
 from ._jittor import jt
 
 __all__ = ["permute", "transpose", "transpose_add", "Permute", "TransposeAdd", "KernelConfig", "PermutePlan",
@@ -801,21 +801,34 @@ def _check_dim(ndim: int, d, name: str) -> int:
     return d % ndim
 
 
-def _dims_arg(dims) -> tuple:
-    """permute's ``*dims``: varargs, or one tuple/list."""
-    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
-        return tuple(dims[0])
-    return tuple(dims)
+def _dims_arg(dims, ndim=None) -> tuple:
+    """permute's ``*dims`` as a tuple of ints: varargs, or one sequence (tuple, list, range, 1-D NumPy array,
+    jittor's NanoVector, ...), as NumPy, PyTorch and jittor take them; none at all (or one None, NumPy's
+    ``axes=None``) reverses the dims of a tensor of ``ndim`` dims."""
+    if len(dims) == 1:
+        if dims[0] is None:
+            dims = ()
+        elif is_sequence(dims[0]):
+            return as_index_sequence(dims[0], "dims")
+    if not dims and ndim is not None:
+        return tuple(range(ndim - 1, -1, -1))
+    return tuple(as_index(d, f"dims[{i}]") for i, d in enumerate(dims))
 
 
 def _permute_plan_of(x, dims, need_grad: bool):
     """The plan of ``permute(x, *dims)``, after checking its dims."""
-    perm = normalize_dims(x.ndim, _dims_arg(dims), "dims")
+    perm = normalize_dims(x.ndim, _dims_arg(dims, x.ndim), "dims")
     return _permute_plan(tuple(x.shape), str(x.dtype), perm, need_grad, _launch.on_cuda())
 
 
 def _transpose_plan_of(x, dim0, dim1, need_grad: bool):
-    """The plan of ``transpose(x, dim0, dim1)``, after checking its dims."""
+    """The plan of ``transpose(x, dim0, dim1)``, after checking its dims: two dims swap (PyTorch); one sequence of
+    dims permutes, none reverses (NumPy's and jittor's ``transpose``)."""
+    if dim1 is None:
+        if dim0 is not None and not is_sequence(dim0):
+            raise TypeError(f"transpose takes two dims to swap (dim0, dim1) or one sequence of dims, got dim0={dim0!r} "
+                            f"and no dim1")
+        return _permute_plan_of(x, (dim0,), need_grad)
     perm = _swap(x.ndim, _check_dim(x.ndim, dim0, "dim0"), _check_dim(x.ndim, dim1, "dim1"))
     return _permute_plan(tuple(x.shape), str(x.dtype), perm, need_grad, _launch.on_cuda())
 
@@ -823,7 +836,10 @@ def _transpose_plan_of(x, dim0, dim1, need_grad: bool):
 def permute(x, *dims):
     """``x`` with its dims reordered: output dim k is input dim ``dims[k]`` (NumPy's ``transpose(x, dims)``).
 
-    ``dims`` as varargs or one tuple/list; negative dims count from the end. Any dtype, rank and size.
+    ``dims`` as varargs (``permute(x, 2, 0, 1)``, PyTorch's ``x.permute(2, 0, 1)``) or one sequence (tuple,
+    list, range, NumPy array); ints in any form (NumPy integers too); negative dims count from the end; no dims
+    reverse them (NumPy's and jittor's ``transpose(x)``). Any dtype, rank and size (an empty ``x`` gives an empty
+    result). TypeError/ValueError naming ``dims`` on a bad permutation.
     """
     if type(x) is _Var:
         plan = _recent_plan(_RECENT_PERMUTES, (x.numel(), dims), x)
@@ -837,8 +853,9 @@ def permute(x, *dims):
                                   _permute_plan_of, x, dims, need_grad)(x)
 
 
-def transpose(x, dim0, dim1):
-    """``x`` with dims ``dim0`` and ``dim1`` swapped."""
+def transpose(x, dim0=None, dim1=None):
+    """``x`` with dims ``dim0`` and ``dim1`` swapped (PyTorch's ``transpose``); given one sequence of dims,
+    ``permute(x, dims)``, and given none, the dims reversed (NumPy's and jittor's ``transpose``)."""
     if type(x) is _Var:
         plan = _recent_plan(_RECENT_TRANSPOSES, (x.numel(), dim0, dim1), x)
         if plan is not None:
@@ -892,18 +909,33 @@ def transpose_add(x, y, dim0=0, dim1=1):
 
 
 class Permute(jt.Module):
-    """``Permute(*dims)(x) == permute(x, *dims)``."""
+    """Layer of :func:`permute`: ``Permute(2, 0, 1)``, ``Permute((2, 0, 1))`` or ``Permute(dims=[2, 0, 1])``
+    (torchvision's ``Permute``); no dims reverse them. The dims are checked here: they must be a permutation
+    of as many dims as they list (negative dims counted from the end)."""
 
-    def __init__(self, *dims):
+    def __init__(self, *args, dims=None):
         super().__init__()
-        self.dims = tuple(as_index(d, f"dims[{i}]") for i, d in enumerate(_dims_arg(dims)))
+        if dims is not None:
+            if args:
+                raise TypeError("Permute takes its dims as arguments or as dims=, not both")
+            args = (dims,)
+        given = _dims_arg(args)
+        if given:
+            normalize_dims(len(given), given, "dims")
+        self.dims = given
 
     def execute(self, x):
+        """``permute(x, *self.dims)``: x of as many dims as the layer lists (any number when it lists none)."""
         return permute(x, *self.dims)
+
+    forward = execute
+
+    def extra_repr(self) -> str:
+        return f"dims={self.dims}"
 
 
 class TransposeAdd(jt.Module):
-    """``TransposeAdd(dim0, dim1)(x, y) == transpose_add(x, y, dim0, dim1)``."""
+    """Layer of :func:`transpose_add`: ``TransposeAdd(dim0, dim1)(x, y) == transpose_add(x, y, dim0, dim1)``."""
 
     def __init__(self, dim0=0, dim1=1):
         super().__init__()
@@ -911,4 +943,10 @@ class TransposeAdd(jt.Module):
         self.dim1 = as_index(dim1, "dim1")
 
     def execute(self, x, y):
+        """``x.transpose(dim0, dim1) + y`` in one pass; ``y`` has the transposed shape and x's dtype."""
         return transpose_add(x, y, self.dim0, self.dim1)
+
+    forward = execute
+
+    def extra_repr(self) -> str:
+        return f"dim0={self.dim0}, dim1={self.dim1}"

@@ -75,13 +75,12 @@ from __future__ import annotations
 
 import functools as _functools
 import math
-import numbers
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 from . import _codegen
 from . import _launch
-from ._args import as_index
+from ._args import as_flag, as_index, as_index_sequence, is_sequence
 from ._jittor import jt
 
 __all__ = ["max_pool3d", "MaxPool3d", "PoolParams", "KernelConfig", "normalize_params", "pool_output_size",
@@ -151,6 +150,14 @@ ROWS_KW, ROWS_SW, ROWS_PW = (2, 3, 4, 5, 8), (1, 2), (0, 1)
 # 2026-11-23); with runs and compile-time strides (pool3d_gather.cuh) 0.098 ms, 1.19x PyTorch (predicted
 # 0.05-0.07).
 GATHER_RUN_BYTES = 16
+# Where an element lies in at most GATHER_WIDE_MAX_WINDOWS windows, 4- and 8-byte elements take 32-byte runs: a
+# thread has twice the bytes in flight for the same index reads. H100 (2026-11-27, float32, kernel ms 16 -> 32
+# bytes): k4s4 0.0558 -> 0.0356, k3s2p1 0.0985 -> 0.0826, k2s2 0.0731 -> 0.0652, k2s3 0.1087 -> 0.1004; with more
+# windows the longer run reads more of them in one thread's chain: k3s1 0.0590 -> 0.0621, k8s1 0.115 -> 0.182.
+GATHER_WIDE_RUN_BYTES, GATHER_WIDE_MAX_WINDOWS = 32, 8
+# Where an element lies in COOP_MIN_WINDOWS windows or more, the gather takes a warp per run (bwd_gather_coop):
+# its lanes read 32 windows' indices at once and add the matches in the serial order (the same bits).
+COOP_MIN_WINDOWS = 64
 # Windows (kernel, stride, dilation) the gather takes at compile time; any other layer runs the same kernel with
 # the window at run time (Pool3dWinR).
 GATHER_WINDOWS = (
@@ -175,7 +182,7 @@ _launch.register_switch(BWD_SWITCH, BWD_MODES)
 VARIANTS = {
     "fwd": ("fwd_k2s2_vec", "fwd_flat", "fwd_warp", "fwd_rows", "fwd_cpu"),
     "bwd": ("bwd_tile_k2s2_vec", "bwd_tile_flat", "bwd_tile_warp", "bwd_scatter_flat", "bwd_scatter_warp",
-            "bwd_gather", "bwd_tile_cpu", "bwd_scatter_cpu", "bwd_gather_cpu"),
+            "bwd_gather", "bwd_gather_coop", "bwd_tile_cpu", "bwd_scatter_cpu", "bwd_gather_cpu"),
 }
 # Forward modes (bit 1: values, bit 2: indices), as the kernels' MODE template argument.
 MODE_VALUES, MODE_BOTH = 1, 3
@@ -208,26 +215,31 @@ class PoolParams:
 
 
 def _triple(value, name: str) -> Triple:
-    """An int, or a tuple/list of 1 or 3 ints (PyTorch's rule), as a triple; TypeError/ValueError naming ``name``
-    otherwise. Ints in any form ``_args.as_index`` takes."""
-    if isinstance(value, (tuple, list)):
-        if len(value) not in (1, 3):
-            raise ValueError(f"{name} must be an int or a tuple of 1 or 3 ints (d, h, w), got {len(value)} values "
-                             f"{tuple(value)}")
-        ints = tuple(as_index(v, name) for v in value)
+    """An int, or a sequence (tuple, list, range, 1-D NumPy array) of 1 or 3 ints (PyTorch's rule), as a triple;
+    TypeError/ValueError naming ``name`` otherwise. Ints in any form ``_args.as_index`` takes."""
+    if is_sequence(value):
+        ints = as_index_sequence(value, name, positions=False)
+        if len(ints) not in (1, 3):
+            raise ValueError(f"{name} must be an int or a tuple of 1 or 3 ints (d, h, w), got {len(ints)} values "
+                             f"{ints}")
         return ints * 3 if len(ints) == 1 else ints
     if isinstance(value, jt.Var) or hasattr(value, "__index__"):
         return (as_index(value, name),) * 3
     raise TypeError(f"{name} must be an int or a tuple of 1 or 3 ints, got {type(value).__name__} ({value!r})")
 
 
+def _default_stride(stride) -> bool:
+    """None, or an empty sequence (PyTorch's functional default is ``[]``): the stride is the kernel size."""
+    return stride is None or (is_sequence(stride) and hasattr(stride, "__len__") and len(stride) == 0)
+
+
 def normalize_params(kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False) -> PoolParams:
-    """Validated :class:`PoolParams`; errors name the argument (PyTorch's rules)."""
+    """Validated :class:`PoolParams`; errors name the argument (PyTorch's rules). ``stride`` None (or an empty
+    sequence, as PyTorch) means ``kernel_size``; ``dilation`` None means 1 (jittor's default)."""
     kernel = _triple(kernel_size, "kernel_size")
-    stride = kernel if stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0) \
-        else _triple(stride, "stride")
+    stride = kernel if _default_stride(stride) else _triple(stride, "stride")
     padding = _triple(padding, "padding")
-    dilation = _triple(dilation, "dilation")
+    dilation = (1, 1, 1) if dilation is None else _triple(dilation, "dilation")
     for name, values, low in (("kernel_size", kernel, 1), ("stride", stride, 1), ("dilation", dilation, 1),
                               ("padding", padding, 0)):
         if min(values) < low:
@@ -236,9 +248,7 @@ def normalize_params(kernel_size, stride=None, padding=0, dilation=1, ceil_mode=
     if any(p > k // 2 for p, k in zip(padding, kernel)):
         raise ValueError(f"padding should be at most half of kernel_size in every dim, got padding={padding} "
                          f"for kernel_size={kernel}")
-    if not isinstance(ceil_mode, (bool, numbers.Integral)):
-        raise TypeError(f"ceil_mode must be a bool, got {type(ceil_mode).__name__}")
-    return PoolParams(kernel, stride, padding, dilation, bool(ceil_mode))
+    return PoolParams(kernel, stride, padding, dilation, as_flag(ceil_mode, "ceil_mode"))
 
 
 def pool_output_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
@@ -278,6 +288,17 @@ def clamp_exact(params: PoolParams) -> bool:
 def windows_disjoint(params: PoolParams) -> bool:
     """No input element lies in two windows: stride >= dilation * (kernel - 1) + 1 in every dim."""
     return all(s >= d * (k - 1) + 1 for k, s, d in zip(params.kernel, params.stride, params.dilation))
+
+
+def windows_per_element(kernel: Triple, stride: Triple) -> int:
+    """How many windows one input element can lie in (dilation's gaps aside): the product of ceil(k / s)."""
+    return math.prod(-(-k // s) for k, s in zip(kernel, stride))
+
+
+def gather_run(kernel: Triple, stride: Triple, itemsize: int) -> int:
+    """Elements per thread of the gather backward (its run along W)."""
+    wide = itemsize >= 4 and windows_per_element(kernel, stride) <= GATHER_WIDE_MAX_WINDOWS
+    return (GATHER_WIDE_RUN_BYTES if wide else GATHER_RUN_BYTES) // itemsize
 
 
 def windows_tile(params: PoolParams) -> bool:
@@ -409,10 +430,12 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
         if algo not in ("gather", layout_algorithm(params)):  # the gather serves every layout, the others one
             raise ValueError(f"algorithm must be 'gather' or {layout_algorithm(params)!r} for these windows, "
                              f"got {algo!r}")
-        run = max(1, GATHER_RUN_BYTES // itemsize) if algo == "gather" else 1
+        run = gather_run(params.kernel, params.stride, itemsize) if algo == "gather" else 1
         if not cuda:
             return KernelConfig(f"bwd_{algo}_cpu", nopad=nopad, index_type=itype)
         if algo == "gather":
+            if windows_per_element(params.kernel, params.stride) >= COOP_MIN_WINDOWS:
+                return KernelConfig("bwd_gather_coop", vec=run, block=BLOCK, index_type=itype)
             window = (params.kernel, params.stride, params.dilation)
             return KernelConfig("bwd_gather", vec=run, block=BLOCK, index_type=itype,
                                 window=window if window in GATHER_WINDOWS else None)
@@ -465,8 +488,8 @@ def _entry(cfg: KernelConfig) -> tuple:
         return (v, cfg.k, cfg.nopad, cfg.clamp)
     if v == "fwd_rows":
         return (v, cfg.vec, cfg.k[2], cfg.sw, cfg.pw, cfg.nopad)
-    if v == "bwd_gather":
-        return (v, cfg.window)
+    if v in ("bwd_gather", "bwd_gather_coop"):
+        return (v, cfg.window, cfg.vec)
     return (v, cfg.k, cfg.nopad)  # fwd_warp, bwd_{tile,scatter}_{flat,warp}
 
 
@@ -487,11 +510,11 @@ def _call(entry: tuple, mode: int = MODE_VALUES) -> str:
     if v == "fwd_rows":
         _, vec, kw, sw, pw, nopad = entry
         return f"pool3d_fwd_rows_launch<T, I, {vec}, {kw}, {sw}, {pw}, {_TF[nopad]}, {BLOCK}>(x, y, yi, g, planes)"
-    if v == "bwd_gather":
-        window = entry[1]
+    if v in ("bwd_gather", "bwd_gather_coop"):
+        _, window, run = entry
         win = "Pool3dWinR" if window is None else f"Pool3dWinC<{', '.join(ks(t) for t in window)}>"
-        return (f"pool3d_bwd_gather_launch<T, I, {win}, {GATHER_RUN_BYTES} / sizeof(T), {BLOCK}>"
-                f"(idx, dy, dx, g, planes)")
+        launcher = "pool3d_bwd_gather_launch" if v == "bwd_gather" else "pool3d_bwd_coop_launch"
+        return f"{launcher}<T, I, {win}, {run}, {BLOCK}>(idx, dy, dx, g, planes)"
     if v == "bwd_tile_k2s2_vec":
         opt = f"(({entry[1]} * sizeof(T)) == {MAX_VEC_BYTES} ? {K2_OPT_WIDE} : {K2_OPT_NARROW})"
         return f"pool3d_bwd_k2s2_launch<T, I, {entry[1]}, {opt}, {BLOCK}>(x, dy, dx, g, planes)"
@@ -516,7 +539,10 @@ def menus(itemsize: int) -> dict:
     k2s2 = [("fwd_k2s2_vec", vec) for vec in vecs]
     rows = [("fwd_rows", vec, kw, sw, pw, pw == 0 and nopad) for vec in vecs[:2] for kw in ROWS_KW
             for sw in ROWS_SW for pw in ROWS_PW for nopad in ((True, False) if pw == 0 else (False,))]
-    gather = [("bwd_gather", w) for w in GATHER_WINDOWS + (None,)]
+    narrow, wide = GATHER_RUN_BYTES // itemsize, GATHER_WIDE_RUN_BYTES // itemsize
+    gather = [("bwd_gather", w, gather_run(w[0], w[1], itemsize)) for w in GATHER_WINDOWS]
+    gather += [("bwd_gather", None, run) for run in sorted({narrow, wide if itemsize >= 4 else narrow})]
+    gather += [("bwd_gather_coop", None, narrow)]
     recompute = [("bwd_tile_k2s2_vec", vec) for vec in vecs]
     for layout in ("tile", "scatter"):
         recompute += [(f"bwd_{layout}_flat", k, nopad) for k in RECOMPUTE_WINDOWS + (GENERIC_WINDOW,)
@@ -577,7 +603,7 @@ def cuda_backward_src(index_type: str, algorithm: str) -> str:
 def menu_index(cfg: KernelConfig, dtype, mode: int = MODE_VALUES) -> int:
     """The index of a CUDA configuration in its translation unit's menu (``data["v"]`` / ``data["bv"]``)."""
     itemsize = _codegen.ITEMSIZE[_codegen.dtype_name(dtype)]
-    if cfg.variant == "bwd_gather":
+    if cfg.variant in ("bwd_gather", "bwd_gather_coop"):
         name = "gather"
     elif cfg.variant.startswith("bwd"):
         name = "recompute"
@@ -751,15 +777,20 @@ def _plan_of(x, kernel_size, stride, padding, dilation, ceil_mode, return_indice
     _check_input(x)
     params = normalize_params(kernel_size, stride, padding, dilation, ceil_mode)
     shape = tuple(int(n) for n in x.shape)
-    return plan(shape, str(x.dtype), params, bool(return_indices), need_grad, _launch.on_cuda())
+    return plan(shape, str(x.dtype), params, as_flag(return_indices, "return_indices"), need_grad,
+                _launch.on_cuda())
 
 
 def max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
-    """3-D max pooling over the last three dims of ``x`` ((N, C, D, H, W) or (C, D, H, W)).
+    """3-D max pooling over the last three dims of ``x`` ((N, C, D, H, W) or (C, D, H, W)), with the arguments of
+    ``torch.nn.functional.max_pool3d`` in its order (``ceil_mode`` before ``return_indices``; the layer
+    :class:`MaxPool3d` takes them in the layers' order).
 
+    ``kernel_size``, ``stride``, ``padding``, ``dilation``: an int or 1 or 3 ints (d, h, w); ``stride=None``
+    means ``kernel_size``, ``dilation=None`` means 1 (jittor's default); padding at most half the kernel.
     Returns the pooled Var, or ``(values, indices)`` with ``return_indices``: int32 flat positions
-    ``(d * H + h) * W + w`` of each maximum in its (n, c) plane. Raises TypeError/ValueError naming the bad
-    argument. Backward is deterministic (no atomics).
+    ``(d * H + h) * W + w`` of each maximum in its (n, c) plane. An empty batch gives an empty result. Raises
+    TypeError/ValueError naming the bad argument. Backward is deterministic (no atomics).
     """
     params = (kernel_size, stride, padding, dilation, ceil_mode, return_indices)
     if type(x) is _Var:
@@ -774,15 +805,41 @@ def max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
                           _plan_of, x, *params, need_grad)(x)
 
 
-class MaxPool3d(jt.Module):
-    """Module form of :func:`max_pool3d` (same arguments)."""
+def _as_given(value, name: str):
+    """A pooling argument as the layer keeps it: an int, or a tuple of ints (from any sequence)."""
+    return as_index_sequence(value, name, positions=False) if is_sequence(value) else as_index(value, name)
 
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+
+class MaxPool3d(jt.Module):
+    """3-D max pooling layer, a drop-in for ``torch.nn.MaxPool3d`` and ``jittor.nn.MaxPool3d``.
+
+    ``MaxPool3d(kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False)``: the
+    layers' argument order (``return_indices`` before ``ceil_mode``), the functional :func:`max_pool3d`'s
+    meanings. ``stride=None`` means ``kernel_size``; jittor's defaults ``dilation=None`` and
+    ``return_indices=None`` mean 1 and False. The arguments are checked here (TypeError/ValueError naming the
+    argument) and kept as PyTorch keeps them: ``kernel_size``, ``stride`` (``kernel_size`` where None),
+    ``padding``, ``dilation``, ``return_indices``, ``ceil_mode``.
+    """
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False):
         super().__init__()
-        normalize_params(kernel_size, stride, padding, dilation, ceil_mode)  # fail at construction
-        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
-        self.dilation, self.ceil_mode, self.return_indices = dilation, ceil_mode, return_indices
+        params = normalize_params(kernel_size, stride, padding, dilation, ceil_mode)  # fail at construction
+        self.kernel_size = _as_given(kernel_size, "kernel_size")
+        self.stride = self.kernel_size if _default_stride(stride) else _as_given(stride, "stride")
+        self.padding = _as_given(padding, "padding")
+        self.dilation = 1 if dilation is None else _as_given(dilation, "dilation")
+        self.return_indices = as_flag(return_indices, "return_indices")
+        self.ceil_mode = params.ceil_mode
 
     def execute(self, x):
+        """Pool ``x`` ((N, C, D, H, W) or (C, D, H, W)): the pooled Var, or ``(values, indices)`` when the layer
+        returns indices (int32 flat positions ``(d * H + h) * W + w`` in each (n, c) plane)."""
         return max_pool3d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
                           self.return_indices)
+
+    forward = execute
+
+    def extra_repr(self) -> str:
+        text = (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+        return text + (", return_indices=True" if self.return_indices else "")

@@ -66,12 +66,12 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 from dataclasses import dataclass
 from typing import Sequence, Tuple
 
 from . import _codegen
 from . import _launch
+from ._args import as_real
 from ._jittor import jt
 from .broadcast import cast_rounded
 
@@ -433,7 +433,21 @@ class _Plan:
         return _launch.taped((w, k), self.forward, lambda dout: self.grad(w, k, dout))
 
 
+class _EmptyPlan:
+    """timex of an empty k (B, C or T zero): an empty output; w and k get zero gradients (no term reaches them)."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = shape, dtype
+
+    def __call__(self, w, k):
+        return jt.zeros(self.shape, self.dtype)
+
+
 def _plan(shape: Tuple[int, int, int], dtype: str, eps: float, need_grad: bool, cuda: bool):
+    if math.prod(shape) == 0:
+        return _EmptyPlan(shape, dtype)
     cfg = select_config(shape, "forward", tensor_cores=tensor_cores_available(), dtype=dtype)
     select_config(shape, "grad_w")  # a T too long for the grid fails here, not inside a backward
     forward = forward_launch(cfg, shape, dtype, eps, False, cuda) if cuda else direct_launch(shape, dtype, eps, False)
@@ -453,11 +467,7 @@ _recent_plan2 = _launch.recent_plan2
 
 
 def _check_eps(eps) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
-        raise TypeError(f"eps must be a real number, got {type(eps).__name__}")
-    if not math.isfinite(float(eps)):
-        raise ValueError(f"eps must be finite, got {eps}")
-    return float(eps)
+    return as_real(eps, "eps")
 
 
 def _check_var(v, name: str, ndim: int, dims: str):
@@ -468,8 +478,6 @@ def _check_var(v, name: str, ndim: int, dims: str):
         raise TypeError(f"{name} must be float32, float16 or bfloat16, got {dtype}")
     if len(v.shape) != ndim:
         raise ValueError(f"{name} must have shape {dims}, got {len(v.shape)} dims {tuple(v.shape)}")
-    if any(int(s) < 1 for s in v.shape):
-        raise ValueError(f"{name} must have every size >= 1, got shape {tuple(v.shape)}")
 
 
 def _validate(w, k, eps) -> float:
@@ -492,8 +500,9 @@ def timex(w, k, eps=0.0):
     """RWKV time-mix: ``out[b, c, t] = eps + sum_{u<=t} w[c, T-1-(t-u)] * k[b, c, u]``.
 
     ``w``: (C, T); ``k``: (B, C, T), both float32, float16 or bfloat16 (the same dtype; float16/bfloat16 are
-    accumulated in float32 and rounded to nearest even); ``eps``: a float added to every output. Returns
-    (B, C, T) in k's dtype. Differentiable in ``w`` and ``k`` (deterministic gradients).
+    accumulated in float32 and rounded to nearest even); ``eps``: a finite real number added to every output (a
+    Python or NumPy number, or a one-element Var). Returns (B, C, T) in k's dtype; an empty k (B, C or T zero)
+    gives an empty result. Differentiable in ``w`` and ``k`` (deterministic gradients).
 
     Each output (and each gradient element) sums its own terms only, as IEEE would: an Inf or NaN in k at step
     u reaches out[..., t] for t >= u only (0 * Inf inside a sum is NaN), never an earlier output.
@@ -504,6 +513,8 @@ def timex(w, k, eps=0.0):
             return plan(w, k)
     else:
         _validate(w, k, eps)
+    if type(eps) is not float:  # a NumPy scalar, a one-element Var: its value keys the plan (a Var is unhashable)
+        eps = _check_eps(eps)
     need_grad = not (_jt_flags.no_grad or (w.is_stop_grad() and k.is_stop_grad()))
     cuda = _jt_flags.use_cuda
     key = (str(w.shape), str(w.dtype), str(k.shape), str(k.dtype), eps, need_grad, cuda)
@@ -512,11 +523,18 @@ def timex(w, k, eps=0.0):
 
 
 class TimeX(jt.Module):
-    """Module form of :func:`timex`: ``TimeX(eps)(w, k)``."""
+    """Layer of :func:`timex`: ``TimeX(eps)(w, k) == timex(w, k, eps)``; ``eps`` (a finite real number, a NumPy
+    scalar or a one-element Var) is checked here and kept as a float."""
 
     def __init__(self, eps=0.0):
         super().__init__()
         self.eps = _check_eps(eps)
 
     def execute(self, w, k):
+        """``out[b, c, t] = eps + sum_{u<=t} w[c, T-1-(t-u)] * k[b, c, u]`` for ``w`` (C, T) and ``k`` (B, C, T)."""
         return timex(w, k, self.eps)
+
+    forward = execute
+
+    def extra_repr(self) -> str:
+        return f"eps={self.eps}"

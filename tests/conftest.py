@@ -1,3 +1,4 @@
+import collections
 import os
 import sys
 
@@ -46,6 +47,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_cuda)
         if "nvcc" in item.keywords and not nvcc_path():
             item.add_marker(skip_nvcc)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The skipped tests in one line per reason (setup.cfg's -rfE leaves them out of pytest's own summary)."""
+    reasons = collections.Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        text = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reasons[text[len("Skipped: "):] if text.startswith("Skipped: ") else text] += 1
+    for reason, count in reasons.most_common():
+        terminalreporter.write_line(f"skipped {count}: {reason}")
 
 
 @pytest.fixture

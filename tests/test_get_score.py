@@ -60,7 +60,8 @@ def test_grader_end_to_end_with_failures(tmp_path):
     assert "| toy/fwd/crash |" in md and "WRONG" in md and "points:" in md and "call us" in md
     assert json.loads(tiers.read_text())["tiers_gbps"]["toy/fwd/ok"]
     assert "toy/fwd/ok" in proc.stdout
-    assert all(len(line) <= 120 for line in proc.stdout.splitlines())
+    assert all(len(line) <= 120 for line in (proc.stdout + proc.stderr).splitlines())
+    assert (proc.stdout + proc.stderr).count("PyTorch references off") == 1  # said once, when the run starts
     assert "Traceback" not in proc.stdout + proc.stderr  # the worker's stderr goes to its log, not here
 
 
@@ -101,7 +102,8 @@ def test_stored_tiers_missing_cases_and_another_device_are_reported(tmp_path):
     out_json = tmp_path / "r.json"
     proc = toy_run("-k", "fwd/ok,fwd/after", "--tiers", str(tiers), "--json", str(out_json))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "'Some Other GPU'" in proc.stderr and "no tiers for 1 of 2" in proc.stderr
+    said = " ".join(proc.stderr.split())  # the warnings are wrapped to the terminal's 120 columns
+    assert "'Some Other GPU'" in said and "no tiers for 1 of 2" in said
     by_id = {r["case_id"]: r for r in json.loads(out_json.read_text())["results"]}
     assert by_id["toy/fwd/ok"]["tiers_source"] == "stored" and by_id["toy/fwd/ok"]["points"] == 100
     assert by_id["toy/fwd/after"]["tiers_source"] == "this run (missing in --tiers)"
@@ -117,12 +119,60 @@ def test_help_answers_without_jittor():
     assert imported and not {m for m in imported if m.split(".")[0] in ("jittor", "ops", "numpy")}
 
 
+def test_help_states_each_default_once_and_never_none():
+    """No "(default: None)" or "(default: False)" after an option whose help says what happens without it."""
+    proc = subprocess.run([sys.executable, GET_SCORE, "--help"], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, COLUMNS="120"))
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: get_score.py")
+    text = " ".join(proc.stdout.split())
+    assert "(default: None)" not in text and "(default: False)" not in text
+    for option in text.split(" --")[1:]:
+        assert option.count("default") <= 1, option
+    assert "transpose_add" in text and "broadcast_to" in text and "(default: 5)" in text
+
+
+def test_the_installed_command_says_its_own_name(capsys):
+    """``ops-get-score`` (setup.cfg's console script, cli.main) names itself in its usage and errors."""
+    from ops.scoring import args as cli_args
+    from ops.scoring.cli import main
+    assert cli_args.build_parser("ops-get-score").format_usage().startswith("usage: ops-get-score ")
+    with pytest.raises(SystemExit) as stop:
+        main(["--op", "no_such_op"])
+    assert stop.value.code == 2 and "ops-get-score: error: argument --op" in capsys.readouterr().err
+
+
 def test_unknown_family_is_an_argument_error():
-    proc = subprocess.run([sys.executable, GET_SCORE, "--op", "transpose_add"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, GET_SCORE, "--op", "no_such_op"], capture_output=True, text=True,
                           timeout=60)
-    assert proc.returncode == 2 and "invalid choice: 'transpose_add'" in proc.stderr
-    assert "max_pool3d" in proc.stderr and "timex" in proc.stderr
+    assert proc.returncode == 2 and "invalid choice: 'no_such_op'" in proc.stderr
+    assert "max_pool3d" in proc.stderr and "timex" in proc.stderr and "transpose_add" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_op_takes_the_apis_function_names():
+    from ops.scoring.args import resolve_ops
+    assert resolve_ops(["transpose_add"]) == (["permute"], {"permute": {"transpose_add"}})
+    assert resolve_ops(["transpose", "transpose_add", "timex"]) == (
+        ["permute", "timex"], {"permute": {"permute", "transpose_add"}, "timex": None})
+    assert resolve_ops(["transpose_add", "permute"]) == (["permute"], {"permute": None})
+    assert resolve_ops(["broadcast_to"]) == (["expand_as"], {"expand_as": None})
+
+
+def listed(*args):
+    proc = subprocess.run([sys.executable, GET_SCORE, "--device", "cpu", "--list", *args], capture_output=True,
+                          text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.split()
+
+
+def test_op_by_function_lists_that_functions_cases():
+    from ops.scoring.fam_permute import FAMILY
+    ta = [c.id for c in FAMILY.all_cases() if "cpu" in c.devices and c.p.get("op") == "transpose_add"]
+    assert ta and listed("--op", "transpose_add") == ta
+    assert listed("--op", "broadcast_to") == listed("--op", "expand_as")
+    everything = listed("--op", "permute")
+    assert set(ta) < set(everything) and listed("--op", "transpose", "--op", "transpose_add") == everything
 
 
 def test_plot_without_matplotlib_fails_before_running():

@@ -828,7 +828,7 @@ def test_errors():
     with pytest.raises(ValueError, match="dims"):
         ops.permute(x, 0, 1)
     with pytest.raises(ValueError, match="dims"):
-        ops.permute(x)
+        ops.permute(x, (0, 1))
     with pytest.raises(ValueError, match="dims"):
         ops.permute(x, 0, 1, 1)
     with pytest.raises(ValueError, match="dims"):
@@ -863,7 +863,7 @@ def test_errors():
     with pytest.raises(TypeError, match="dim0"):
         ops.TransposeAdd(dim0="a")
     with pytest.raises(ValueError, match="dims"):
-        ops.Permute(0, 0)(x)
+        ops.Permute(0, 0)
 
 
 # ---- the case table ---------------------------------------------------------------------------------------

@@ -91,6 +91,74 @@ def test_report_marks_failures_and_roofline(tmp_path):
         report.load_tiers(str(path))
 
 
+def terminal_case(case_id, ours_ms, nbytes=GB, flops=None, note_error=None, refs=("naive", "jittor", "torch")):
+    timings = {r: Timing(ours_ms * (2 + i)) for i, r in enumerate(refs)}
+    if note_error:
+        timings[refs[-1]] = Timing(error=note_error)
+    return grading.grade(CaseResult(case_id, nbytes, flops=flops, ours=Timing(ours_ms), correct=True, refs=timings))
+
+
+def test_terminal_table_keeps_ids_and_notes_whole_within_120_columns():
+    """Long case ids stand on their own line; notes too long for the room left become numbered footnotes, each
+    whole (wrapped between words); every line fits 120 columns."""
+    refs = ["naive", "jittor", "torch", "compile"]
+    long_id = "expand_as/bwd/paddle2-edge-32x807x1-to-32x807x807-float16-with-a-longer-name"
+    error = "RuntimeError: a reason long enough that no terminal row could hold it beside the columns " * 2
+    results = [terminal_case("fam/fwd/short", 1.0, refs=refs), terminal_case(long_id, 1.0, refs=refs),
+               terminal_case("fam/fwd/err", 1.0, note_error=error.strip(), refs=refs)]
+    env = {"name": "Test GPU", "device": "cuda", "copy_gbps": 2000.0}
+    text = report.render(results, refs, env, markdown=False)
+    lines = text.splitlines()
+    assert all(len(line) <= report.TERMINAL_WIDTH for line in lines)
+    assert long_id in lines and "fam/fwd/short" in text
+    assert lines[lines.index(long_id) + 1].split()[0] == "1.000"  # its row below it
+    assert any(line.startswith("fam/fwd/err ") and line.endswith("  [1]") for line in lines)
+    footnote = text.split("\n[1] ", 1)[1].split("\n\n")[0]
+    assert " ".join(footnote.split()) == "compile: " + error.strip()
+    assert "..." not in text
+
+
+def test_roofline_only_where_the_bytes_model_applies():
+    """Compute-bound cases get FLOP/s and no %roof; cases within the last-level cache, or whose bytes the
+    roofline moves in under a microsecond, get '-'; a case of 2 flops gets neither (no '0.00 GFLOP/s')."""
+    big = terminal_case("fam/fwd/big", 1.0)  # 1 GB in 1 ms: 1000 GB/s, half of 2000
+    compute = terminal_case("fam/fwd/mma", 1.0, flops=4 * GB)
+    tiny = terminal_case("fam/fwd/tiny", 0.005, nbytes=12, flops=2)
+    cached = terminal_case("fam/fwd/cached", 0.01, nbytes=10**6)
+    env = {"name": "Test", "device": "cpu", "copy_gbps": 2000.0}
+    assert grading.roofline(big, 2000.0) == pytest.approx(0.5)
+    assert grading.roofline(compute, 2000.0) is None and grading.roofline(tiny, 2000.0) is None
+    assert grading.roofline(cached, 2000.0, cache_bytes=32 << 20) is None
+    assert grading.roofline(cached, 20.0) == pytest.approx(5.0)  # no cache size known: the model as it is
+    head, body = report.compact_rows([big, compute, tiny, cached], ["naive"], 2000.0, 32 << 20)
+    roof = {row[0]: row[head.index("%roof")] for row in body}
+    assert roof == {"fam/fwd/big": "50%", "fam/fwd/mma": "-", "fam/fwd/tiny": "-", "fam/fwd/cached": "-"}
+    notes = {row[0]: row[-1] for row in body}
+    assert notes["fam/fwd/mma"] == "4.00 TFLOP/s" and notes["fam/fwd/tiny"] == ""
+    head, body = report.compact_rows([tiny, cached], ["naive"], 2000.0, 32 << 20)
+    assert "%roof" not in head  # a column of nothing but '-' is left out of the terminal table
+    assert "%roof" in report.rows([tiny, cached], ["naive"], 2000.0, 32 << 20)[0]
+    summary = grading.summarize([big, compute, tiny, cached], 2000.0, 32 << 20)
+    assert summary["median_roofline"] == pytest.approx(0.5) and summary["roofline_cases"] == 1
+    text = report.render([big, compute, tiny, cached], ["naive"], dict(env, cache_bytes=32 << 20), markdown=False)
+    assert "0.00 " not in text and "of the 1 cases it applies to" in text
+
+
+def test_summary_lists_slow_cases_whole():
+    ids = [f"expand_as/fwd/case-{i:02d}-of-a-long-name-1785x1-to-1785x128-float32" for i in range(30)]
+    results = [grading.grade(CaseResult(i, GB, ours=Timing(2.0), correct=True, refs={"jittor": Timing(1.0)}))
+               for i in ids]
+    text = report.format_summary(grading.summarize(results, None), markdown=False, width=report.TERMINAL_WIDTH)
+    lines = text.splitlines()
+    assert all(len(line) <= report.TERMINAL_WIDTH for line in lines)
+    slow = " ".join(line for line in lines if "slower" in line or line.startswith("    "))
+    shown = [i for i in ids if i in slow]
+    assert shown == ids[:len(shown)] and slow.endswith(f"and {len(ids) - len(shown)} more")
+    assert all(f"{i}," in slow or f"{i} " in slow for i in shown)
+    markdown = report.format_summary(grading.summarize(results, None), markdown=True)
+    assert all(i in markdown for i in ids)
+
+
 def test_exact_outputs_compare_bits_and_the_sign_of_zero():
     want = np.array([1.0, np.nan, -0.0, np.inf], dtype=np.float32)
     exp = Expected(want, ("float32",), signed_zero=True)

@@ -11,6 +11,10 @@ import os
 
 # The built-in families' names (a test keeps this in step with ops/scoring/fam_*.py).
 FAMILY_NAMES = ("max_pool3d", "permute", "expand_as", "timex")
+# --op also takes the API's other functions: their cases sit in a family. A name that is an ``op`` of the
+# family's cases (``Case.p["op"]``) selects those cases; broadcast_to is what every expand_as case calls.
+OP_ALIASES = {"transpose": ("permute", "permute"), "transpose_add": ("permute", "transpose_add"),
+              "broadcast_to": ("expand_as", None)}
 REFERENCE_NAMES = ("naive", "jittor", "torch", "compile")
 FAMILY_MODULES_ENV = "OPS_SCORING_FAMILY_MODULES"
 DEFAULT_TIMEOUT_S = 600.0
@@ -24,23 +28,40 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _HelpFormatter(argparse.HelpFormatter):
+    """Each option's default at the end of its help, where it has one and the help does not say it already: an
+    option off unless given (False) or chosen at run time (None) says so in its own words."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if (action.default not in (None, False, argparse.SUPPRESS) and "default" not in text
+                and (action.option_strings or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE))):
+            text += " (default: %(default)s)"
+        return text
+
+
+def build_parser(prog: str = "get_score.py") -> argparse.ArgumentParser:
     ap = _Parser(
-        prog="get_score.py", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        prog=prog, formatter_class=_HelpFormatter,
         description="Score every operator case: correctness against float64 references (checked in this "
                     "process, on outputs the grading worker hands back), time per call against the naive "
                     "jittor composite, jittor's built-in and PyTorch, tier points.")
     custom = bool(os.environ.get(FAMILY_MODULES_ENV))
     ap.add_argument("--device", choices=("cpu", "cuda"), default=None,
-                    help="cuda where jittor has CUDA, else cpu (CPU-sized cases); default: the GPU if there is one")
-    ap.add_argument("--op", action="append", default=None, metavar="FAMILY",
-                    choices=None if custom else FAMILY_NAMES,
-                    help=f"only this op family ({', '.join(FAMILY_NAMES)}); repeatable")
+                    help="cuda (the GPU cases) or cpu (CPU-sized cases); default: cuda where jittor has "
+                         "CUDA, else cpu")
+    ap.add_argument("--op", action="append", default=None, metavar="OP",
+                    choices=None if custom else FAMILY_NAMES + tuple(OP_ALIASES),
+                    help=f"only this op family ({', '.join(FAMILY_NAMES)}) or function of the API: transpose and "
+                         f"transpose_add select those cases of the permute family, broadcast_to the expand_as "
+                         f"family; repeatable (default: every family)")
     ap.add_argument("-k", dest="keyword", default=None,
                     help="only cases whose id contains this substring (several: comma-separated, any one matches)")
-    ap.add_argument("--direction", choices=("fwd", "bwd"), default=None, help="only forward or backward cases")
+    ap.add_argument("--direction", choices=("fwd", "bwd"), default=None,
+                    help="only forward or backward cases (default: both)")
     ap.add_argument("--compile", action="store_true", help="also time torch.compile")
-    ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch references")
+    ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch references (timed by default where "
+                    "PyTorch is installed)")
     ap.add_argument("--references", default=None, metavar="LIST",
                     help="the references to time, comma-separated from naive,jittor,torch,compile (default: "
                          "naive,jittor and, where PyTorch is installed, torch; compile with --compile)")
@@ -66,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="interleaved timing rounds per implementation, at most: 3 where ours is 20%% or more "
                          "from every tier boundary; up to twice as many more within 6%% of one")
     ap.add_argument("--budget", type=float, default=None, metavar="S",
-                    help="stop after S seconds: cases not finished by then are reported as not run (0 points)")
+                    help="stop after S seconds: cases not finished by then are reported as not run (0 points); "
+                         "default: no limit")
     ap.add_argument("--no-warm", action="store_true", help="skip the kernel-compile pass before timing")
     ap.add_argument("--wide", action="store_true", help="the full table on the terminal (default: at most 120 "
                     "columns; markdown and JSON always have every column)")
@@ -78,11 +100,29 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def parse_args(argv=None):
+def resolve_ops(names, aliases=OP_ALIASES):
+    """(families, case ops): the families ``--op`` names select, in order, and for each family the ``op`` of
+    the cases to keep (None: every case of the family). A family named itself keeps all its cases."""
+    families, keep = [], {}
+    for name in names:
+        family, op = aliases.get(name, (name, None))
+        if family not in keep:
+            families.append(family)
+            keep[family] = set()
+        if keep[family] is not None:
+            keep[family] = None if op is None else keep[family] | {op}
+    return families, keep
+
+
+def parse_args(argv=None, prog: str = "get_score.py"):
     """(parser, namespace); the parser is kept to report errors found later (e.g. an unknown family of a
-    custom family module)."""
-    ap = build_parser()
+    custom family module). ``args.op`` holds family names, ``args.case_ops`` the case ops each keeps."""
+    ap = build_parser(prog)
     args = ap.parse_args(argv)
+    args.case_ops = {}
+    if args.op:
+        # a course's own families (FAMILY_MODULES_ENV) are named as they are
+        args.op, args.case_ops = resolve_ops(args.op, {} if os.environ.get(FAMILY_MODULES_ENV) else OP_ALIASES)
     for name in ("timeout", "reference_timeout"):
         if getattr(args, name) <= 0:
             ap.error(f"--{name.replace('_', '-')} must be positive")

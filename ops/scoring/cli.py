@@ -35,6 +35,29 @@ def _matches(case_id: str, keyword: Optional[str]) -> bool:
     return keyword is None or any(k and k in case_id for k in keyword.split(","))
 
 
+def _case_op_selected(case, case_ops: dict) -> bool:
+    """--op by an API function's name (``args.case_ops``): only the family's cases of that op."""
+    keep = case_ops.get(case.family)
+    return keep is None or case.p.get("op", case.family) in keep
+
+
+def last_level_cache_bytes() -> Optional[int]:
+    """The largest CPU cache of this host (Linux sysfs), or None where it cannot be read."""
+    import glob
+    sizes = []
+    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+        digits = text.rstrip("KMGkmg")
+        if digits.isdigit():
+            sizes.append(int(digits) * scale)
+    return max(sizes) if sizes else None
+
+
 def _torch_importable() -> bool:
     import importlib.util
     return importlib.util.find_spec("torch") is not None
@@ -98,12 +121,15 @@ def _write_text(text: str):
     return write
 
 
-def _write_outputs(args, results, references, env, meta, title, notes=()):
-    print(report.render(results, references, env, markdown=False, notes=notes, wide=args.wide), flush=True)
+def _write_outputs(args, results, references, env, meta, title, notes=(), prog="get_score.py"):
+    """The table on stdout (the run's notes were printed when it started), and the files asked for (the
+    markdown with the notes)."""
+    print(report.render(results, references, env, markdown=False, wide=args.wide), flush=True)
     if args.markdown:
+        command = f"python {prog}" if prog.endswith(".py") else prog
         _replace(args.markdown, _write_text(
             report.render(results, references, env, markdown=True, title=title, notes=notes) +
-            f"\nCommand: `python get_score.py {' '.join(map(str, meta['argv']))}` (seed {meta['seed']}; "
+            f"\nCommand: `{command} {' '.join(map(str, meta['argv']))}` (seed {meta['seed']}; "
                     f"tiers: {meta['tiers']}). 'ours ms' and each reference's ms: max(kernel time, pipelined wall "
                     f"time per call) of the fastest of the interleaved rounds, which the points use; 'call us': "
                     f"one call synced to the device; * a reference slower than 20 ms a call, timed by one call "
@@ -170,8 +196,9 @@ class _Progress:
             self.bar.set_description_str(text)
 
     def line(self, text: str) -> None:
+        text = "\n".join(report.wrap(text, report.TERMINAL_WIDTH))
         if self.bar is not None:
-            self.bar.write(text[:report.TERMINAL_WIDTH], file=sys.stderr)
+            self.bar.write(text, file=sys.stderr)
         else:
             print(text, file=sys.stderr, flush=True)
 
@@ -190,8 +217,9 @@ class _Progress:
 
 
 def main(argv: Optional[List[str]] = None, parsed=None) -> int:
-    """get_score.py. ``parsed``: (parser, args) already parsed by get_score.py."""
-    ap, args = parsed if parsed is not None else cli_args.parse_args(argv)
+    """get_score.py, or the ``ops-get-score`` command (``pip install .``). ``parsed``: (parser, args) already
+    parsed by get_score.py."""
+    ap, args = parsed if parsed is not None else cli_args.parse_args(argv, prog="ops-get-score")
     if args.plot:
         why_not = report.plot_available()
         if why_not:
@@ -208,7 +236,7 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
         meta = {"date": stamp, "argv": argv_shown, "seed": "as saved", "impl": module, "references": references,
                 "tiers": args.tiers or "as measured", "merged_from": args.from_json}
         _write_outputs(args, results, references, env, meta,
-                       f"get_score.py results merged from {len(args.from_json)} run(s), {stamp}")
+                       f"{ap.prog} results merged from {len(args.from_json)} run(s), {stamp}", prog=ap.prog)
         return exit_status(results, args.fail_under)
 
     try:
@@ -222,8 +250,10 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
     device = args.device or ("cuda" if has_cuda() else "cpu")
     if device == "cuda" and not has_cuda():
         ap.error("--device cuda, but jittor has no CUDA here")
+    case_ops = getattr(args, "case_ops", {})
     items = [(f, c) for f in families for c in f.all_cases() if device in c.devices
-             and _matches(c.id, args.keyword) and (args.direction is None or c.direction == args.direction)]
+             and _matches(c.id, args.keyword) and (args.direction is None or c.direction == args.direction)
+             and _case_op_selected(c, case_ops)]
     if args.list:
         print("\n".join(c.id for _, c in items))
         return 0
@@ -257,7 +287,8 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
         """The notes, once the first worker has imported the graded module (a module that does not import gets
         the one line of its error, nothing else)."""
         while pending:
-            print(f"get_score.py: {pending.pop(0)}", file=sys.stderr, flush=True)
+            print("\n".join(report.wrap(f"{ap.prog}: {pending.pop(0)}", report.TERMINAL_WIDTH)), file=sys.stderr,
+                  flush=True)
 
     # `timeout` (or Ctrl-C) stops the run, not the report: the cases measured so far are written out and the
     # rest are marked not run. Only the first signal interrupts; later ones are ignored while the report is
@@ -340,14 +371,16 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
     results = [by_id[c.id] for _, c in items]
     grade_all(results, stored, "this run (missing in --tiers)")
     env.setdefault("device", device)
+    if device == "cpu":
+        env.setdefault("cache_bytes", last_level_cache_bytes())
     if "name" not in env:  # no worker said (none started): ask, unless interrupted (nvidia-smi may wait)
         env["name"] = device if interrupted is not None else device_name_for(device, device_name)
-    title = f"get_score.py on {env.get('name', device)}, {stamp}"
+    title = f"{ap.prog} on {env.get('name', device)}, {stamp}"
     meta = {"date": stamp, "argv": argv_shown, "seed": seed, "seed_given": args.seed is not None,
             "impl": args.impl, "references": references, "tiers": args.tiers or "this run",
             "seconds": round(time.monotonic() - started, 1), "compile_pass": warmed, "notes": notes,
             "isolation": isolation.describe() if isolation is not None else None}
-    _write_outputs(args, results, references, env, meta, title, notes)
+    _write_outputs(args, results, references, env, meta, title, notes, prog=ap.prog)
     if interrupted is not None:
         sys.stdout.flush()
         sys.stderr.flush()

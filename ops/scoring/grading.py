@@ -66,6 +66,32 @@ def gbps(nbytes: int, ms: Optional[float]) -> Optional[float]:
     return None if not ms else nbytes / (ms * 1e-3) / 1e9
 
 
+# A call costs a few microseconds whatever it moves (jittor's per-op host work, a kernel launch): a case whose
+# bytes would cross the copy roofline faster than this is timed by that fixed cost, not by its bytes.
+ROOFLINE_MIN_US = 1.0
+
+
+def compute_bound(result: CaseResult) -> bool:
+    """The case's work is its arithmetic: it has a flops model and does at least one flop per byte it must move
+    (timex; not timex's B1 C1 T1, 2 flops on 12 bytes). Its throughput is given in FLOP/s."""
+    return bool(result.flops) and result.flops >= result.nbytes
+
+
+def roofline(result: CaseResult, copy_gbps: Optional[float], cache_bytes: Optional[int] = None) -> Optional[float]:
+    """Our throughput over the copy roofline (the copy bandwidth of a buffer larger than any cache), where that
+    model applies, else None: not for a compute-bound case, nor for one whose bytes fit in the device's last-level
+    cache (``cache_bytes``, where known: those run from the cache and can beat a copy of memory, 170-324% on the
+    2-core CPU machine), nor for one whose bytes the roofline moves in under ``ROOFLINE_MIN_US``."""
+    ours = gbps(result.nbytes, result.ours.ms) if result.ours.ok and result.correct else None
+    if not ours or not copy_gbps or compute_bound(result):
+        return None
+    if cache_bytes and result.nbytes <= cache_bytes:
+        return None
+    if result.nbytes / (copy_gbps * 1e3) < ROOFLINE_MIN_US:
+        return None
+    return ours / copy_gbps
+
+
 def default_tiers(nbytes: int, refs: Dict[str, Timing]) -> Optional[List[float]]:
     """[naive, jittor built-in, fastest reference] throughputs in GB/s, made non-decreasing.
 
@@ -123,12 +149,13 @@ def geomean(values: Sequence[float]) -> Optional[float]:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
-def summarize(results: Sequence[CaseResult], copy_gbps: Optional[float]) -> dict:
+def summarize(results: Sequence[CaseResult], copy_gbps: Optional[float], cache_bytes: Optional[int] = None) -> dict:
+    """Points, speedups and the median roofline fraction over the cases where the roofline applies."""
     refs = sorted({r for res in results for r in res.refs}, key=lambda r: REFERENCES.index(r)
                   if r in REFERENCES else len(REFERENCES))
     geo = {ref: geomean([speedup(res, ref) for res in results]) for ref in refs}
     geo_call = {ref: geomean([speedup(res, ref, "call_ms") for res in results]) for ref in refs}
-    roof = [gbps(r.nbytes, r.ours.ms) / copy_gbps for r in results if copy_gbps and r.correct and r.ours.ok]
+    roof = [f for f in (roofline(r, copy_gbps, cache_bytes) for r in results) if f is not None]
     return {
         "cases": len(results),
         "correct": sum(r.correct for r in results),
@@ -138,4 +165,5 @@ def summarize(results: Sequence[CaseResult], copy_gbps: Optional[float]) -> dict
         "geomean_speedup_per_call": geo_call,
         "slower_than": {ref: [r.case_id for r in results if (speedup(r, ref) or 1.0) < 1.0] for ref in refs},
         "median_roofline": sorted(roof)[len(roof) // 2] if roof else None,
+        "roofline_cases": len(roof),
     }

@@ -1,0 +1,108 @@
+"""Class grading (ops/scoring/classroom.py): shards, GPUs, rows from the grader's JSON, the class reports."""
+import csv
+import json
+
+import pytest
+
+from ops.scoring import classroom as C
+
+
+def report(impl, points, whys=(), tiers="t.json", sha="a" * 40, device="NVIDIA H100"):
+    """A grader JSON of one submission: one case per entry of ``points``, wrong where ``whys`` says why."""
+    results = []
+    for i, p in enumerate(points):
+        why = whys[i] if i < len(whys) else ""
+        results.append({"case_id": f"{'permute' if i % 2 else 'max_pool3d'}/fwd/c{i}", "points": p,
+                        "correct": not why, "why": why})
+    return {"env": {"name": device}, "meta": {"impl": impl, "tiers": tiers, "tiers_sha1": sha, "seconds": 12.5},
+            "results": results}
+
+
+def test_shards_split_a_class_disjointly():
+    impls = [f"s{i}" for i in range(10)]
+    assert C.parse_shard(None) == (0, 1) and C.parse_shard("2/4") == (2, 4) and C.parse_shard(" 0 / 1 ") == (0, 1)
+    parts = [C.shard(impls, i, 3) for i in range(3)]
+    assert sorted(sum(parts, [])) == sorted(impls) and parts[1] == ["s1", "s4", "s7"]
+    for bad in ("4/4", "1/0", "a/b", "1", "-1/3"):
+        with pytest.raises(ValueError, match="--shard"):
+            C.parse_shard(bad)
+
+
+def test_gpus_default_to_every_visible_one():
+    assert C.parse_gpus(None, 2) == [0, 1] and C.parse_gpus(None, 0) == []
+    assert C.parse_gpus("1", 2) == [1] and C.parse_gpus("1,0", 2) == [1, 0]
+    for bad in ("2", "0,0", "x", ""):
+        with pytest.raises(ValueError, match="--gpus"):
+            C.parse_gpus(bad, 2)
+
+
+def test_row_status_from_the_cases():
+    ok = C.row_from_json("a", report("a", [100, 70, 40]), 3.0)
+    assert (ok.status, ok.points, ok.max_points, ok.correct, ok.cases) == ("ok", 210, 300, 3, 3)
+    assert ok.families == {"max_pool3d": 140, "permute": 70}
+    wrong = C.row_from_json("b", report("b", [100, 0], ["", "values differ at 3 of 10 elements"]), 3.0)
+    assert wrong.status == "wrong" and wrong.correct == 1 and "values differ" in wrong.why
+    for why in ("crashed: worker exited with code -11", "hung: no result in 600 s (in timing)", "raised: boom"):
+        row = C.row_from_json("c", report("c", [0, 0], ["values differ", why]), 3.0)
+        assert row.status == "crashed", why
+
+
+def test_row_of_a_run_without_its_json(tmp_path):
+    log = tmp_path / "x.log"
+    log.write_text("get_score.py: --impl x cannot be imported: ModuleNotFoundError: No module named 'x'\n")
+    missing = str(tmp_path / "x.json")
+    row = C.row_from_run("x", C.IMPORT_ERROR_EXIT, missing, str(log), 1.0, False)
+    assert row.status == "import error" and "cannot be imported" in row.why and row.cases == 0
+    assert C.row_from_run("x", -9, missing, str(log), 1.0, False).status == "crashed"
+    assert C.row_from_run("x", None, missing, str(log), 99.0, True).status == "timeout"
+    (tmp_path / "x.json").write_text(json.dumps(report("x", [100])))  # a partial report of a killed run
+    assert C.row_from_run("x", -15, str(tmp_path / "x.json"), str(log), 99.0, True).status == "timeout"
+    assert C.row_from_run("x", 0, str(tmp_path / "x.json"), str(log), 9.0, False).status == "ok"
+
+
+def test_csv_and_markdown(tmp_path):
+    rows = [C.row_from_json("low", report("low", [40, 0], ["", "values differ"]), 5.0),
+            C.row_from_json("high", report("high", [100, 100]), 7.0),
+            C.row_from_run("gone", C.IMPORT_ERROR_EXIT, str(tmp_path / "none.json"), str(tmp_path / "none.log"), 0.2,
+                           False)]
+    path = tmp_path / "class.csv"
+    C.write_csv(str(path), rows)
+    with open(path) as f:
+        table = list(csv.reader(f))
+    assert tuple(table[0]) == C.CSV_COLUMNS
+    assert table[1:] == [["low", "40", "200", "1", "2", "5.0", "wrong"], ["high", "200", "200", "2", "2", "7.0", "ok"],
+                         ["gone", "0", "0", "0", "0", "0.2", "import error"]]
+    md = C.render_markdown(rows, "class")
+    lines = [line for line in md.splitlines() if line.startswith("| ")]
+    assert "max_pool3d" in lines[0] and "permute" in lines[0]
+    assert [line.split(" | ")[1] for line in lines[1:]] == ["`high`", "`low`", "`gone`"]  # by points
+    assert all(len(line) <= 120 for line in C.render_terminal(rows).splitlines())
+
+
+def test_from_json_refuses_mixed_tiers_devices_and_duplicates(tmp_path):
+    def write(name, data):
+        path = tmp_path / name
+        path.write_text(json.dumps(data))
+        return str(path)
+    a, b = write("a.json", report("a", [100])), write("b.json", report("b", [40]))
+    rows = C.rows_from_json_files([a, b])
+    assert [r.impl for r in rows] == ["a", "b"]
+    with pytest.raises(ValueError, match="different tiers"):
+        C.rows_from_json_files([a, write("c.json", report("c", [70], sha="b" * 40))])
+    with pytest.raises(ValueError, match="different devices"):
+        C.rows_from_json_files([a, write("d.json", report("d", [70], device="NVIDIA H200"))])
+    with pytest.raises(ValueError, match="more than one file grades a"):
+        C.rows_from_json_files([a, write("a2.json", report("a", [70]))])
+
+
+def test_children_get_the_class_options(tmp_path):
+    import argparse
+    args = argparse.Namespace(device="cpu", op=["permute"], keyword="f16", direction=None, references=["naive"],
+                              no_torch=True, seed=3, timeout=60.0, reference_timeout=60.0, repeats=5, no_warm=False)
+    argv = C.child_argv(args, "pkg.mod", "t.json", str(tmp_path))
+    assert argv[argv.index("--impl") + 1] == "pkg.mod" and argv[argv.index("--tiers") + 1] == "t.json"
+    assert argv[argv.index("--json") + 1] == str(tmp_path / "pkg.mod.json")
+    for flag, value in (("--device", "cpu"), ("--op", "permute"), ("-k", "f16"), ("--seed", "3"),
+                        ("--references", "naive")):
+        assert argv[argv.index(flag) + 1] == value
+    assert "--no-torch" in argv and "--no-warm" not in argv and "--direction" not in argv

@@ -1,0 +1,102 @@
+"""On a GPU machine with a cuDNN 9: jittor's convolutions run on cuDNN, right, and its RNN layers still train."""
+import numpy as np
+import pytest
+
+from ops import _jittor as boot
+from ops._jittor import jt
+
+pytestmark = pytest.mark.cuda
+
+needs_cudnn = pytest.mark.skipif(boot.LIBS.cudnn is None, reason="no cuDNN 9 on this machine")
+
+
+@pytest.fixture(autouse=True)
+def on_gpu():
+    jt.flags.use_cuda = 1
+    yield
+    jt.flags.use_cuda = 0
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+def tf32_bound(value_abs):
+    """cuDNN may round a float32 convolution's inputs to TF32 (10 explicit mantissa bits) on Hopper: each product
+    errs by at most 2 * 2**-11 of |x| |w|, and the float32 sum adds its own rounding; the bound is taken on the
+    convolution of the absolute values, computed in float64."""
+    return (2 * 2.0 ** -11 + 2.0 ** -20) * value_abs + 1e-30
+
+
+@needs_cudnn
+def test_cudnn_is_loaded_with_its_convolutions_and_without_rnn():
+    assert boot.CUDNN_LOADED and jt.cudnn is not None and jt.compile_extern.cudnn is jt.cudnn
+    for name in ("cudnn_conv", "cudnn_conv_backward_x", "cudnn_conv_backward_w", "cudnn_conv3d",
+                 "cudnn_conv3d_backward_x", "cudnn_conv3d_backward_w"):
+        assert hasattr(jt.cudnn.ops, name)
+    assert not hasattr(jt.cudnn.ops, "cudnn_rnn")
+
+
+@needs_cudnn
+@pytest.mark.parametrize("stride, padding, dilation, groups", [(1, 1, 1, 1), (2, 0, 1, 1), (1, 2, 2, 2)])
+def test_conv3d_forward_and_gradients_match_torch(rng, stride, padding, dilation, groups):
+    torch = _torch()
+    F = torch.nn.functional
+    x = rng.standard_normal((2, 4, 7, 9, 10)).astype(np.float32)
+    w = rng.standard_normal((6, 4 // groups, 3, 3, 3)).astype(np.float32)
+    jx, jw = jt.array(x), jt.array(w)
+    y = jt.nn.conv3d(jx, jw, None, stride, padding, dilation, groups)
+    g = rng.standard_normal(y.shape).astype(np.float32)
+    gx, gw = jt.grad((y * jt.array(g)).sum(), [jx, jw])
+
+    tx, tw = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (x, w))
+    ty = F.conv3d(tx, tw, None, stride, padding, dilation, groups)
+    tgx, tgw = torch.autograd.grad((ty * torch.from_numpy(g).double()).sum(), [tx, tw])
+    ax, aw = (torch.tensor(np.abs(a), dtype=torch.float64, requires_grad=True) for a in (x, w))
+    ay = F.conv3d(ax, aw, None, stride, padding, dilation, groups)  # |x| conv |w|: the bound's scale
+    bgx, bgw = torch.autograd.grad((ay * torch.from_numpy(np.abs(g)).double()).sum(), [ax, aw])
+    for got, want, scale in ((y, ty, ay), (gx, tgx, bgx), (gw, tgw, bgw)):
+        err = np.abs(got.numpy().astype(np.float64) - want.detach().numpy())
+        assert np.all(err <= tf32_bound(scale.detach().numpy())), err.max()
+
+
+@needs_cudnn
+def test_conv2d_and_grouped_conv_run_on_cudnn(rng):
+    """jittor relays these to cuDNN (its conv tuner); a depthwise Conv2d is its own code op, cuDNN or not."""
+    x = rng.standard_normal((2, 8, 12, 12)).astype(np.float32)
+    for groups in (1, 2):
+        conv = jt.nn.Conv2d(8, 8, 3, padding=1, groups=groups, bias=False)
+        jx = jt.array(x)
+        with jt.profile_scope() as report:
+            y = conv(jx).numpy()
+        assert any("cudnn_conv" in str(row[0]) for row in report[1:]), [row[0] for row in report[1:]]
+        w = conv.weight.numpy().astype(np.float64)
+        xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+        cin = 8 // groups
+        want = np.zeros(y.shape)
+        abs_want = np.zeros(y.shape)
+        for o in range(8):
+            first = (o // (8 // groups)) * cin
+            for i in range(3):
+                for j in range(3):
+                    patch = xp[:, first:first + cin, i:i + 12, j:j + 12]
+                    want[:, o] += np.einsum("nchw,c->nhw", patch, w[o, :, i, j])
+                    abs_want[:, o] += np.einsum("nchw,c->nhw", np.abs(patch), np.abs(w[o, :, i, j]))
+        assert np.all(np.abs(y - want) <= tf32_bound(abs_want))
+
+
+@needs_cudnn
+@pytest.mark.parametrize("mode", ["LSTM", "GRU", "RNN"])
+def test_rnn_layers_train_a_step_on_the_gpu(rng, mode):
+    layer = getattr(jt.nn, mode)(8, 16, num_layers=2)
+    x = jt.array(rng.standard_normal((5, 3, 8)).astype(np.float32))
+    before = [p.numpy().copy() for p in layer.parameters()]
+    out, _ = layer(x)
+    loss = (out * out).mean()
+    jt.optim.SGD(layer.parameters(), 0.1).step(loss)
+    assert out.shape == (5, 3, 16) and np.isfinite(loss.item())
+    assert any(not np.array_equal(b, p.numpy()) for b, p in zip(before, layer.parameters()))
+    jt.flags.use_cuda = 0  # the same layer (updated) on the CPU gives the same output
+    on_cpu = layer(x)[0].numpy()
+    jt.flags.use_cuda = 1
+    np.testing.assert_allclose(layer(x)[0].numpy(), on_cpu, rtol=1e-4, atol=1e-5)
