@@ -106,3 +106,46 @@ def test_children_get_the_class_options(tmp_path):
                         ("--references", "naive")):
         assert argv[argv.index(flag) + 1] == value
     assert "--no-torch" in argv and "--no-warm" not in argv and "--direction" not in argv
+
+
+def _run_class(tmp_path, *argv):
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.path.join(root, "tests"),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, os.path.join(root, "get_score.py"), "--device", "cpu", "--op", "permute",
+                           "-k", "f16", "--no-torch", *argv], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=900)
+
+
+def test_a_hanging_submission_times_out_alone(tmp_path):
+    started = __import__("time").monotonic()
+    proc = _run_class(tmp_path, "--impl", "class_hang", "--submission-timeout", "10", "--csv", str(tmp_path / "c.csv"),
+                      "--class-dir", str(tmp_path / "class"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(tmp_path / "c.csv") as f:
+        (row,) = list(csv.DictReader(f))
+    assert row["impl"] == "class_hang" and row["status"] == "timeout" and 10 <= float(row["seconds"]) < 60
+    assert __import__("time").monotonic() - started < 300
+
+
+def test_a_class_on_the_cpu(tmp_path):
+    """The command of the class-grading bar: ops and a wrong module (and one that does not import), two rows of
+    the CSV's columns besides, ops all correct, the others not; every submission's reports in the class folder."""
+    out = tmp_path / "class"
+    proc = _run_class(tmp_path, "--impl", "ops", "class_wrong", "class_broken", "--csv", str(tmp_path / "class.csv"),
+                      "--class-dir", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(tmp_path / "class.csv") as f:
+        rows = {r["impl"]: r for r in csv.DictReader(f)}
+    assert list(rows) == ["ops", "class_wrong", "class_broken"]
+    assert rows["ops"]["status"] == "ok" and rows["ops"]["correct"] == rows["ops"]["cases"] != "0"
+    assert rows["ops"]["points"] == rows["ops"]["max_points"]
+    assert rows["class_wrong"]["status"] == "wrong" and rows["class_wrong"]["correct"] == "0"
+    assert rows["class_broken"]["status"] == "import error" and rows["class_broken"]["cases"] == "0"
+    for name in ("ops.json", "ops.md", "class_wrong.json", "class_wrong.md", "class_broken.log", "tiers.json",
+                 "class.md"):
+        assert (out / name).exists(), name
+    assert all(len(line) <= 120 for line in proc.stdout.splitlines())

@@ -65,7 +65,9 @@ def build_parser(prog: str = "get_score.py") -> argparse.ArgumentParser:
     ap.add_argument("--references", default=None, metavar="LIST",
                     help="the references to time, comma-separated from naive,jittor,torch,compile (default: "
                          "naive,jittor and, where PyTorch is installed, torch; compile with --compile)")
-    ap.add_argument("--impl", default="ops", help="module to grade, exposing ops' functions")
+    ap.add_argument("--impl", nargs="+", default=["ops"], metavar="MODULE",
+                    help="module to grade, exposing ops' functions; several grade a class (one report each, a "
+                         "class table, --csv), spread over --gpus")
     ap.add_argument("--tiers", metavar="F", help="grade against tiers stored in F (from --save-tiers); cases "
                     "missing there, or a file from another device, are reported and flagged")
     ap.add_argument("--save-tiers", metavar="F", help="write this run's tiers to F")
@@ -95,6 +97,20 @@ def build_parser(prog: str = "get_score.py") -> argparse.ArgumentParser:
     ap.add_argument("--from-json", nargs="+", metavar="F", default=None,
                     help="run nothing: merge the results saved by earlier --json runs (later files win, a "
                          "measured case beats one not run) and report them, e.g. one run per --op")
+    ap.add_argument("--gpus", metavar="LIST", default=None,
+                    help="class grading: the GPUs to grade on, one submission at a time on each (e.g. 0,1); "
+                         "default: every GPU")
+    ap.add_argument("--csv", metavar="F", help="class grading: one row per submission (impl, points, max_points, "
+                    "correct, cases, seconds, status) to F")
+    ap.add_argument("--class-dir", metavar="DIR", default=None,
+                    help="class grading: each submission's markdown, JSON and log, the tiers measured and the "
+                         "class table go here; default: get_score_class")
+    ap.add_argument("--shard", metavar="I/N", default=None,
+                    help="class grading: only submissions I, I+N, I+2N, ... (0 <= I < N; N machines share a class; "
+                         "merge their JSON files with --from-json ... --csv)")
+    ap.add_argument("--submission-timeout", type=float, default=None, metavar="S",
+                    help="class grading: seconds one submission may take before it is stopped (status timeout); "
+                         "default: no limit")
     ap.add_argument("--list", action="store_true", help="list the selected cases and exit")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     return ap
@@ -136,4 +152,12 @@ def parse_args(argv=None, prog: str = "get_score.py"):
         args.references = names
     if args.budget is not None and args.budget < 0:
         ap.error("--budget must not be negative")
+    if args.submission_timeout is not None and args.submission_timeout <= 0:
+        ap.error("--submission-timeout must be positive")
+    args.impls = list(dict.fromkeys(args.impl))  # each module once, in the order given
+    args.impl = args.impls[0]
+    args.class_mode = (len(args.impls) > 1 or any(getattr(args, k) is not None for k in
+                                                  ("csv", "class_dir", "shard", "gpus")))
+    if args.class_mode and args.save_tiers:
+        ap.error("--save-tiers grades one module; a class is graded against --tiers (or tiers measured once)")
     return ap, args

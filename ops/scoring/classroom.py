@@ -16,7 +16,6 @@ Nothing here imports jittor: the parent only schedules, reads the children's JSO
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import os
 import re
@@ -98,11 +97,6 @@ def tiers_fingerprint(data: dict) -> str:
     return f"{tiers} ({digest[:12]})" if digest else str(tiers)
 
 
-def file_sha1(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha1(f.read()).hexdigest()
-
-
 def family_of(case_id: str) -> str:
     return case_id.split("/", 1)[0]
 
@@ -167,9 +161,10 @@ def safe_name(impl: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", impl) or "impl"
 
 
-def child_argv(args, impl: str, tiers: Optional[str], out_dir: str, save_tiers: Optional[str] = None) -> List[str]:
-    """The grader command line of one submission."""
-    name = safe_name(impl)
+def child_argv(args, impl: str, tiers: Optional[str], out_dir: str, save_tiers: Optional[str] = None,
+               name: Optional[str] = None) -> List[str]:
+    """The grader command line of one submission (its reports named ``name``, default the module's)."""
+    name = name or safe_name(impl)
     argv = [sys.executable, "-c", "import sys; from ops.scoring.cli import main; sys.exit(main(sys.argv[1:]))",
             "--impl", impl, "--json", os.path.join(out_dir, name + ".json"),
             "--markdown", os.path.join(out_dir, name + ".md"), "--no-progress"]
@@ -205,8 +200,9 @@ class Grader:
         self._lock = threading.Lock()
         self._running: Dict[int, subprocess.Popen] = {}
 
-    def _run(self, impl: str, gpu: Optional[int], tiers: Optional[str], save_tiers: Optional[str] = None) -> Row:
-        name = safe_name(impl)
+    def _run(self, impl: str, gpu: Optional[int], tiers: Optional[str], save_tiers: Optional[str] = None,
+             name: Optional[str] = None, timeout: Optional[float] = -1.0) -> Row:
+        name = name or safe_name(impl)
         json_path, log_path = os.path.join(self.out_dir, name + ".json"), os.path.join(self.out_dir, name + ".log")
         for stale in (json_path, os.path.join(self.out_dir, name + ".md")):
             if os.path.exists(stale):
@@ -217,12 +213,12 @@ class Grader:
         started = time.monotonic()
         timed_out = False
         with open(log_path, "w") as log:
-            proc = subprocess.Popen(child_argv(self.args, impl, tiers, self.out_dir, save_tiers), stdout=log,
+            proc = subprocess.Popen(child_argv(self.args, impl, tiers, self.out_dir, save_tiers, name), stdout=log,
                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
             with self._lock:
                 self._running[proc.pid] = proc
             try:
-                proc.wait(timeout=self.timeout)
+                proc.wait(timeout=self.timeout if timeout == -1.0 else timeout)
             except subprocess.TimeoutExpired:
                 timed_out = True
                 self._stop(proc)
@@ -257,7 +253,8 @@ class Grader:
 
     def measure_tiers(self, impl: str = "ops") -> Row:
         """Tiers measured once, on the first slot, by grading ``impl`` with --save-tiers."""
-        return self._run(impl, self.slots[0], None, os.path.join(self.out_dir, TIERS_FILE))
+        return self._run(impl, self.slots[0], None, os.path.join(self.out_dir, TIERS_FILE), name="tiers-run",
+                         timeout=None)  # the reference run is no submission: --submission-timeout is not for it
 
     def grade(self, impls: Sequence[str], tiers: Optional[str]) -> List[Row]:
         """Every submission, the slots taking them in turn; rows in the order of ``impls``."""
@@ -318,7 +315,7 @@ def write_csv(path: str, rows: Sequence[Row]) -> None:
 def render_markdown(rows: Sequence[Row], title: str, notes: Sequence[str] = ()) -> str:
     """The class table: sorted by points (then name), a column of points per family, the status and why."""
     families = sorted({f for r in rows for f in r.families})
-    ordered = sorted(rows, key=lambda r: (-r.points, r.impl))
+    ordered = sorted(rows, key=lambda r: (-r.points, -r.correct, r.impl))
     head = ["rank", "impl", "points", "of", "correct", "cases"] + families + ["seconds", "status", "why"]
     lines = [f"# {title}", ""] + [f"- {n}" for n in notes] + ([""] if notes else [])
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -332,7 +329,7 @@ def render_markdown(rows: Sequence[Row], title: str, notes: Sequence[str] = ()) 
 
 def render_terminal(rows: Sequence[Row], width: int = 120) -> str:
     """The class table on the terminal: rank, points, status, seconds and the impl, within ``width`` columns."""
-    ordered = sorted(rows, key=lambda r: (-r.points, r.impl))
+    ordered = sorted(rows, key=lambda r: (-r.points, -r.correct, r.impl))
     lines = [f"{'rank':>4} {'points':>11} {'correct':>9} {'status':<12} {'s':>6}  impl"]
     for rank, r in enumerate(ordered, 1):
         line = (f"{rank:>4} {r.points:>5}/{r.max_points:<5} {r.correct:>4}/{r.cases:<4} {r.status:<12} "

@@ -157,8 +157,8 @@ def exit_status(results, fail_under: Optional[float]) -> int:
     return 0
 
 
-def _usage_error(text: str) -> int:
-    print(f"get_score.py: error: {text}", file=sys.stderr, flush=True)
+def _usage_error(text: str, prog: str = "get_score.py") -> int:
+    print(f"{prog}: error: {text}", file=sys.stderr, flush=True)
     return EXIT_USAGE
 
 
@@ -172,6 +172,12 @@ def shadowing_note(cwd: str) -> Optional[str]:
             return (f"./{name} in the working directory is ignored: 'ops' is this grader's package (give your module "
                     f"another name and pass it with --impl)")
     return None
+
+
+def _sha1(path: str) -> str:
+    import hashlib
+    with open(path, "rb") as f:
+        return hashlib.sha1(f.read()).hexdigest()
 
 
 def runner_package_root() -> str:
@@ -216,6 +222,79 @@ class _Progress:
             self.bar.close()
 
 
+def run_class(ap, args, argv_shown) -> int:
+    """Grade every module of --impl (this --shard's share), each by a grader child of its own against one set of
+    tiers, one child per GPU at a time; write each one's reports, the class table, and --csv."""
+    from . import classroom
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    out_dir = args.class_dir or "get_score_class"
+    os.makedirs(out_dir, exist_ok=True)
+    if args.from_json:
+        try:
+            rows = classroom.rows_from_json_files(args.from_json)
+        except ValueError as err:
+            return _usage_error(str(err))
+        return _class_report(args, rows, out_dir, f"{ap.prog}: class of {len(rows)} merged from JSON, {stamp}", [])
+    try:
+        index, count = classroom.parse_shard(args.shard)
+    except ValueError as err:
+        return _usage_error(str(err))
+    impls = classroom.shard(args.impls, index, count)
+    from .. import has_cuda
+    from .._jittor import MACHINE, PROBED
+    args.device = args.device or ("cuda" if has_cuda() else "cpu")
+    slots = [None]
+    if args.device == "cuda":
+        visible = (MACHINE or PROBED).gpu_count if (MACHINE or PROBED) else 1
+        try:
+            slots = classroom.parse_gpus(args.gpus, visible)
+        except ValueError as err:
+            return _usage_error(str(err))
+    notes = [f"{len(impls)} submission(s){f' (shard {index}/{count})' if count > 1 else ''} on "
+             f"{'GPU ' + ','.join(map(str, slots)) if args.device == 'cuda' else 'the CPU, one after another'}; "
+             f"reports in {out_dir}"]
+    grader = classroom.Grader(args, out_dir, slots, args.submission_timeout,
+                              on_row=lambda r: print(f"{r.impl}: {r.status}, {r.points}/{r.max_points} points, "
+                                                     f"{r.correct}/{r.cases} correct ({r.seconds:.0f} s)",
+                                                     file=sys.stderr, flush=True))
+
+    def stop(signum, _frame):
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, signal.SIG_IGN)
+        grader.stop_all()
+        raise Interrupted(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    tiers = args.tiers
+    try:
+        if tiers is None:
+            measured = grader.measure_tiers()
+            tiers = os.path.join(out_dir, classroom.TIERS_FILE)
+            if not os.path.exists(tiers):
+                return _usage_error(f"the class's tiers could not be measured (grading ops: {measured.status}, "
+                                    f"{measured.why}); give --tiers")
+            notes.append(f"tiers measured once by grading ops: {tiers}")
+        rows = grader.grade(impls, tiers)
+    except Interrupted:
+        print(f"{ap.prog}: interrupted; the submissions not finished are not in the class table", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, signal.SIG_DFL)
+    return _class_report(args, rows, out_dir, f"{ap.prog}: class of {len(rows)} on {args.device}, {stamp}", notes)
+
+
+def _class_report(args, rows, out_dir: str, title: str, notes) -> int:
+    from . import classroom
+    print(classroom.render_terminal(rows), flush=True)
+    markdown = args.markdown or os.path.join(out_dir, classroom.CLASS_MARKDOWN)
+    _replace(markdown, _write_text(classroom.render_markdown(rows, title, notes)))
+    if args.csv:
+        _replace(args.csv, lambda tmp: classroom.write_csv(tmp, rows))
+    return 0
+
+
 def main(argv: Optional[List[str]] = None, parsed=None) -> int:
     """get_score.py, or the ``ops-get-score`` command (``pip install .``). ``parsed``: (parser, args) already
     parsed by get_score.py."""
@@ -225,6 +304,8 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
         if why_not:
             ap.error(why_not)
     argv_shown = sys.argv[1:] if argv is None else argv
+    if args.class_mode:
+        return run_class(ap, args, argv_shown)
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     if args.from_json:
         try:
@@ -378,6 +459,7 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
     title = f"{ap.prog} on {env.get('name', device)}, {stamp}"
     meta = {"date": stamp, "argv": argv_shown, "seed": seed, "seed_given": args.seed is not None,
             "impl": args.impl, "references": references, "tiers": args.tiers or "this run",
+            "tiers_sha1": _sha1(args.tiers) if args.tiers else None,
             "seconds": round(time.monotonic() - started, 1), "compile_pass": warmed, "notes": notes,
             "isolation": isolation.describe() if isolation is not None else None}
     _write_outputs(args, results, references, env, meta, title, notes, prog=ap.prog)
