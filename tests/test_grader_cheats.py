@@ -143,8 +143,8 @@ def test_a_module_that_computes_only_some_calls_scores_zero(tmp_path, mode):
     """The previous call's output for every other call, the 8th call's for every call after it, or memory nobody
     wrote: a checked timed call's output is wrong, or two calls' samples agree where their answers differ."""
     results = grade("cheat_skip", "--direction", "fwd", "-k", "cpu_021_f32,cpu_k2s2,cpu_k8s1,paddle1-5x1x1",
-                    "--op", "permute", "--op", "max_pool3d", "--op", "expand_as", env_extra={"CHEAT_SKIP": mode},
-                    tmp_path=tmp_path)
+                    "--op", "permute", "--op", "max_pool3d", "--op", "expand_as", "--repeats", "2",
+                    env_extra={"CHEAT_SKIP": mode}, tmp_path=tmp_path)
     assert len(results) >= 6
     # (a case after one of the same shapes gets the earlier case's answer at its checked call already)
     assert_all_zero(results, re.compile(f"{TIMED_CALL.pattern}|checked call"))
@@ -162,6 +162,16 @@ def test_clocks_and_syncs_patched_in_the_module_do_not_reach_the_timing(tmp_path
         # 2 ms of spinning a call (its CPU time: less where other processes took turns on the machine)
         assert r["ours"]["ms"] >= 1.0 and r["points"] == 0, (case_id, r["ours"], r["points"])
         assert r["refs"]["naive"]["ms"] < 0.5, (case_id, r["refs"]["naive"])
+
+
+def test_work_handed_to_a_thread_of_the_module_is_not_timed_clean(tmp_path):
+    """On the CPU clock a round in which threads other than the calling one used CPU is run again: a module that
+    hands its work to a thread of its own is never timed clean, and earns nothing."""
+    results = grade("cheat_thread", "--op", "permute", "--direction", "fwd", "-k", "cpu_021_f32", tmp_path=tmp_path)
+    assert results
+    for case_id, r in results.items():
+        assert r["points"] == 0 and not r["correct"] and "not measured" in r["why"], (case_id, r["why"])
+        assert r["ours"]["discarded"] > 0
 
 
 # cheat_detach's mark and the file among the grader's own it writes (not imported here: its import detaches)

@@ -76,7 +76,12 @@ NEAR_TIER = 0.06  # ours within this fraction of a tier's 0.95 boundary: more ro
 FAR_FROM_TIER = 0.2
 MIN_ROUNDS = 2
 WARM_CALLS = 5  # warm calls, at most, until one compiles nothing
-ROUND_ATTEMPTS = 4  # tries of a round, at most, until one compiles nothing
+# A round is run again (ROUND_ATTEMPTS tries in all) where something happened in it that its windows' times may
+# not hold: a child process ran (jittor compiling a kernel, or the implementation's own), or on the CPU clock other
+# threads of the worker used more than OTHER_THREADS_S of CPU (work moved to a thread of its own, done between the
+# windows; jittor runs a CPU graph in the calling thread).
+ROUND_ATTEMPTS = 4
+OTHER_THREADS_S = 0.002
 # Pipelined windows' fresh inputs and outputs (ours are kept to the window's end) hold at most this much: a round
 # of a large case makes fewer calls (every implementation alike, 4 windows each) rather than tens of gigabytes of
 # copies: 64 calls of a 256 MB permute (16 a window), 16 of the 24300x11520 transpose_add.
@@ -85,13 +90,19 @@ WINDOW_BYTES = 8 << 30
 
 # The clocks and syncs timing uses, bound when the worker imports this module, before it imports the graded
 # module: a module that replaces time.perf_counter, jt.sync_all and the like in its process does not reach them.
-_perf_counter, _process_time, _getrusage = time.perf_counter, time.process_time, resource.getrusage
+_perf_counter, _process_time, _thread_time = time.perf_counter, time.process_time, time.thread_time
+_getrusage = resource.getrusage
 _jt_sync, _jt_sync_all, _profile_scope = jt.sync, jt.sync_all, jt.profile_scope
 
 
 def _voluntary_switches() -> int:
     """Times this thread gave up the CPU to wait (not counting preemption by other processes)."""
     return _getrusage(resource.RUSAGE_THREAD).ru_nvcsw
+
+
+def _other_threads_cpu() -> float:
+    """CPU seconds this process spent in threads other than this one."""
+    return _process_time() - _thread_time()
 
 
 def children_cpu_seconds() -> float:
@@ -460,7 +471,7 @@ class FreshInputs:
     def __init__(self, impl: "JittorImpl", keys: Sequence[Tuple[int, int]]):
         self.impl, self.keys = impl, list(keys)
         self.made: Dict[int, int] = {}  # calls made per set
-        varied = impl.varied(impl_sets(impl)[0])
+        varied = impl.varied(0)
         self.call_bytes = sum(v.numel() * _itemsize(str(v.dtype)) for v in varied)
 
     def _copies(self, k: int, count: int) -> List[list]:
@@ -496,10 +507,6 @@ class FreshInputs:
         _jt_sync([v for call in self._copies(k, fresh.MAX_COPIES) for v in call])
 
 
-def impl_sets(impl) -> List[int]:
-    return list(range(len(impl.sets)))
-
-
 def _itemsize(dtype: str) -> int:
     return 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
 
@@ -516,13 +523,14 @@ LARGE_OUTPUT_BYTES = 64 << 20
 SAMPLED_EVERY_CPU = 8
 SAMPLED_MIN_CPU = 2
 MAX_REPEATS_REPORTED = 3  # pairs of calls with the same samples sent to the parent per case
+SAMPLE_CHECKS_PER_ROUND = 4  # sampled calls per round whose samples the parent judges (not where outputs are large)
 
 
 class Watch:
     """Our timed calls' outputs under watch, by draws the graded module cannot see coming. Whole outputs go back
     (``checks``: tag -> [set, call number]; ``files``: tag -> files) of a call drawn over each round and of a call
-    drawn in each window that was our fastest yet when it ended (the window that sets the time is always one of
-    them); samples of the others (``fresh.SAMPLES`` elements of each output at positions fixed for the case) are
+    drawn in each round's fastest window where that is our fastest yet (the window that sets the time is always one
+    of them); samples of the others (``fresh.SAMPLES`` elements of each output at positions fixed for the case) are
     compared among the calls of a window: two calls on different inputs with the same samples (an answer handed
     out twice, or memory nobody wrote) go to the parent as ``repeats``, which judges the samples against both
     calls' references."""
@@ -534,6 +542,8 @@ class Watch:
         self.files: Dict[str, list] = {}
         self.checks: Dict[str, list] = {}
         self.repeats: List[dict] = []
+        self.sampled_checks: List[dict] = []
+        self.candidates: list = []  # this round's sampled calls: (call, samples, dtypes)
         self.positions: Optional[list] = None  # per output: (int32 positions, their Var on the device)
         self.seen: Dict[bytes, Tuple[int, int]] = {}
         self.samples = 0
@@ -569,15 +579,29 @@ class Watch:
         """The position (in a window of ``calls``) of the call whose output is kept to the window's end."""
         return int(self.rng.integers(calls))
 
-    def window_done(self, ms: float, held) -> None:
-        """A window of ours ended at ``ms`` per call: where that is our fastest yet, ``held`` (set, call number,
-        outputs) goes back whole."""
-        if self.save is not None and held is not None and ms < self.best:
-            self.best = ms
-            self.check(*held)
+    def round_done(self, per_window: List[float], held: list, checked: list) -> None:
+        """The round's windows ended at ``per_window`` ms per call: the calls drawn for it (``checked``) go back
+        whole, and where its fastest window is our fastest yet, that window's held call (``held``: one per window,
+        as (set, call number, outputs)). After the windows: a file written between two windows would slow the
+        next one down."""
+        if self.save is None:
+            return
+        for call in checked:
+            self.check(*call)
+        if not self.large and self.candidates:  # samples the parent judges (on their call's reference)
+            for i in self.rng.choice(len(self.candidates), size=min(SAMPLE_CHECKS_PER_ROUND, len(self.candidates)),
+                                     replace=False):
+                call, samples, dtypes = self.candidates[i]
+                self.sampled_checks.append(self._entry([call], samples, dtypes=dtypes))
+        self.candidates = []
+        fastest = int(np.argmin(per_window))
+        if per_window[fastest] < self.best and held[fastest] is not None:
+            self.best = per_window[fastest]
+            self.check(*held[fastest])
 
     def new_window(self) -> None:
-        self.seen = {}
+        """(Samples are compared over the whole case: positions are fixed for it, and a module that hands out memory
+        it never wrote hands out some earlier call's output.)"""
 
     def check(self, k: int, number: int, outs) -> None:
         tag = f"call{len(self.checks)}"
@@ -592,9 +616,13 @@ class Watch:
         key = b"".join(samples)
         before = self.seen.setdefault(key, (k, number))
         if before != (k, number) and len(self.repeats) < MAX_REPEATS_REPORTED:
-            self.repeats.append({"calls": [list(before), [k, number]], "dtypes": [str(o.dtype) for o in outs],
-                                 "positions": [pos.tolist() for pos, _ in self.positions],
-                                 "samples": [s.hex() for s in samples]})
+            self.repeats.append(self._entry([before, (k, number)], samples, outs))
+        if before == (k, number):
+            self.candidates.append(((k, number), samples, [str(o.dtype) for o in outs]))
+
+    def _entry(self, calls, samples: List[bytes], outs=None, dtypes=None) -> dict:
+        return {"calls": [list(c) for c in calls], "dtypes": dtypes or [str(o.dtype) for o in outs],
+                "positions": [pos.tolist() for pos, _ in self.positions], "samples": [s.hex() for s in samples]}
 
     def host_samples(self, outs) -> List[bytes]:
         """The samples of outputs in host memory (the CPU device), read where they lie (a jittor Var's memory, a
@@ -643,7 +671,7 @@ class _Span:
 class Meter:
     """Times one implementation: warm calls, then one measurement per round on fresh inputs (``inputs``); with a
     ``watch`` (ours), its outputs are checked and sampled as it goes. A round in which jittor compiled a kernel
-    (or anything else ran a child process of the worker) is discarded and run again (``discarded``)."""
+    (or anything else the windows' times miss happened: ``round``) is discarded and run again (``discarded``)."""
 
     def __init__(self, name: str, impl, timed: Sequence[int], inputs=None, watch: Optional[Watch] = None,
                  guard: Callable[[], None] = lambda: None):
@@ -698,6 +726,7 @@ class Meter:
             [(k, number, prepared)] = self.inputs.take(self._sets(1))
             if attempt == 0:
                 self.inputs.prime(k)
+            self._idle()  # (the copies may still run on the device)
             children = children_cpu_seconds()
             started = _perf_counter()
             outs = self.impl.call(k, prepared)
@@ -732,13 +761,14 @@ class Meter:
 
     @_adds_seconds
     def round(self) -> bool:
-        """One measurement, run again (up to ROUND_ATTEMPTS in all) while something compiled during it; False
-        where none ran clean (nothing recorded)."""
+        """One measurement, run again (up to ROUND_ATTEMPTS in all) while something compiled during it or other
+        threads worked (see ROUND_ATTEMPTS); False where none ran clean (nothing recorded)."""
         for _ in range(ROUND_ATTEMPTS):
             self.guard()
-            children = children_cpu_seconds()
+            children, others = children_cpu_seconds(), _other_threads_cpu()
             figures = self._round()
-            if children_cpu_seconds() == children:
+            busy = _other_threads_cpu() - others if self.cpu_clock else 0.0
+            if children_cpu_seconds() == children and busy <= OTHER_THREADS_S:
                 for kept, value in zip((self.wall, self.per_call, self.kernel), figures):
                     kept.append(value)
                 return True
@@ -753,7 +783,10 @@ class Meter:
         ks = self._sets(max(n, len(self.timed)))
         checked = self.watch.plan(len(ks)) if self.watch is not None else set()
         windows = self._windows_on_cpu_clock if self.cpu_clock else self._windows
-        per_window = windows(ks, checked)
+        per_window, held, kept_checked = windows(ks, checked)
+        if self.watching:
+            self.watch.round_done(per_window, held, kept_checked)
+        del held, kept_checked
         self.calls += len(ks)
         wall = min(per_window)
         if self.cpu_clock:  # a call runs in the calling thread: the windows' calls are synced calls already
@@ -775,11 +808,12 @@ class Meter:
             return whole
         return size
 
-    def _windows(self, ks: List[int], checked: set) -> List[float]:
+    def _windows(self, ks: List[int], checked: set) -> Tuple[List[float], list, list]:
         """Pipelined windows: each window's inputs made first; its calls back to back, each call's outputs
         synced without waiting for the device, the device waited for once at the end; the wall time per call of
-        each window. Our outputs are kept to the window's end, then sampled (and some handed back)."""
-        per_window = []
+        each window. Our outputs are kept to the window's end, then sampled; the calls ``checked`` and one drawn
+        per window (``held``) are kept to the round's end. Returns (per window ms, held, checked calls)."""
+        per_window, held, kept_checked = [], [], []
         step = self._window_size(len(ks))
         for start in range(0, len(ks), step):
             taken = self.inputs.take(ks[start:start + step])
@@ -796,33 +830,33 @@ class Meter:
             per_window.append(span.ms(False) / len(taken))
             del outs, taken
             if self.watching:
-                self._watch_window(start, kept, checked, per_window[-1])
-        return per_window
+                self._sample_window(kept)
+                held.append(kept[self.watch.held(len(kept))])
+                kept_checked += [call for i, call in enumerate(kept, start=start) if i in checked]
+            del kept
+        return per_window, held, kept_checked
 
-    def _watch_window(self, start: int, kept: list, checked: set, ms: float) -> None:
+    def _sample_window(self, kept: list) -> None:
         watch = self.watch
         watch.new_window()
         for (k, number, outs), found in zip(kept, watch.device_samples([outs for _, _, outs in kept])):
             watch.see(k, number, found, outs)
-        for i, call in enumerate(kept):
-            if start + i in checked:
-                watch.check(*call)
-        watch.window_done(ms, kept[watch.held(len(kept))])
 
-    def _windows_on_cpu_clock(self, ks: List[int], checked: set) -> List[float]:
+    def _windows_on_cpu_clock(self, ks: List[int], checked: set) -> Tuple[List[float], list, list]:
         """Windows on the CPU clock: a window's calls in runs of ``inputs.run`` (their fresh inputs made before
         each run, off the clock); a few calls drawn per window are looked at right after they return, off the
-        clock too: their outputs and the call's before them sampled (ours: compared; the references': dropped),
-        ours handed back whole where drawn (``checked``), and one more of ours kept to the window's end
-        (``Watch.window_done``). Keeping every output of a window would make each call's output a fresh
-        allocation: 1 MB outputs took twice as long a call on a 2-core host."""
-        per_window = []
+        clock too: their outputs and the call's before them sampled (ours: compared; the references': dropped).
+        Ours ``checked`` and one drawn per window (``held``) are kept to the round's end (keeping every output of a
+        window would make each call's output a fresh allocation: 1 MB outputs took twice as long a call on a
+        2-core host). Returns (per window ms, held, checked calls)."""
+        per_window, held, kept_checked = [], [], []
         step = self._window_size(len(ks))
         for start in range(0, len(ks), step):
             stop = min(len(ks), start + step)
             looked = {start + i for i in self.watch.looks(stop - start)} if self.watch is not None else set()
             hold = start + self.watch.held(stop - start) if self.watching else -1
-            total, held, previous = 0.0, None, None
+            total, previous = 0.0, None
+            held.append(None)
             if self.watch is not None:
                 self.watch.new_window()
             for run in range(start, stop, self.inputs.run):
@@ -831,35 +865,28 @@ class Meter:
                 for i, (k, number, prepared) in enumerate(taken, start=run):
                     outs = self.impl.call(k, prepared)
                     self._sync(outs, False)
-                    if i in looked or i in checked:
+                    if i in looked:
                         total += span.ms(True)
-                        self._look((k, number, outs), previous, i in checked)
+                        for call in ((previous,) if previous is not None else ()) + ((k, number, outs),):
+                            self.watch.see(call[0], call[1], self.watch.host_samples(call[2]), call[2])
                         span = _Span()
                     if i == hold:
-                        held = (k, number, outs)
+                        held[-1] = (k, number, outs)
+                    if i in checked and self.watching:
+                        kept_checked.append((k, number, outs))
                     previous = (k, number, outs)
                 total += span.ms(True)
                 del taken
             per_window.append(total / (stop - start))
-            if self.watching:
-                self.watch.window_done(per_window[-1], held)
-            del held, previous
-        return per_window
-
-    def _look(self, call, previous, check: bool) -> None:
-        """A call looked at on the CPU clock: its samples and the previous call's (ours compared, the references'
-        dropped); ours handed back whole with ``check``."""
-        watch = self.watch
-        for k, number, outs in (previous, call) if previous is not None else (call,):
-            watch.see(k, number, watch.host_samples(outs), outs)
-        if check:
-            watch.check(*call)
+            del previous
+        return per_window, held, kept_checked
 
     def _synced_calls(self, n: int) -> float:
         """The median wall time of up to 64 calls each synced to the device, on fresh inputs."""
         per_call = []
         for k in self._sets(max(1, min(n, 64))):
             [(k, _, prepared)] = self.inputs.take([k])
+            self._idle()  # (the copy may still run on the device)
             started = _perf_counter()
             self._sync(self.impl.call(k, prepared), True)
             per_call.append(1e3 * (_perf_counter() - started))

@@ -419,7 +419,8 @@ def judge_outputs(fam: Family, case: Case, prepared: Prepared, files: Dict[str, 
                   checks: Optional[dict] = None) -> Tuple[bool, str, Optional[float], int]:
     """(correct, why, max error, outputs checked) over every output group the worker wrote: ``check`` (set 0, the
     checked call) and ``call<i>`` (a timed call: ``checks["calls"]`` gives its set and number, whose inputs the
-    judge recomputes), then the pairs of timed calls whose samples agreed (``checks["repeats"]``). With
+    judge recomputes), then samples of drawn timed calls (``checks["samples"]``) and of pairs of timed calls whose
+    samples agreed (``checks["repeats"]``), each on its calls' references. With
     ``threads`` > 1 the groups are judged that many at a time where memory allows (NumPy releases the GIL in its
     loops: the references the judge computes itself are most of its time); the verdict is that of the first
     failing group in this order either way."""
@@ -482,29 +483,34 @@ def judge_outputs(fam: Family, case: Case, prepared: Prepared, files: Dict[str, 
         if not ok:
             return False, why, err, checked
         worst = max(worst, err or 0.0)
-    for repeat in checks.get("repeats", []):
-        ok, why = judge_repeat(fam, case, prepared, repeat)
+    for entry in checks.get("samples", []) + checks.get("repeats", []):
+        ok, why = judge_samples(fam, case, prepared, entry)
         if not ok:
-            return False, why, None, checked
+            return False, why, None, checked + len(entry["calls"])
+        checked += len(entry["calls"])
     return True, "", worst, checked
 
 
-def judge_repeat(fam: Family, case: Case, prepared: Prepared, repeat: dict) -> Tuple[bool, str]:
-    """Two timed calls (on different inputs) whose outputs agreed bit for bit at the sampled positions: right
-    only where those values are right for both calls' inputs (an output of few distinct values may agree
-    honestly). (ok, why)."""
-    (k1, n1), (k2, n2) = repeat["calls"]
-    for k, number in ((k2, n2), (k1, n1)):
+def judge_samples(fam: Family, case: Case, prepared: Prepared, entry: dict) -> Tuple[bool, str]:
+    """Samples of the outputs of one timed call (a sampled call the worker drew) or of two (on different inputs,
+    their samples bit for bit the same): right only where they are right for every listed call's inputs (an
+    output of few distinct values may agree honestly). (ok, why)."""
+    calls = entry["calls"]
+    for k, number in reversed(calls):
         arrays, grads = prepared.call_inputs(fam, case, k, number)
         expected = _expected(fam, case, arrays, grads)
-        for i, (dtype, positions, sample, exp) in enumerate(zip(repeat["dtypes"], repeat["positions"],
-                                                               repeat["samples"], expected)):
+        for i, (dtype, positions, sample, exp) in enumerate(zip(entry["dtypes"], entry["positions"],
+                                                               entry["samples"], expected)):
             got = host_values(np.frombuffer(bytes.fromhex(sample), _sample_dtype(dtype)), dtype)
             ok, _, why = judge(got, dtype, exp.take(np.asarray(positions, dtype=np.int64)))
-            if not ok:
-                return False, (f"timed calls {fresh.call_label(n1)} (set {k1}) and {fresh.call_label(n2)} (set {k2}) "
-                               f"on different inputs gave the same samples of output {i}, wrong for call "
-                               f"{fresh.call_label(number)}: {why}")
+            if ok:
+                continue
+            if len(calls) == 1:
+                return False, f"timed call {fresh.call_label(number)} on input set {k}, output {i} (sampled): {why}"
+            (k1, n1), (k2, n2) = calls
+            return False, (f"timed calls {fresh.call_label(n1)} (set {k1}) and {fresh.call_label(n2)} (set {k2}) on "
+                           f"different inputs gave the same samples of output {i}, wrong for call "
+                           f"{fresh.call_label(number)}: {why}")
     return True, ""
 
 

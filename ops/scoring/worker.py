@@ -8,7 +8,8 @@ Protocol (stdout): ``@@env {...}`` once (or ``@@impl_error <why>`` and exit stat
 not import), then ``@@ready`` whenever it waits for a command; per case ``@@start <id>``, ``@@variant <the
 dispatcher's choice>``, ``@@phase <name>`` before each step that may hang or fail (``check``, ``ours``, a
 reference's name, ``rounds``, ``extra``), ``@@outputs {tag: files}`` (the check call's, then the checked timed
-calls'), ``@@checks {"calls": {tag: [set, call number]}, "repeats": [...], "sampled": n}`` (``harness.Watch``),
+calls'), ``@@checks {"calls": {tag: [set, call number]}, "repeats": [...], "samples": [...], "sampled": n}``
+(``harness.Watch``),
 ``@@timing <name> {...}`` for each implementation, ``@@done <id>``. Command: {"case": id, "dir": folder, "seed":
 the case's seed (its calls' keys and the draws of checked calls), "spares": the folder of spare files
 (``spare``), "references": [...], "nbytes": n, "tiers": [GB/s x3] or null, "repeats": r, "ours_is_ops": bool}.
@@ -165,7 +166,8 @@ def run_case(fam, case, api, cmd, pristine=None) -> None:
         extra += 1
 
     emit("outputs", watch.files)
-    emit("checks", {"calls": watch.checks, "repeats": watch.repeats, "sampled": watch.samples})
+    emit("checks", {"calls": watch.checks, "repeats": watch.repeats, "samples": watch.sampled_checks,
+                    "sampled": watch.samples})
     emit("timing", {"name": "ours", "timing": dataclasses.asdict(ours.timing())})
     for m in meters:
         timing = m.timing()
