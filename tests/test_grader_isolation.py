@@ -156,3 +156,30 @@ def test_rounds_in_which_a_child_process_ran_are_discarded_and_run_again():
     never.impl.dirty = 10 ** 6
     assert not never.round() and never.discarded == harness.ROUND_ATTEMPTS and not never.wall
     assert not never.timing().ok and "not measured" in never.timing().error
+
+
+def test_landlock_widens_or_steps_aside_for_the_cuda_driver(tmp_path, monkeypatch):
+    """On a GPU run the grader first checks that a Landlocked process can still use CUDA: where the listed
+    device files are not enough it lets workers write all of /dev, and where even that stops the driver it runs
+    them without Landlock and says why."""
+    from ops.scoring import isolation as iso
+    monkeypatch.setattr(iso, "landlock_abi", lambda: 6)
+    monkeypatch.setattr(iso, "shutil", type("NoBwrap", (), {"which": staticmethod(lambda name: None)}))
+    for answers, mode, extra, words in (([True], "landlock", [], "device files;"),
+                                        ([False, True], "landlock", ["/dev"], "all of /dev"),
+                                        ([False, False], "none", [], "Landlock stops this machine's CUDA driver")):
+        calls = iter(answers)
+        monkeypatch.setattr(iso, "cuda_works_under", lambda writable: next(calls))
+        got = iso.Isolation(str(tmp_path), cuda=True)
+        assert (got.mode, got.extra) == (mode, extra) and words in got.describe(), got.describe()
+        assert next(calls, None) is None  # asked exactly as often as needed
+    monkeypatch.setattr(iso, "cuda_works_under", lambda writable: pytest.fail("a CPU run needs no probe"))
+    assert iso.Isolation(str(tmp_path)).mode == "landlock"
+
+
+def test_the_cuda_probe_fails_without_a_gpu():
+    from ops.scoring import isolation as iso
+    from ops._jittor import has_cuda
+    if has_cuda():
+        pytest.skip("a GPU machine")
+    assert not iso.cuda_works_under(["/tmp"])

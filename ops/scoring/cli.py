@@ -410,7 +410,8 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
     isolation = None
     try:
         scratch = tempfile.mkdtemp(prefix="get_score-", dir=scratch_root())
-        isolation = Isolation(scratch, protected=[args.json, args.markdown, args.save_tiers, args.plot, args.tiers])
+        isolation = Isolation(scratch, protected=[args.json, args.markdown, args.save_tiers, args.plot, args.tiers],
+                              cuda=device == "cuda")
         isolation.subreaper = subreaper
         pending.append(isolation.describe())
         if not args.no_warm:

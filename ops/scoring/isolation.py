@@ -27,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Sequence
 
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_CHILD_SUBREAPER = 36
@@ -103,6 +103,32 @@ def restrict_writes(writable: Iterable[str]) -> str:
     finally:
         os.close(ruleset)
     return ""
+
+
+# A process Landlocked over ``writable`` that must still drive a GPU: initialize CUDA, make a context and
+# allocate. Run by its own Python (this file loaded by its path: no jittor), so the grader itself stays free.
+_CUDA_PROBE = (
+    "import ctypes, importlib.util, sys\n"
+    "spec = importlib.util.spec_from_file_location('_isolation', sys.argv[1])\n"
+    "iso = importlib.util.module_from_spec(spec); spec.loader.exec_module(iso)\n"
+    "if iso.restrict_writes(sys.argv[2:]): sys.exit(2)\n"
+    "cuda = ctypes.CDLL('libcuda.so.1')\n"
+    "dev, ctx, ptr, n = ctypes.c_int(0), ctypes.c_void_p(), ctypes.c_uint64(), ctypes.c_int(0)\n"
+    "ok = (cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(n)) == 0 and n.value > 0\n"
+    "      and cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0\n"
+    "      and cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0 and cuda.cuCtxSetCurrent(ctx) == 0\n"
+    "      and cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(1 << 20)) == 0)\n"
+    "sys.exit(0 if ok else 1)\n")
+
+
+def cuda_works_under(writable: Sequence[str]) -> bool:
+    """Whether a process Landlocked to write only beneath ``writable`` can still use the GPU (a driver may
+    open or create files the list misses: device nodes made on first use, say)."""
+    try:
+        return subprocess.run([sys.executable, "-c", _CUDA_PROBE, os.path.abspath(__file__), *writable],
+                              capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
 def become_subreaper() -> bool:
@@ -197,7 +223,7 @@ class Isolation:
     that worker may write. ``mode``: "bwrap", "landlock" or "none" (decided once, by what the machine has;
     ``OPS_GRADER_ISOLATION`` may ask for less: "landlock" or "none")."""
 
-    def __init__(self, scratch: str, protected: Sequence[str] = ()):
+    def __init__(self, scratch: str, protected: Sequence[str] = (), cuda: bool = False):
         self.scratch = os.path.realpath(scratch)
         self.tmp = os.path.join(self.scratch, "tmp")
         os.makedirs(self.tmp, exist_ok=True)
@@ -208,11 +234,18 @@ class Isolation:
             "landlock" if wanted != "none" and landlock_abi() >= 1 else "none")
         self.bwrap = bwrap
         self.subreaper = False
+        self.extra: List[str] = []  # more writable paths the GPU driver turned out to need
+        self.why_none = ""
+        if self.mode == "landlock" and cuda and not cuda_works_under(self.writable()):
+            self.extra = ["/dev"]  # e.g. device nodes the driver makes on first use
+            if not cuda_works_under(self.writable()):
+                self.mode, self.extra = "none", []
+                self.why_none = "Landlock stops this machine's CUDA driver"
 
     def writable(self) -> List[str]:
         """What a worker may write: the scratch folder, the compilers' caches, device files, /dev/shm (where
         Python's multiprocessing, which jittor's compilers use, makes its semaphores)."""
-        return [self.scratch, "/dev/shm"] + _cache_folders() + _device_paths()
+        return [self.scratch, "/dev/shm"] + _cache_folders() + _device_paths() + self.extra
 
     def command(self, argv: List[str]) -> List[str]:
         """``argv`` as the worker is started: inside bubblewrap where that is the mode."""
@@ -249,9 +282,11 @@ class Isolation:
         if self.mode == "bwrap":
             where = "bubblewrap: own PID namespace, read-only files but the scratch folder and caches"
         elif self.mode == "landlock":
-            where = "Landlock: writes only to the scratch folder, /dev/shm, ~/.cache and device files"
+            where = ("Landlock: writes only to the scratch folder, /dev/shm, ~/.cache and device files"
+                     + (" (all of /dev: the GPU driver needs it)" if self.extra else ""))
         else:
-            where = "none: the graded module can write any file this user can (no bubblewrap, no Landlock)"
+            where = ("none: the graded module can write any file this user can "
+                     f"({self.why_none or 'no bubblewrap, no Landlock'})")
         exposed = self.exposed() if self.mode != "none" else []
         extra = f"; still writable to it: {', '.join(exposed)}" if exposed else ""
         return f"isolation: {where}; {kill}{extra}"

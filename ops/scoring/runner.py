@@ -164,6 +164,11 @@ def worker_command(job: dict) -> List[str]:
     return [sys.executable, "-c", _BOOT, PACKAGE_ROOT, "--job", json.dumps(job)]
 
 
+def _grader_nvcc_path() -> str:
+    from .._jittor import jt
+    return str(getattr(jt.flags, "nvcc_path", "") or "")
+
+
 class Worker:
     """One grading worker process: JSON commands in, ``@@`` lines out, stderr to a log file; started as
     ``isolation`` (``ops.scoring.isolation.Isolation``) says, where one is given."""
@@ -185,6 +190,11 @@ class Worker:
             # PyTorch's) or another busy process, one preempted thread stalls a whole parallel region; that
             # noise moved cases across tier boundaries from run to run.
             env.setdefault("OMP_NUM_THREADS", "1")
+        nvcc = _grader_nvcc_path()
+        if nvcc and "nvcc_path" not in env:
+            # The worker's jittor is the grader's CUDA build, whatever the worker's own probe of the GPU says (a
+            # worker that saw no GPU would build a CPU core into the same cache and break jittor's CUDA imports).
+            env["nvcc_path"] = nvcc
         argv = worker_command(job)
         if isolation is not None:
             argv, env = isolation.command(argv), isolation.environment(env)
