@@ -523,7 +523,11 @@ LARGE_OUTPUT_BYTES = 64 << 20
 SAMPLED_EVERY_CPU = 8
 SAMPLED_MIN_CPU = 2
 MAX_REPEATS_REPORTED = 3  # pairs of calls with the same samples sent to the parent per case
-SAMPLE_CHECKS_PER_ROUND = 4  # sampled calls per round whose samples the parent judges (not where outputs are large)
+# Sampled calls per round whose samples the parent judges on their call's reference, where a call's outputs hold at
+# most SAMPLE_CHECK_BYTES (every CPU case; its reference takes ~1 ms): a module that answers some calls with
+# memory it never wrote is found here (on a GPU every call is sampled, and compared with the case's earlier ones).
+SAMPLE_CHECKS_PER_ROUND = 4
+SAMPLE_CHECK_BYTES = 4 << 20
 
 
 class Watch:
@@ -549,6 +553,7 @@ class Watch:
         self.samples = 0
         self.best = float("inf")  # our fastest window's ms per call so far
         self.large = False
+        self.sample_checked = False
 
     def prime(self, outs, on_device: bool) -> None:
         """Sample positions for outputs shaped as ``outs``, and (``on_device``: outputs sampled by a kernel, not
@@ -558,7 +563,9 @@ class Watch:
             for o in outs:
                 pos = fresh.sample_positions(tuple(o.shape), self.rng)
                 self.positions.append((pos, jt.array(pos) if on_device else None))
-            self.large = on_device and sum(o.numel() * _itemsize(str(o.dtype)) for o in outs) > LARGE_OUTPUT_BYTES
+            size = sum(o.numel() * _itemsize(str(o.dtype)) for o in outs)
+            self.large = on_device and size > LARGE_OUTPUT_BYTES
+            self.sample_checked = size <= SAMPLE_CHECK_BYTES
         if on_device and self.save is not None:
             for count in (1, fresh.MAX_COPIES):
                 _jt_sync([fresh.sample_op([o] * count, var) for o, (_, var) in zip(outs, self.positions)])
@@ -588,7 +595,7 @@ class Watch:
             return
         for call in checked:
             self.check(*call)
-        if not self.large and self.candidates:  # samples the parent judges (on their call's reference)
+        if self.sample_checked and self.candidates:  # samples the parent judges (on their call's reference)
             for i in self.rng.choice(len(self.candidates), size=min(SAMPLE_CHECKS_PER_ROUND, len(self.candidates)),
                                      replace=False):
                 call, samples, dtypes = self.candidates[i]
