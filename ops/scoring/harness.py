@@ -507,8 +507,16 @@ class FreshInputs:
         _jt_sync([v for call in self._copies(k, fresh.MAX_COPIES) for v in call])
 
 
-def _itemsize(dtype: str) -> int:
-    return 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
+def _dtype_name(dtype) -> str:
+    """A jittor or PyTorch dtype as jittor names it ("float32", not "torch.float32")."""
+    name = str(dtype)
+    return name[len("torch."):] if name.startswith("torch.") else name
+
+
+def _itemsize(dtype) -> int:
+    """Bytes of one element of a jittor or PyTorch dtype."""
+    name = _dtype_name(dtype)
+    return 2 if name == "bfloat16" else np.dtype(name).itemsize
 
 
 # --- watching our outputs ----------------------------------------------------------------------------------------
@@ -625,10 +633,10 @@ class Watch:
         if before != (k, number) and len(self.repeats) < MAX_REPEATS_REPORTED:
             self.repeats.append(self._entry([before, (k, number)], samples, outs))
         if before == (k, number):
-            self.candidates.append(((k, number), samples, [str(o.dtype) for o in outs]))
+            self.candidates.append(((k, number), samples, [_dtype_name(o.dtype) for o in outs]))
 
     def _entry(self, calls, samples: List[bytes], outs=None, dtypes=None) -> dict:
-        return {"calls": [list(c) for c in calls], "dtypes": dtypes or [str(o.dtype) for o in outs],
+        return {"calls": [list(c) for c in calls], "dtypes": dtypes or [_dtype_name(o.dtype) for o in outs],
                 "positions": [pos.tolist() for pos, _ in self.positions], "samples": [s.hex() for s in samples]}
 
     def host_samples(self, outs) -> List[bytes]:
