@@ -155,9 +155,6 @@ GATHER_RUN_BYTES = 16
 # bytes): k4s4 0.0558 -> 0.0356, k3s2p1 0.0985 -> 0.0826, k2s2 0.0731 -> 0.0652, k2s3 0.1087 -> 0.1004; with more
 # windows the longer run reads more of them in one thread's chain: k3s1 0.0590 -> 0.0621, k8s1 0.115 -> 0.182.
 GATHER_WIDE_RUN_BYTES, GATHER_WIDE_MAX_WINDOWS = 32, 8
-# Where an element lies in COOP_MIN_WINDOWS windows or more, the gather takes a warp per run (bwd_gather_coop):
-# its lanes read 32 windows' indices at once and add the matches in the serial order (the same bits).
-COOP_MIN_WINDOWS = 64
 # Windows (kernel, stride, dilation) the gather takes at compile time; any other layer runs the same kernel with
 # the window at run time (Pool3dWinR).
 GATHER_WINDOWS = (
@@ -182,7 +179,7 @@ _launch.register_switch(BWD_SWITCH, BWD_MODES)
 VARIANTS = {
     "fwd": ("fwd_k2s2_vec", "fwd_flat", "fwd_warp", "fwd_rows", "fwd_cpu"),
     "bwd": ("bwd_tile_k2s2_vec", "bwd_tile_flat", "bwd_tile_warp", "bwd_scatter_flat", "bwd_scatter_warp",
-            "bwd_gather", "bwd_gather_coop", "bwd_tile_cpu", "bwd_scatter_cpu", "bwd_gather_cpu"),
+            "bwd_gather", "bwd_tile_cpu", "bwd_scatter_cpu", "bwd_gather_cpu"),
 }
 # Forward modes (bit 1: values, bit 2: indices), as the kernels' MODE template argument.
 MODE_VALUES, MODE_BOTH = 1, 3
@@ -434,8 +431,6 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
         if not cuda:
             return KernelConfig(f"bwd_{algo}_cpu", nopad=nopad, index_type=itype)
         if algo == "gather":
-            if windows_per_element(params.kernel, params.stride) >= COOP_MIN_WINDOWS:
-                return KernelConfig("bwd_gather_coop", vec=run, block=BLOCK, index_type=itype)
             window = (params.kernel, params.stride, params.dilation)
             return KernelConfig("bwd_gather", vec=run, block=BLOCK, index_type=itype,
                                 window=window if window in GATHER_WINDOWS else None)
@@ -488,7 +483,7 @@ def _entry(cfg: KernelConfig) -> tuple:
         return (v, cfg.k, cfg.nopad, cfg.clamp)
     if v == "fwd_rows":
         return (v, cfg.vec, cfg.k[2], cfg.sw, cfg.pw, cfg.nopad)
-    if v in ("bwd_gather", "bwd_gather_coop"):
+    if v == "bwd_gather":
         return (v, cfg.window, cfg.vec)
     return (v, cfg.k, cfg.nopad)  # fwd_warp, bwd_{tile,scatter}_{flat,warp}
 
@@ -510,11 +505,10 @@ def _call(entry: tuple, mode: int = MODE_VALUES) -> str:
     if v == "fwd_rows":
         _, vec, kw, sw, pw, nopad = entry
         return f"pool3d_fwd_rows_launch<T, I, {vec}, {kw}, {sw}, {pw}, {_TF[nopad]}, {BLOCK}>(x, y, yi, g, planes)"
-    if v in ("bwd_gather", "bwd_gather_coop"):
+    if v == "bwd_gather":
         _, window, run = entry
         win = "Pool3dWinR" if window is None else f"Pool3dWinC<{', '.join(ks(t) for t in window)}>"
-        launcher = "pool3d_bwd_gather_launch" if v == "bwd_gather" else "pool3d_bwd_coop_launch"
-        return f"{launcher}<T, I, {win}, {run}, {BLOCK}>(idx, dy, dx, g, planes)"
+        return f"pool3d_bwd_gather_launch<T, I, {win}, {run}, {BLOCK}>(idx, dy, dx, g, planes)"
     if v == "bwd_tile_k2s2_vec":
         opt = f"(({entry[1]} * sizeof(T)) == {MAX_VEC_BYTES} ? {K2_OPT_WIDE} : {K2_OPT_NARROW})"
         return f"pool3d_bwd_k2s2_launch<T, I, {entry[1]}, {opt}, {BLOCK}>(x, dy, dx, g, planes)"
@@ -542,7 +536,6 @@ def menus(itemsize: int) -> dict:
     narrow, wide = GATHER_RUN_BYTES // itemsize, GATHER_WIDE_RUN_BYTES // itemsize
     gather = [("bwd_gather", w, gather_run(w[0], w[1], itemsize)) for w in GATHER_WINDOWS]
     gather += [("bwd_gather", None, run) for run in sorted({narrow, wide if itemsize >= 4 else narrow})]
-    gather += [("bwd_gather_coop", None, narrow)]
     recompute = [("bwd_tile_k2s2_vec", vec) for vec in vecs]
     for layout in ("tile", "scatter"):
         recompute += [(f"bwd_{layout}_flat", k, nopad) for k in RECOMPUTE_WINDOWS + (GENERIC_WINDOW,)
@@ -603,7 +596,7 @@ def cuda_backward_src(index_type: str, algorithm: str) -> str:
 def menu_index(cfg: KernelConfig, dtype, mode: int = MODE_VALUES) -> int:
     """The index of a CUDA configuration in its translation unit's menu (``data["v"]`` / ``data["bv"]``)."""
     itemsize = _codegen.ITEMSIZE[_codegen.dtype_name(dtype)]
-    if cfg.variant in ("bwd_gather", "bwd_gather_coop"):
+    if cfg.variant == "bwd_gather":
         name = "gather"
     elif cfg.variant.startswith("bwd"):
         name = "recompute"

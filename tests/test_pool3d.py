@@ -469,11 +469,9 @@ SELECT_TABLE = [
      dict(vec=8, window=((3, 3, 3), (2, 2, 2), (1, 1, 1)))),
     ((8, 64, 16, 56, 56), "float64", _kw(3, 2, 1), "bwd", True, "bwd_gather", dict(vec=4)),
     ((8, 64, 16, 56, 56), "bfloat16", _kw(3, 2, 1), "bwd", True, "bwd_gather", dict(vec=8)),
-    ((2, 16, 32, 32, 32), "float32", _kw(8, 1), "bwd", True, "bwd_gather_coop", dict(vec=4, window=None)),
-    # a warp per run where an element lies in 64 windows or more (k8s1: 512)
-    ((2, 16, 32, 32, 30), "float16", _kw(8, 1), "bwd", True, "bwd_gather_coop", dict(vec=8, window=None)),
-    ((2, 16, 32, 32, 32), "float32", _kw((4, 4, 8), (1, 1, 2)), "bwd", True, "bwd_gather_coop", dict(vec=4)),
-    ((2, 16, 32, 32, 32), "float32", _kw((3, 4, 4), 1), "bwd", True, "bwd_gather", dict(window=None)),  # 48
+    ((2, 16, 32, 32, 32), "float32", _kw(8, 1), "bwd", True, "bwd_gather", dict(vec=4, window=None)),
+    ((2, 16, 32, 32, 30), "float16", _kw(8, 1), "bwd", True, "bwd_gather",
+     dict(vec=8, window=None)),
     ((2, 3, 5, 6, 7), "float64", _kw(3, 1), "bwd", True, "bwd_gather", dict(vec=2)),
     ((64, 64, 64, 128, 128), "float32", _kw(3, 1), "bwd", True, "bwd_gather", dict(index_type="long long")),
     # the default gathers for disjoint windows too ("bwd_re": OPS_POOL3D_BWD=recompute, the rows above)
@@ -714,34 +712,6 @@ def test_gradients_are_deterministic(device, rng):
         assert_grad_close(first, F.reference_grad(x.shape, arg, dy), "float32", kw)
 
 
-@pytest.mark.cuda
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
-def test_cooperative_gather_is_the_serial_gather_bit_for_bit(dtype, rng, monkeypatch):
-    """A warp per run adds the matches in the serial gather's window order: the same dx, bit for bit, with ties
-    (few distinct values), dilation and padding; and again on a rerun."""
-    jt.flags.use_cuda = 1
-    try:
-        cases = [((2, 4, 12, 12, 13), _kw(8, 1)), ((1, 3, 11, 12, 12), _kw(4, 1, 2)),
-                 ((2, 2, 12, 11, 21), _kw((4, 4, 8), (1, 1, 2), (2, 2, 4), (2, 1, 1)))]
-        xs = [rng.integers(0, 3, size=shape).astype(np.float32) if i % 2 else random_array(shape, dtype, rng)
-              for i, (shape, _) in enumerate(cases)]
-        dys = [random_array(F.reference_pool(np.asarray(x, np.float64), **kw)[0].shape, dtype, rng)
-               for x, (_, kw) in zip(xs, cases)]
-
-        def grads(variant):
-            for shape, kw in cases:
-                assert P.select_config(shape, dtype, P.normalize_params(**kw), "bwd").variant == variant
-            return [grad(x, dy, dtype, **kw).numpy().tobytes() for x, dy, (_, kw) in zip(xs, dys, cases)]
-
-        coop, again = grads("bwd_gather_coop"), grads("bwd_gather_coop")
-        monkeypatch.setattr(P, "COOP_MIN_WINDOWS", 10 ** 9)
-        ops._launch.reload_switches()  # forget the plans made with the cooperative gather
-        assert coop == again == grads("bwd_gather")
-    finally:
-        ops._launch.reload_switches()
-        jt.flags.use_cuda = 0
-
-
 # The disjoint-window layouts of GRAD_CASES (tilings with ceil_mode's partial windows and floor mode's
 # remainders, gaps, padding): the ones OPS_POOL3D_BWD=recompute takes from the saved indices back to x.
 DISJOINT_GRAD_CASES = [c for c in GRAD_CASES if P.layout_algorithm(P.normalize_params(**c[1])) != "gather"]
@@ -913,7 +883,7 @@ def test_cuda_cases_reach_every_cuda_variant():
                 if algorithm is None:
                     defaults.add(cfg.variant)
     assert names == {v for v in P.VARIANTS["fwd"] + P.VARIANTS["bwd"] if not v.endswith("cpu")}
-    assert {v for v in defaults if v.startswith("bwd")} == {"bwd_gather", "bwd_gather_coop"}
+    assert {v for v in defaults if v.startswith("bwd")} == {"bwd_gather"}
 
 
 @pytest.mark.parametrize("params", [dict(kernel_size=8, stride=1), dict(kernel_size=3, stride=2, padding=1),
