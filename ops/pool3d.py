@@ -150,10 +150,11 @@ ROWS_KW, ROWS_SW, ROWS_PW = (2, 3, 4, 5, 8), (1, 2), (0, 1)
 # 2026-11-23); with runs and compile-time strides (pool3d_gather.cuh) 0.098 ms, 1.19x PyTorch (predicted
 # 0.05-0.07).
 GATHER_RUN_BYTES = 16
-# Where an element lies in at most GATHER_WIDE_MAX_WINDOWS windows, 4- and 8-byte elements take 32-byte runs: a
-# thread has twice the bytes in flight for the same index reads. H100 (2026-11-27, float32, kernel ms 16 -> 32
-# bytes): k4s4 0.0558 -> 0.0356, k3s2p1 0.0985 -> 0.0826, k2s2 0.0731 -> 0.0652, k2s3 0.1087 -> 0.1004; with more
-# windows the longer run reads more of them in one thread's chain: k3s1 0.0590 -> 0.0621, k8s1 0.115 -> 0.182.
+# Where an element lies in at most GATHER_WIDE_MAX_WINDOWS windows and W is a whole number of 32-byte runs, 4- and
+# 8-byte elements take 32-byte runs: a thread has twice the bytes in flight for the same index reads. H100
+# (2026-11-27, float32, kernel ms 16 -> 32 bytes): k4s4 0.0558 -> 0.0356, k3s2p1 0.0985 -> 0.0826, k2s2 0.0731 ->
+# 0.0652; with W = 63 the partial runs lost: k2s2 ceil and floor 0.0728 -> 0.100 and 0.0927; more windows mean a
+# longer chain of index reads per thread: k3s1 0.0590 -> 0.0621, k8s1 0.115 -> 0.182.
 GATHER_WIDE_RUN_BYTES, GATHER_WIDE_MAX_WINDOWS = 32, 8
 # Windows (kernel, stride, dilation) the gather takes at compile time; any other layer runs the same kernel with
 # the window at run time (Pool3dWinR).
@@ -292,10 +293,16 @@ def windows_per_element(kernel: Triple, stride: Triple) -> int:
     return math.prod(-(-k // s) for k, s in zip(kernel, stride))
 
 
-def gather_run(kernel: Triple, stride: Triple, itemsize: int) -> int:
-    """Elements per thread of the gather backward (its run along W)."""
-    wide = itemsize >= 4 and windows_per_element(kernel, stride) <= GATHER_WIDE_MAX_WINDOWS
-    return (GATHER_WIDE_RUN_BYTES if wide else GATHER_RUN_BYTES) // itemsize
+def wide_gather_allowed(kernel: Triple, stride: Triple, itemsize: int) -> bool:
+    return itemsize >= 4 and windows_per_element(kernel, stride) <= GATHER_WIDE_MAX_WINDOWS
+
+
+def gather_run(kernel: Triple, stride: Triple, itemsize: int, width: int) -> int:
+    """Elements per thread of the gather backward (its run along a row of ``width`` elements)."""
+    wide = GATHER_WIDE_RUN_BYTES // itemsize
+    if wide_gather_allowed(kernel, stride, itemsize) and width % wide == 0:
+        return wide
+    return GATHER_RUN_BYTES // itemsize
 
 
 def windows_tile(params: PoolParams) -> bool:
@@ -427,7 +434,7 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
         if algo not in ("gather", layout_algorithm(params)):  # the gather serves every layout, the others one
             raise ValueError(f"algorithm must be 'gather' or {layout_algorithm(params)!r} for these windows, "
                              f"got {algo!r}")
-        run = gather_run(params.kernel, params.stride, itemsize) if algo == "gather" else 1
+        run = gather_run(params.kernel, params.stride, itemsize, spatial[2]) if algo == "gather" else 1
         if not cuda:
             return KernelConfig(f"bwd_{algo}_cpu", nopad=nopad, index_type=itype)
         if algo == "gather":
@@ -534,7 +541,8 @@ def menus(itemsize: int) -> dict:
     rows = [("fwd_rows", vec, kw, sw, pw, pw == 0 and nopad) for vec in vecs[:2] for kw in ROWS_KW
             for sw in ROWS_SW for pw in ROWS_PW for nopad in ((True, False) if pw == 0 else (False,))]
     narrow, wide = GATHER_RUN_BYTES // itemsize, GATHER_WIDE_RUN_BYTES // itemsize
-    gather = [("bwd_gather", w, gather_run(w[0], w[1], itemsize)) for w in GATHER_WINDOWS]
+    gather = [("bwd_gather", w, run) for w in GATHER_WINDOWS
+              for run in ((narrow, wide) if wide_gather_allowed(w[0], w[1], itemsize) else (narrow,))]
     gather += [("bwd_gather", None, run) for run in sorted({narrow, wide if itemsize >= 4 else narrow})]
     recompute = [("bwd_tile_k2s2_vec", vec) for vec in vecs]
     for layout in ("tile", "scatter"):
