@@ -250,6 +250,8 @@ def run_class(ap, args, argv_shown) -> int:
             slots = classroom.parse_gpus(args.gpus, visible)
         except ValueError as err:
             return _usage_error(str(err))
+        if not slots:
+            return _usage_error("--device cuda, but this host shows no GPU to grade on")
     notes = [f"{len(impls)} submission(s){f' (shard {index}/{count})' if count > 1 else ''} on "
              f"{'GPU ' + ','.join(map(str, slots)) if args.device == 'cuda' else 'the CPU, one after another'}; "
              f"reports in {out_dir}"]
