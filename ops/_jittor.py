@@ -410,8 +410,9 @@ def load_cudnn(lib: _cuda_libs.Library, cache_path: str) -> str:
 
 
 CUDNN_LOADED = False
-if getattr(jt, "has_cuda", 0) and LIBS.cudnn is not None and _jittor_cache_path():
-    _message = load_cudnn(LIBS.cudnn, _jittor_cache_path())
+_cache = _jittor_cache_path() if getattr(jt, "has_cuda", 0) and LIBS.cudnn is not None else None
+if _cache:
+    _message = load_cudnn(LIBS.cudnn, _cache)
     CUDNN_LOADED = jt.cudnn is not None
     if _message:
         print(_message, file=sys.stderr)
