@@ -106,6 +106,10 @@ def test_children_get_the_class_options(tmp_path):
                         ("--references", "naive")):
         assert argv[argv.index(flag) + 1] == value
     assert "--no-torch" in argv and "--no-warm" not in argv and "--direction" not in argv
+    args.references = None  # by default a child against the tiers times no reference
+    argv = C.child_argv(args, "pkg.mod", "t.json", str(tmp_path))
+    assert argv[argv.index("--references") + 1] == ""
+    assert "--references" not in C.child_argv(args, "ops", None, str(tmp_path), save_tiers="t.json")
 
 
 def _run_class(tmp_path, *argv):
@@ -118,6 +122,32 @@ def _run_class(tmp_path, *argv):
     return subprocess.run([sys.executable, os.path.join(root, "get_score.py"), "--device", "cpu", "--op", "permute",
                            "-k", "f16", "--no-torch", *argv], env=env, cwd=tmp_path, capture_output=True, text=True,
                           timeout=900)
+
+
+def test_an_interrupted_class_reports_the_submissions_it_finished(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.path.join(root, "tests"),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, os.path.join(root, "get_score.py"), "--device", "cpu", "--op", "permute",
+                             "-k", "f16", "--direction", "fwd", "--no-torch", "--impl", "ops", "class_hang", "--csv",
+                             str(tmp_path / "c.csv"), "--class-dir", str(tmp_path / "class")],
+                            env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stderr:
+            if line.startswith("ops: "):  # ops graded; class_hang starts next and never finishes
+                break
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    with open(tmp_path / "c.csv") as f:
+        assert [r["impl"] for r in csv.DictReader(f)] == ["ops"]
+    assert "interrupted" in (tmp_path / "class" / "class.md").read_text()
 
 
 def test_a_hanging_submission_times_out_alone(tmp_path):
@@ -149,3 +179,8 @@ def test_a_class_on_the_cpu(tmp_path):
                  "class.md"):
         assert (out / name).exists(), name
     assert all(len(line) <= 120 for line in proc.stdout.splitlines())
+
+    def rounds(impl):
+        with open(out / f"{impl}.json") as f:
+            return sum(len(r["ours"]["rounds"]) for r in json.load(f)["results"])
+    assert 0 < rounds("class_wrong") < rounds("ops")  # a case judged wrong stops timing early

@@ -168,7 +168,10 @@ def child_argv(args, impl: str, tiers: Optional[str], out_dir: str, save_tiers: 
     argv = [sys.executable, "-c", "import sys; from ops.scoring.cli import main; sys.exit(main(sys.argv[1:]))",
             "--impl", impl, "--json", os.path.join(out_dir, name + ".json"),
             "--markdown", os.path.join(out_dir, name + ".md"), "--no-progress"]
-    if tiers:
+    if tiers and getattr(args, "references", None) is None:
+        # the tiers grade every submission: timing the references again would double a child's time
+        argv += ["--tiers", tiers, "--references", ""]
+    elif tiers:
         argv += ["--tiers", tiers]
     if save_tiers:
         argv += ["--save-tiers", save_tiers]
@@ -199,9 +202,11 @@ class Grader:
         self.timeout, self.on_row = submission_timeout, on_row
         self._lock = threading.Lock()
         self._running: Dict[int, subprocess.Popen] = {}
+        self.stopped = False
+        self.finished: Dict[int, Row] = {}  # submissions graded to the end (not stopped by stop_all), by position
 
     def _run(self, impl: str, gpu: Optional[int], tiers: Optional[str], save_tiers: Optional[str] = None,
-             name: Optional[str] = None, timeout: Optional[float] = -1.0) -> Row:
+             name: Optional[str] = None, timeout: Optional[float] = -1.0, index: Optional[int] = None) -> Row:
         name = name or safe_name(impl)
         json_path, log_path = os.path.join(self.out_dir, name + ".json"), os.path.join(self.out_dir, name + ".log")
         for stale in (json_path, os.path.join(self.out_dir, name + ".md")):
@@ -226,7 +231,10 @@ class Grader:
                 with self._lock:
                     self._running.pop(proc.pid, None)
         row = row_from_run(impl, proc.returncode, json_path, log_path, time.monotonic() - started, timed_out)
-        if self.on_row:
+        with self._lock:
+            if index is not None and not self.stopped:
+                self.finished[index] = row
+        if self.on_row and index is not None:
             self.on_row(row)
         return row
 
@@ -247,6 +255,7 @@ class Grader:
 
     def stop_all(self) -> None:
         with self._lock:
+            self.stopped = True
             running = list(self._running.values())
         for proc in running:
             self._stop(proc)
@@ -268,7 +277,7 @@ class Grader:
                     if not queue:
                         return
                     i, impl = queue.pop(0)
-                rows[i] = self._run(impl, gpu, tiers)
+                rows[i] = self._run(impl, gpu, tiers, index=i)
 
         threads = [threading.Thread(target=work, args=(gpu,), daemon=True) for gpu in self.slots]
         for t in threads:

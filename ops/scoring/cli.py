@@ -268,9 +268,12 @@ def run_class(ap, args, argv_shown) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # jittor's handler would end this process when a child is killed
     tiers = args.tiers
     try:
         if tiers is None:
+            print(f"{ap.prog}: measuring the class's tiers: grading ops with the references", file=sys.stderr,
+                  flush=True)
             measured = grader.measure_tiers()
             tiers = os.path.join(out_dir, classroom.TIERS_FILE)
             if not os.path.exists(tiers):
@@ -280,6 +283,10 @@ def run_class(ap, args, argv_shown) -> int:
         rows = grader.grade(impls, tiers)
     except Interrupted:
         print(f"{ap.prog}: interrupted; the submissions not finished are not in the class table", file=sys.stderr)
+        rows = [grader.finished[i] for i in sorted(grader.finished)]
+        notes.append("interrupted: the submissions not finished are not in this table")
+        _class_report(args, rows, out_dir, f"{ap.prog}: class of {len(rows)} on {args.device}, {stamp} "
+                                           f"(interrupted)", notes)
         return EXIT_INTERRUPTED
     finally:
         for s in (signal.SIGTERM, signal.SIGINT):

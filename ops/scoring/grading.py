@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, Sequence
 TIER_POINTS = (40, 70, 100)
 TIER_FRACTION = 0.95
 REFERENCES = ("naive", "jittor", "torch", "compile")
+WRONG_FLAG = "judged_wrong"  # a file in a case's folder: the checked call was wrong, our rounds may stop
 
 
 @dataclass

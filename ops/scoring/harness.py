@@ -540,9 +540,9 @@ SAMPLE_CHECK_BYTES = 4 << 20
 
 class Watch:
     """Our timed calls' outputs under watch, by draws the graded module cannot see coming. Whole outputs go back
-    (``checks``: tag -> [set, call number]; ``files``: tag -> files) of a call drawn over each round and of a call
-    drawn in each round's fastest window where that is our fastest yet (the window that sets the time is always one
-    of them); samples of the others (``fresh.SAMPLES`` elements of each output at positions fixed for the case) are
+    (``checks``: tag -> [set, call number]; ``files``: tag -> files) of a call drawn over each round (over the whole
+    case where a call's reference is costly) and of a call drawn in our fastest window (the window that sets the
+    time); samples of the others (``fresh.SAMPLES`` elements of each output at positions fixed for the case) are
     compared among the calls of a window: two calls on different inputs with the same samples (an answer handed
     out twice, or memory nobody wrote) go to the parent as ``repeats``, which judges the samples against both
     calls' references."""
@@ -561,11 +561,14 @@ class Watch:
         self.samples = 0
         self.best = float("inf")  # our fastest window's ms per call so far
         self.large = False
-        self.sample_checked = False
+        self.sample_checked = False  # a call's reference is cheap (SAMPLE_CHECK_BYTES): checks are not rationed
+        self.timed_calls = 0  # of the case so far: a costly case's drawn check is one of them, uniformly
+        self.drawn: Optional[tuple] = None  # that call (set, number, outputs), checked at the case's end
+        self.fastest: Optional[tuple] = None  # the held call of our fastest window, checked at the case's end
 
-    def prime(self, outs, on_device: bool) -> None:
-        """Sample positions for outputs shaped as ``outs``, and (``on_device``: outputs sampled by a kernel, not
-        read on the host) the sampling kernels compiled."""
+    def prime(self, outs, on_device: bool, input_bytes: int = 0) -> None:
+        """Sample positions for outputs shaped as ``outs`` (of calls on ``input_bytes`` of inputs), and
+        (``on_device``: outputs sampled by a kernel, not read on the host) the sampling kernels compiled."""
         if self.positions is None:
             self.positions = []
             for o in outs:
@@ -573,15 +576,21 @@ class Watch:
                 self.positions.append((pos, jt.array(pos) if on_device else None))
             size = sum(o.numel() * _itemsize(str(o.dtype)) for o in outs)
             self.large = on_device and size > LARGE_OUTPUT_BYTES
-            self.sample_checked = size <= SAMPLE_CHECK_BYTES
+            self.sample_checked = size + input_bytes <= SAMPLE_CHECK_BYTES
         if on_device and self.save is not None:
             for count in (1, fresh.MAX_COPIES):
                 _jt_sync([fresh.sample_op([o] * count, var) for o, (_, var) in zip(outs, self.positions)])
 
     def plan(self, calls: int) -> set:
         """Positions of the round's calls whose outputs go back whole (none where our outputs are large: then every
-        call is sampled on the device, and the parent's reference of one costs seconds)."""
+        call is sampled on the device, and the parent's reference of one costs seconds). Where a call's
+        reference is cheap, CHECKS_PER_ROUND of every round; else one call of the whole case, drawn uniformly
+        (reservoir sampling over the rounds: this round's calls replace the one kept with the probability of
+        their share of the case's calls so far)."""
         if self.save is None or self.large:
+            return set()
+        self.timed_calls += calls
+        if not self.sample_checked and self.rng.random() >= calls / self.timed_calls:
             return set()
         return set(int(i) for i in self.rng.choice(calls, size=min(calls, CHECKS_PER_ROUND), replace=False))
 
@@ -596,13 +605,16 @@ class Watch:
 
     def round_done(self, per_window: List[float], held: list, checked: list) -> None:
         """The round's windows ended at ``per_window`` ms per call: the calls drawn for it (``checked``) go back
-        whole, and where its fastest window is our fastest yet, that window's held call (``held``: one per window,
-        as (set, call number, outputs)). After the windows: a file written between two windows would slow the
-        next one down."""
+        whole (a costly case's is kept to the case's end instead), and where its fastest window is our fastest yet,
+        that window's held call (``held``: one per window, as (set, call number, outputs)) is kept to the case's
+        end. After the windows: a file written between two windows would slow the next one down."""
         if self.save is None:
             return
         for call in checked:
-            self.check(*call)
+            if self.sample_checked:
+                self.check(*call)
+            else:
+                self.drawn = call
         if self.sample_checked and self.candidates:  # samples the parent judges (on their call's reference)
             for i in self.rng.choice(len(self.candidates), size=min(SAMPLE_CHECKS_PER_ROUND, len(self.candidates)),
                                      replace=False):
@@ -612,7 +624,17 @@ class Watch:
         fastest = int(np.argmin(per_window))
         if per_window[fastest] < self.best and held[fastest] is not None:
             self.best = per_window[fastest]
-            self.check(*held[fastest])
+            self.fastest = held[fastest]
+
+    def finish(self) -> None:
+        """The case's timing is over: the calls kept to its end go back whole (the fastest window's held call, and
+        a costly case's drawn call). One check of the window that sets the time, not one per faster window: the
+        parent's reference of a large case's call costs 0.5-2 s (three checks a case, not up to nine: judging
+        took 264 s of the 148 H100 cases)."""
+        for call in (self.fastest, self.drawn):
+            if call is not None:
+                self.check(*call)
+        self.fastest = self.drawn = None
 
     def new_window(self) -> None:
         """(Samples are compared over the whole case: positions are fixed for it, and a module that hands out memory
@@ -749,7 +771,7 @@ class Meter:
             self.estimate_ms = (_perf_counter() - started) * 1e3
             clean = children_cpu_seconds() == children
             if self.watch is not None:
-                self.watch.prime(outs, self.is_jittor and not self.cpu_clock)
+                self.watch.prime(outs, self.is_jittor and not self.cpu_clock, self.inputs.call_bytes)
             if self.is_jittor:
                 self.output_bytes = sum(o.numel() * _itemsize(str(o.dtype)) for o in outs)
             if clean and (attempt > 0 or self.estimate_ms > SLOW_FIRST_CALL_MS):

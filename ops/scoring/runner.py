@@ -27,7 +27,7 @@ from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import fresh, spare
-from .grading import CaseResult, Timing, grade
+from .grading import WRONG_FLAG, CaseResult, Timing, grade
 from .judge import host_values, judge
 from .spec import Case, Family
 
@@ -613,8 +613,25 @@ class Runner:
         skipped: Dict[str, Timing] = {}
         files: Optional[Dict[str, list]] = None
         checks: dict = {}
+        early: List[threading.Thread] = []
+
+        def judge_check(check_files: list) -> None:
+            """Where no reference is timed (stored tiers), a wrong checked call ends our rounds early: its case
+            earns nothing whatever its time, and a class's wrong submissions cost their GPU less."""
+            def run():
+                try:
+                    ok = judge_outputs(fam, case, prepared, {"check": check_files})[0]
+                except Exception:
+                    return
+                if not ok:
+                    with open(os.path.join(folder, WRONG_FLAG), "w"):
+                        pass
+            early.append(threading.Thread(target=run, daemon=True))
+            early[-1].start()
 
         def finish() -> CaseResult:
+            for thread in early:
+                thread.join()
             try:
                 if files is not None:
                     judging = time.monotonic()  # the check call's references were computed in advance
@@ -633,7 +650,8 @@ class Runner:
 
         while True:
             refs = [r for r in self.references if r not in skipped]
-            outcome = self._attempt(case, folder, refs, nbytes, result, prepared.seed)
+            outcome = self._attempt(case, folder, refs, nbytes, result, prepared.seed,
+                                    judge_check if not refs and not early else None)
             kind = outcome[0]
             if kind == "reference hung":
                 skipped[outcome[1]] = outcome[2]
@@ -652,9 +670,10 @@ class Runner:
         files, checks = outcome[1], outcome[3]
         return result, finish
 
-    def _attempt(self, case: Case, folder: str, refs: List[str], nbytes: int, result: CaseResult, seed: int):
+    def _attempt(self, case: Case, folder: str, refs: List[str], nbytes: int, result: CaseResult, seed: int,
+                 on_check: Optional[Callable[[list], None]] = None):
         """Send the case to a worker and collect its messages (the variant it ran and each phase's seconds go
-        to ``result``).
+        to ``result``; the checked call's output files to ``on_check`` as they come).
         Returns ("ok", files, timings, checks), ("reference hung", name, Timing), ("hung"|"crashed"|"budget",
         why)."""
         if self.start_failure:
@@ -705,7 +724,10 @@ class Runner:
             elif kind == "variant":
                 result.variant = payload
             elif kind == "outputs":
-                files.update(json.loads(payload))
+                written = json.loads(payload)
+                files.update(written)
+                if on_check is not None and "check" in written:
+                    on_check(written["check"])
             elif kind == "checks":
                 checks = json.loads(payload)
             elif kind == "timing":

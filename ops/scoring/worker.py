@@ -75,7 +75,7 @@ def run_case(fam, case, api, cmd, pristine=None) -> None:
 
     from . import compile_pass, fresh
     from . import harness as H
-    from .grading import TIER_FRACTION, Timing
+    from .grading import TIER_FRACTION, WRONG_FLAG, Timing
 
     try:  # the dispatcher's choice, asked where the case runs (the device decides it)
         emit("variant", fam.variant(case, api if cmd.get("ours_is_ops") else None))
@@ -148,23 +148,27 @@ def run_case(fam, case, api, cmd, pristine=None) -> None:
 
     emit("phase", "rounds")
     fast = [m for m in meters if not m.slow and not m.unclean]
+    judged_wrong = os.path.join(case_dir, WRONG_FLAG)  # written by the parent (see Runner.run_case)
     done = 0
     for attempt in range(cmd["repeats"]):
         for m in [ours] + fast:
             m.round()
         done += 1
+        if os.path.exists(judged_wrong):
+            break
         if done >= H.MIN_ROUNDS and not H.near_a_tier(ours, fast, cmd["nbytes"], cmd.get("tiers"), TIER_FRACTION,
                                                       H.FAR_FROM_TIER):
             break
     # Near a tier's boundary a few percent of noise decides the points: take more rounds there.
     extra = 0
-    while extra < 2 * cmd["repeats"] and H.near_a_tier(ours, fast, cmd["nbytes"], cmd.get("tiers"), TIER_FRACTION):
+    while extra < 2 * cmd["repeats"] and not os.path.exists(judged_wrong) and H.near_a_tier(ours, fast, cmd["nbytes"], cmd.get("tiers"), TIER_FRACTION):
         if extra == 0:
             emit("phase", "extra")
         for m in [ours] + fast:
             m.round()
         extra += 1
 
+    watch.finish()
     emit("outputs", watch.files)
     emit("checks", {"calls": watch.checks, "repeats": watch.repeats, "samples": watch.sampled_checks,
                     "sampled": watch.samples})

@@ -1,0 +1,37 @@
+"""The grader's watch over our timed calls (ops/scoring/harness.py:Watch): which calls go back whole."""
+import numpy as np
+
+from ops._jittor import jt
+from ops.scoring import harness as H
+
+
+def watched(out_elements, input_bytes, rounds=6, calls=40, windows=4):
+    """Run a Watch through ``rounds`` rounds of ``calls`` calls; returns the call numbers that went back whole."""
+    saved = []
+    watch = H.Watch(np.random.default_rng(7), lambda tag, outs: saved.append(tag) or [tag])
+    outs = [jt.zeros((out_elements,), "float32")]
+    watch.prime(outs, on_device=False, input_bytes=input_bytes)
+    number = 0
+    for r in range(rounds):
+        checked = watch.plan(calls)
+        kept = [(0, number + i, outs) for i in sorted(checked)]
+        held = [(0, number + w * (calls // windows), outs) for w in range(windows)]
+        watch.round_done([10.0 - r] * windows, held, kept)  # every round faster than the last
+        number += calls
+    watch.finish()
+    return [watch.checks[tag][1] for tag in saved]
+
+
+def test_a_cheap_case_checks_a_call_of_every_round_and_its_fastest_window_once():
+    numbers = watched(16, 1024)
+    assert len(numbers) == 6 + 1 and len(set(numbers)) == len(numbers)
+    assert numbers[-1] == 5 * 40  # the last (fastest) round's first window's held call, at the end
+
+
+def test_a_costly_case_checks_one_drawn_call_and_its_fastest_window():
+    costly = H.SAMPLE_CHECK_BYTES  # inputs alone past the bound: the parent's reference of a call costs seconds
+    draws = [watched(16, costly, calls=40 + seed) for seed in range(8)]
+    assert all(len(numbers) == 2 for numbers in draws)
+    drawn = {numbers[1] // 40 for numbers in draws}  # the round each drawn call was in
+    assert len(drawn) > 1  # not always the same round
+
