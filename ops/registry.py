@@ -59,19 +59,22 @@ class FamilyRecord:
 
 
 BUILTIN = (
-    FamilyRecord("max_pool3d", "ops.pool3d", ("max_pool3d",), ("MaxPool3d",), "ops.scoring.fam_pool3d",
-                 variants=("VARIANTS",), snippets=("pool3d.cuh", "pool3d_gather.cuh", "pool3d_cpu.h"),
-                 tests=("test_pool3d.py",), bench="ops.bench:pool3d_calls"),
-    FamilyRecord("permute", "ops.permutation", ("permute", "transpose", "transpose_add"), ("Permute", "TransposeAdd"),
-                 "ops.scoring.fam_permute", aliases={"transpose": "permute", "transpose_add": "transpose_add"},
-                 variants=("VARIANTS",), snippets=("permute.cuh", "permute_cpu.h"), tests=("test_permute.py",),
+    FamilyRecord("max_pool3d", "ops.pool3d", functions=("max_pool3d",), layers=("MaxPool3d",),
+                 grader="ops.scoring.fam_pool3d", variants=("VARIANTS",),
+                 snippets=("pool3d.cuh", "pool3d_gather.cuh", "pool3d_cpu.h"), tests=("test_pool3d.py",),
+                 bench="ops.bench:pool3d_calls"),
+    FamilyRecord("permute", "ops.permutation", functions=("permute", "transpose", "transpose_add"),
+                 layers=("Permute", "TransposeAdd"), grader="ops.scoring.fam_permute",
+                 aliases={"transpose": "permute", "transpose_add": "transpose_add"}, variants=("VARIANTS",),
+                 snippets=("permute.cuh", "permute_cpu.h"), tests=("test_permute.py",),
                  bench="ops.bench:permute_calls"),
-    FamilyRecord("expand_as", "ops.broadcast", ("broadcast_to", "expand_as"), ("ExpandAs",), "ops.scoring.fam_broadcast",
-                 aliases={"broadcast_to": None}, variants=("FORWARD_VARIANTS", "GRAD_VARIANTS"),
-                 snippets=("broadcast.cuh", "broadcast_cpu.h"), tests=("test_broadcast.py",),
-                 bench="ops.bench:broadcast_calls"),
-    FamilyRecord("timex", "ops.time_mix", ("timex",), ("TimeX",), "ops.scoring.fam_timex", variants=("VARIANTS",),
-                 snippets=("timex.cuh",), tests=("test_timex.py",), bench="ops.bench:timex_calls"),
+    FamilyRecord("expand_as", "ops.broadcast", functions=("broadcast_to", "expand_as"), layers=("ExpandAs",),
+                 grader="ops.scoring.fam_broadcast", aliases={"broadcast_to": None},
+                 variants=("FORWARD_VARIANTS", "GRAD_VARIANTS"), snippets=("broadcast.cuh", "broadcast_cpu.h"),
+                 tests=("test_broadcast.py",), bench="ops.bench:broadcast_calls"),
+    FamilyRecord("timex", "ops.time_mix", functions=("timex",), layers=("TimeX",), grader="ops.scoring.fam_timex",
+                 variants=("VARIANTS",), snippets=("timex.cuh",), tests=("test_timex.py",),
+                 bench="ops.bench:timex_calls"),
 )
 
 

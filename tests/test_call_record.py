@@ -6,6 +6,7 @@ import pytest
 
 import call_record
 import ops
+from ops import registry
 from ops._jittor import jt
 
 
@@ -82,3 +83,14 @@ def test_large_recorded_inputs_decode_to_uninitialized_vars():
     assert (tuple(big.shape), str(big.dtype)) == ((2048, 1024), "bfloat16")
     assert (tuple(small.shape), str(small.dtype)) == ((4, 3), "float16")
     assert np.abs(small.float32().numpy()).max() <= 1.0
+
+
+def test_a_recording_names_public_functions_of_registered_families_only(monkeypatch):
+    monkeypatch.delenv(registry.FAMILY_MODULES_ENV, raising=False)
+    assert call_record._function("transpose_add") is ops.permutation.transpose_add
+    with pytest.raises(ValueError, match="'scale', a function of no registered family"):
+        call_record._function("scale")
+    monkeypatch.setenv(registry.FAMILY_MODULES_ENV, "toy_family")
+    import toy_family
+    assert call_record._function("scale") is toy_family.scale
+    assert call_record.recorded_files() == [] and call_record.public() == {"toy_family": ("scale",)}

@@ -77,4 +77,4 @@ FAMILY = ToyFamily("toy", [_case("ok", behaviour="ok"), _case("ok", "bwd", behav
                            _case("crash", behaviour="crash"), _case("hang", behaviour="hang"),
                            _case("refhang", behaviour="refhang"), _case("after", behaviour="ok")])
 
-RECORD = FamilyRecord("toy", "toy_family", ("scale",), grader="toy_family", bench="toy_family:bench_calls")
+RECORD = FamilyRecord("toy", "toy_family", functions=("scale",), grader="toy_family", bench="toy_family:bench_calls")

@@ -12,7 +12,11 @@ import os
 
 
 def _registry():
-    """ops/registry.py, loaded by its path: importing ``ops`` would import jittor."""
+    """ops/registry.py; loaded by its path where get_score.py loads this file by its path (importing ``ops`` would
+    import jittor)."""
+    if __package__:
+        from .. import registry
+        return registry
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "registry.py")
     spec = importlib.util.spec_from_file_location("_ops_registry", path)
     module = importlib.util.module_from_spec(spec)
