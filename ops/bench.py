@@ -51,92 +51,128 @@ def _torch():
     return torch
 
 
-def call_cases(jt, ops, np, torch, cuda: bool):
-    """(name, ops call, jittor call, torch call or None): each returns what must be synced."""
-    rng = np.random.default_rng(0)
-    dev = "cuda" if cuda else "cpu"
+class CallKit:
+    """What a family's bench rows are built from: the modules, the device, and makers of inputs and steps."""
 
-    def var(shape, grad=False):
-        v = jt.array(rng.random(shape, dtype=np.float32))
+    def __init__(self, jt, ops, np, torch, cuda: bool):
+        self.jt, self.ops, self.np, self.torch, self.cuda = jt, ops, np, torch, cuda
+        self.F = torch.nn.functional if torch is not None else None
+        self.rng = np.random.default_rng(0)
+        self.dev = "cuda" if cuda else "cpu"
+
+    def var(self, shape, grad=False):
+        v = self.jt.array(self.rng.random(shape, dtype=self.np.float32))
         if not grad:
             v.stop_grad()
         return v
 
-    def tt(shape, grad=False):
-        if torch is None:
+    def tt(self, shape, grad=False):
+        if self.torch is None:
             return None
-        return torch.rand(shape, device=dev, requires_grad=grad)
+        return self.torch.rand(shape, device=self.dev, requires_grad=grad)
 
     # forward + backward as a training step meets them: the loss (the forward's output, summed) and the
     # gradient are both computed; with the gradient alone jittor may leave out a built-in's forward (the sum of a
     # broadcast needs no broadcast to differentiate), which no training step can.
-    def fwd_bwd(f, *xs):
+    def fwd_bwd(self, f, *xs):
+        jt = self.jt
+
         def step():
             loss = f(*xs).sum()
             return [loss] + jt.grad(loss, list(xs))
         return step
 
-    def torch_fwd_bwd(f, x):
+    def torch_fwd_bwd(self, f, x):
+        torch = self.torch
+
         def step():
             loss = f(x).sum()
             (dx,) = torch.autograd.grad(loss, [x])
             return loss, dx
         return step
 
-    x5, x5g = var((1, 1, 4, 4, 4)), var((1, 1, 4, 4, 4), True)
-    big = (8, 32, 32, 64, 64) if cuda else (2, 8, 16, 32, 32)
-    xb = var(big)
-    x2, y2, x2g = var((64, 64)), var((64, 64)), var((64, 64), True)
-    xe, xeg = var((5, 1, 1)), var((5, 1, 1), True)
+
+def pool3d_calls(kit: CallKit):
+    ops, jt, F, torch = kit.ops, kit.jt, kit.F, kit.torch
+    x5, x5g = kit.var((1, 1, 4, 4, 4)), kit.var((1, 1, 4, 4, 4), True)
+    big = (8, 32, 32, 64, 64) if kit.cuda else (2, 8, 16, 32, 32)
+    xb = kit.var(big)
+    t5, t5g, tb = kit.tt((1, 1, 4, 4, 4)), kit.tt((1, 1, 4, 4, 4), True), kit.tt(big)
+    return [
+        ("max_pool3d k2s2 (1,1,4,4,4)", lambda: ops.max_pool3d(x5, 2, 2), lambda: jt.nn.max_pool3d(x5, 2, 2),
+         torch and (lambda: F.max_pool3d(t5, 2, 2))),
+        (f"max_pool3d k2s2 {big}", lambda: ops.max_pool3d(xb, 2, 2), lambda: jt.nn.max_pool3d(xb, 2, 2),
+         torch and (lambda: F.max_pool3d(tb, 2, 2))),
+        ("max_pool3d fwd+bwd (1,1,4,4,4)", kit.fwd_bwd(lambda x: ops.max_pool3d(x, 2, 2), x5g),
+         kit.fwd_bwd(lambda x: jt.nn.max_pool3d(x, 2, 2), x5g),
+         torch and kit.torch_fwd_bwd(lambda x: F.max_pool3d(x, 2, 2), t5g)),
+    ]
+
+
+def permute_calls(kit: CallKit):
+    ops, torch = kit.ops, kit.torch
+    x2, y2, x2g = kit.var((64, 64)), kit.var((64, 64)), kit.var((64, 64), True)
+    t2, u2, t2g = kit.tt((64, 64)), kit.tt((64, 64)), kit.tt((64, 64), True)
+    return [
+        ("permute (64,64) (1,0)", lambda: ops.permute(x2, 1, 0), lambda: x2.permute(1, 0),
+         torch and (lambda: t2.permute(1, 0).contiguous())),
+        ("permute fwd+bwd (64,64)", kit.fwd_bwd(lambda x: ops.permute(x, 1, 0), x2g),
+         kit.fwd_bwd(lambda x: x.permute(1, 0), x2g), torch and kit.torch_fwd_bwd(lambda x: x.permute(1, 0), t2g)),
+        ("transpose_add (64,64)", lambda: ops.transpose_add(x2, y2), lambda: x2.transpose(0, 1) + y2,
+         torch and (lambda: t2.transpose(0, 1) + u2)),
+    ]
+
+
+def broadcast_calls(kit: CallKit):
+    ops, jt, torch = kit.ops, kit.jt, kit.torch
+    xe, xeg = kit.var((5, 1, 1)), kit.var((5, 1, 1), True)
+    te, teg = kit.tt((5, 1, 1)), kit.tt((5, 1, 1), True)
     # tiny expand_as forward + backward: calls of a few microseconds, jittor's per-op costs against ours
     tiny = [((3, 1), (3, 4)), ((5, 1, 1), (5, 8, 8))]
-    tiny_vars = [(var(xs, True), var(ys), tt(xs, True), tt(ys)) for xs, ys in tiny]
-    w, k = var((64, 64)), var((1, 64, 64))
-    wg, kg = var((64, 64), True), var((1, 64, 64), True)
-    t5, t5g, tb = tt((1, 1, 4, 4, 4)), tt((1, 1, 4, 4, 4), True), tt(big)
-    t2, u2, t2g = tt((64, 64)), tt((64, 64)), tt((64, 64), True)
-    te, teg = tt((5, 1, 1)), tt((5, 1, 1), True)
-    F = torch.nn.functional if torch is not None else None
+    tiny_vars = [(kit.var(xs, True), kit.var(ys), kit.tt(xs, True), kit.tt(ys)) for xs, ys in tiny]
+    return [
+        ("broadcast_to (5,1,1)->(5,128,128)", lambda: ops.broadcast_to(xe, (5, 128, 128)),
+         lambda: jt.broadcast(xe, (5, 128, 128)), torch and (lambda: te.expand(5, 128, 128).contiguous())),
+        ("broadcast_to fwd+bwd", kit.fwd_bwd(lambda x: ops.broadcast_to(x, (5, 128, 128)), xeg),
+         kit.fwd_bwd(lambda x: jt.broadcast(x, (5, 128, 128)), xeg),
+         torch and kit.torch_fwd_bwd(lambda x: x.expand(5, 128, 128).contiguous(), teg)),
+    ] + [
+        ("expand_as fwd+bwd " + f"{xs}->{ys}".replace(" ", ""), kit.fwd_bwd(lambda x, y=y: ops.expand_as(x, y), x),
+         kit.fwd_bwd(lambda x, y=y: x.expand_as(y), x),
+         torch and kit.torch_fwd_bwd(lambda t, u=u: t.expand_as(u).contiguous(), t))
+        for (xs, ys), (x, y, t, u) in zip(tiny, tiny_vars)
+    ]
 
-    def timex_naive(w, k):
-        B, C, T = k.shape
-        kk = k.reindex([B, C, T, T], ["i0", "i1", "i2-i3"], overflow_value=0)
-        return (kk * w.reindex([B, C, T, T], ["i1", f"{T - 1}-i3"])).sum(3)
+
+def timex_naive(w, k):
+    """The time-mix as jittor's own ops: out[b, c, t] = sum over u <= t of w[c, T - 1 - (t - u)] * k[b, c, u]."""
+    b, ch, t = k.shape
+    kk = k.reindex([b, ch, t, t], ["i0", "i1", "i2-i3"], overflow_value=0)
+    return (kk * w.reindex([b, ch, t, t], ["i1", f"{t - 1}-i3"])).sum(3)
+
+
+def timex_calls(kit: CallKit):
+    ops, torch, F = kit.ops, kit.torch, kit.F
+    w, k = kit.var((64, 64)), kit.var((1, 64, 64))
+    wg, kg = kit.var((64, 64), True), kit.var((1, 64, 64), True)
 
     def timex_torch(w, k):
         T = k.shape[-1]
         return F.conv1d(F.pad(k, (T - 1, 0)), w.unsqueeze(1), groups=k.shape[1])
 
-    cases = [
-        ("max_pool3d k2s2 (1,1,4,4,4)", lambda: ops.max_pool3d(x5, 2, 2), lambda: jt.nn.max_pool3d(x5, 2, 2),
-         torch and (lambda: F.max_pool3d(t5, 2, 2))),
-        (f"max_pool3d k2s2 {big}", lambda: ops.max_pool3d(xb, 2, 2), lambda: jt.nn.max_pool3d(xb, 2, 2),
-         torch and (lambda: F.max_pool3d(tb, 2, 2))),
-        ("max_pool3d fwd+bwd (1,1,4,4,4)", fwd_bwd(lambda x: ops.max_pool3d(x, 2, 2), x5g),
-         fwd_bwd(lambda x: jt.nn.max_pool3d(x, 2, 2), x5g),
-         torch and torch_fwd_bwd(lambda x: F.max_pool3d(x, 2, 2), t5g)),
-        ("permute (64,64) (1,0)", lambda: ops.permute(x2, 1, 0), lambda: x2.permute(1, 0),
-         torch and (lambda: t2.permute(1, 0).contiguous())),
-        ("permute fwd+bwd (64,64)", fwd_bwd(lambda x: ops.permute(x, 1, 0), x2g),
-         fwd_bwd(lambda x: x.permute(1, 0), x2g), torch and torch_fwd_bwd(lambda x: x.permute(1, 0), t2g)),
-        ("transpose_add (64,64)", lambda: ops.transpose_add(x2, y2), lambda: x2.transpose(0, 1) + y2,
-         torch and (lambda: t2.transpose(0, 1) + u2)),
-        ("broadcast_to (5,1,1)->(5,128,128)", lambda: ops.broadcast_to(xe, (5, 128, 128)),
-         lambda: jt.broadcast(xe, (5, 128, 128)), torch and (lambda: te.expand(5, 128, 128).contiguous())),
-        ("broadcast_to fwd+bwd", fwd_bwd(lambda x: ops.broadcast_to(x, (5, 128, 128)), xeg),
-         fwd_bwd(lambda x: jt.broadcast(x, (5, 128, 128)), xeg),
-         torch and torch_fwd_bwd(lambda x: x.expand(5, 128, 128).contiguous(), teg)),
-    ] + [
-        ("expand_as fwd+bwd " + f"{xs}->{ys}".replace(" ", ""), fwd_bwd(lambda x, y=y: ops.expand_as(x, y), x),
-         fwd_bwd(lambda x, y=y: x.expand_as(y), x),
-         torch and torch_fwd_bwd(lambda t, u=u: t.expand_as(u).contiguous(), t))
-        for (xs, ys), (x, y, t, u) in zip(tiny, tiny_vars)
-    ] + [
+    return [
         ("timex B1 C64 T64", lambda: ops.timex(w, k), lambda: timex_naive(w, k),
-         torch and (lambda: timex_torch(tt((64, 64)), tt((1, 64, 64))))),
-        ("timex fwd+bwd B1 C64 T64", fwd_bwd(ops.timex, wg, kg), fwd_bwd(timex_naive, wg, kg), None),
+         torch and (lambda: timex_torch(kit.tt((64, 64)), kit.tt((1, 64, 64))))),
+        ("timex fwd+bwd B1 C64 T64", kit.fwd_bwd(ops.timex, wg, kg), kit.fwd_bwd(timex_naive, wg, kg), None),
     ]
-    return cases
+
+
+def call_cases(jt, ops, np, torch, cuda: bool):
+    """(name, ops call, jittor call, torch call or None) of every family's bench rows (``ops/registry.py``, each
+    record's ``bench``), in the registry's order: each call returns what must be synced."""
+    from . import registry
+    kit = CallKit(jt, ops, np, torch, cuda)
+    return [row for record in registry.families() if record.bench for row in record.bench_calls()(kit)]
 
 
 def run_calls(args) -> int:
@@ -280,11 +316,6 @@ def run_model(args) -> int:
 
         def execute(self, k):
             return self.proj(self.transpose(self.mix(self.w, k))).mean()
-
-    def timex_naive(w, k):
-        b, ch, t = k.shape
-        kk = k.reindex([b, ch, t, t], ["i0", "i1", "i2-i3"], overflow_value=0)
-        return (kk * w.reindex([b, ch, t, t], ["i1", f"{t - 1}-i3"])).sum(3)
 
     def rwkv_step(model, k):
         opt = jt.optim.SGD(model.parameters(), 1e-3)

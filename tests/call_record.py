@@ -14,26 +14,32 @@ first op call, which is recorded), on a machine without a GPU too (``RecordingFl
 """
 import json
 import os
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 
 import ops
-from ops import _launch
+from ops import _launch, registry
 from ops._jittor import jt
 
 RECORD_ENV = "OPS_RECORD_CALLS"
 ONLY_ENV = "OPS_RECORD_ONLY"
-PUBLIC = {"ops.pool3d": ("max_pool3d",), "ops.permute": ("permute", "transpose", "transpose_add"),
-          "ops.broadcast": ("broadcast_to", "expand_as"), "ops.timex": ("timex",)}
 MAX_ELEMENTS = 1 << 24  # calls on more input elements are not replayed by default
 HERE = os.path.dirname(os.path.abspath(__file__))
 RECORDING = os.path.join(HERE, "cuda_calls.jsonl")
 CUDA_TESTS_RECORDING = os.path.join(HERE, "cuda_test_calls.jsonl")  # first calls of the CUDA tests
 # Test files whose CUDA tests call no op in the test process (get_score.py runs, jittor's own kernels).
 NO_OP_CALLS = ("test_grader_cheats.py", "test_grader_references.py", "test_jittor_cuda.py")
-# The test files whose CPU half (the ``device`` fixture's "cpu") runs the bodies the CUDA half runs.
-RECORDED_FILES = ("test_broadcast.py", "test_permute.py", "test_pool3d.py", "test_timex.py")
+
+
+def public() -> Dict[str, Tuple[str, ...]]:
+    """{implementation module: its public functions} of the registry's families: the calls recorded."""
+    return {r.module: r.functions for r in registry.families() if r.functions}
+
+
+def recorded_files() -> List[str]:
+    """The test files whose CPU half (the ``device`` fixture's "cpu") runs the bodies the CUDA half runs."""
+    return [f for r in registry.families() for f in r.tests]
 
 
 class Unrecordable(Exception):
@@ -75,9 +81,9 @@ def _write(path: str, entry: dict) -> None:
         os.close(fd)
 
 
-def _recorder(module: str, name: str, fn: Callable, path: str, only: bool) -> Callable:
+def _recorder(name: str, fn: Callable, path: str, only: bool) -> Callable:
     def entry(args, kwargs):
-        return {"fn": f"{module}.{name}", "args": encode(list(args)), "kwargs": encode(sorted(kwargs.items())),
+        return {"fn": name, "args": encode(list(args)), "kwargs": encode(sorted(kwargs.items())),
                 "no_grad": bool(jt.flags.no_grad),
                 "switches": {k: v for k, v in sorted(_launch._SWITCH_VALUES.items()) if v}}
 
@@ -99,10 +105,10 @@ def install(path: str, patch: Callable = setattr) -> None:
     """Record every public call of this process to ``path`` (one JSON line each; call before the test modules
     import ``ops``' functions). ``patch``: how to replace a function (a test passes monkeypatch.setattr)."""
     import importlib
-    for module, names in PUBLIC.items():
+    for module, names in public().items():
         mod = importlib.import_module(module)
         for name in names:
-            wrapped = _recorder(module, name, getattr(mod, name), path, os.environ.get(ONLY_ENV) == "1")
+            wrapped = _recorder(name, getattr(mod, name), path, os.environ.get(ONLY_ENV) == "1")
             patch(mod, name, wrapped)
             if getattr(ops, name, None) is not None:
                 patch(ops, name, wrapped)
@@ -142,9 +148,12 @@ def _decode(encoded, rng):
 
 
 def _function(name: str) -> Callable:
+    """The public function a recording names, unwrapped where a recorder is installed."""
     import importlib
-    module, fn = name.rsplit(".", 1)
-    f = getattr(importlib.import_module(module), fn)
+    module = {fn: m for m, names in public().items() for fn in names}.get(name)
+    if module is None:
+        raise ValueError(f"recorded call of {name!r}, a function of no registered family")
+    f = getattr(importlib.import_module(module), name)
     return getattr(f, "__wrapped__", f)
 
 
@@ -263,7 +272,7 @@ def record(path: str = RECORDING, cuda_tests_path: str = CUDA_TESTS_RECORDING) -
         raw = os.path.join(tmp, "calls.jsonl")
         env = dict(os.environ, **{RECORD_ENV: raw})
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:benchmark", "-m", "not cuda",
-                               "-k", "cpu", *(os.path.join(HERE, f) for f in RECORDED_FILES)], env=env, cwd=HERE)
+                               "-k", "cpu", *(os.path.join(HERE, f) for f in recorded_files())], env=env, cwd=HERE)
         if proc.returncode != 0:
             return proc.returncode
         _distinct_lines(raw, path)

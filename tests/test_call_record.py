@@ -6,6 +6,7 @@ import pytest
 
 import call_record
 import ops
+from ops import registry
 from ops._jittor import jt
 
 
@@ -18,12 +19,12 @@ def test_recorded_calls_name_shapes_dtypes_arguments_and_grad_mode(tmp_path, mon
         ops.max_pool3d(jt.array(np.ones((1, 1, 4, 4, 4), np.float32)), 2, return_indices=True)
     ops.expand_as(jt.array(np.ones((3, 1), np.float32)), x)
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert lines[0] == {"fn": "ops.permute.permute", "no_grad": False, "switches": {},
+    assert lines[0] == {"fn": "permute", "no_grad": False, "switches": {},
                         "args": {"seq": [{"var": [2, 3, 4], "dtype": "float32"}, 2, 0, 1], "tuple": False},
                         "kwargs": {"seq": [], "tuple": False}}
     assert lines[1]["no_grad"] and lines[1]["args"]["seq"][1:] == [2]
     assert lines[1]["kwargs"]["seq"] == [{"seq": ["return_indices", True], "tuple": True}]
-    assert [e["fn"] for e in lines[2:]] == ["ops.broadcast.expand_as"]
+    assert [e["fn"] for e in lines[2:]] == ["expand_as"]
 
 
 def test_the_committed_recording_replays(monkeypatch):
@@ -31,7 +32,7 @@ def test_the_committed_recording_replays(monkeypatch):
     device), the forwards of the grad-mode calls with their gradients."""
     entries = call_record.load(call_record.RECORDING)
     assert len(entries) > 100
-    assert {e["fn"] for e in entries} <= {f"{m}.{n}" for m, names in call_record.PUBLIC.items() for n in names}
+    assert {e["fn"] for e in entries} <= set(ops.__all__)
     rng = np.random.default_rng(0)
     for e in entries:
         call_record._decode(e["args"], rng)
@@ -48,7 +49,7 @@ def test_record_only_mode_records_and_stops_the_call(tmp_path, monkeypatch):
     with pytest.raises(call_record.RecordedOnly):
         ops.timex(jt.array(np.ones((2, 5), np.float32)), jt.array(np.ones((1, 2, 5), np.float32)))
     (entry,) = [json.loads(line) for line in path.read_text().splitlines()]
-    assert entry["fn"] == "ops.timex.timex" and entry["args"]["seq"][1] == {"var": [1, 2, 5], "dtype": "float32"}
+    assert entry["fn"] == "timex" and entry["args"]["seq"][1] == {"var": [1, 2, 5], "dtype": "float32"}
 
 
 def test_the_committed_cuda_test_recording_names_gpu_only_calls():
@@ -56,7 +57,7 @@ def test_the_committed_cuda_test_recording_names_gpu_only_calls():
     tensor-core timex switches and GPU-sized inputs, which the CPU half never calls."""
     entries = call_record.load(call_record.CUDA_TESTS_RECORDING, 1 << 28)
     assert len(entries) > 100
-    assert {e["fn"] for e in entries} <= {f"{m}.{n}" for m, names in call_record.PUBLIC.items() for n in names}
+    assert {e["fn"] for e in entries} <= set(ops.__all__)
     assert {e["switches"].get("OPS_TIMEX_MMA") for e in entries} >= {"1", "2", "3"}
     assert max(call_record._elements(e["args"]) for e in entries) > call_record.MAX_ELEMENTS
 
@@ -82,3 +83,14 @@ def test_large_recorded_inputs_decode_to_uninitialized_vars():
     assert (tuple(big.shape), str(big.dtype)) == ((2048, 1024), "bfloat16")
     assert (tuple(small.shape), str(small.dtype)) == ((4, 3), "float16")
     assert np.abs(small.float32().numpy()).max() <= 1.0
+
+
+def test_a_recording_names_public_functions_of_registered_families_only(monkeypatch):
+    monkeypatch.delenv(registry.FAMILY_MODULES_ENV, raising=False)
+    assert call_record._function("transpose_add") is ops.permutation.transpose_add
+    with pytest.raises(ValueError, match="'scale', a function of no registered family"):
+        call_record._function("scale")
+    monkeypatch.setenv(registry.FAMILY_MODULES_ENV, "toy_family")
+    import toy_family
+    assert call_record._function("scale") is toy_family.scale
+    assert call_record.recorded_files() == [] and call_record.public() == {"toy_family": ("scale",)}

@@ -7,6 +7,7 @@ import pytest
 
 import ops
 from ops import _codegen
+from ops import permutation as PM
 from ops import pool3d as P
 from ops._jittor import jt
 from ops.scoring import fam_pool3d as F
@@ -252,12 +253,6 @@ def test_backward_from_indices_is_the_gather_bit_for_bit(dtype, rng):
 
 
 # ---- permute / transpose_add ------------------------------------------------------------------------------
-
-import sys  # noqa: E402
-
-ops.permute  # noqa: B018  (resolve the lazy export first: the function stays the package attribute)
-PM = sys.modules["ops.permute"]
-
 
 def test_cpu_plan_modes():
     assert PM.cpu_plan_data((4, 5), (0, 1)) == {"m": 0}

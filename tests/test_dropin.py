@@ -2,18 +2,17 @@
 NumPy's own (positional layer arguments, NumPy integers, ranges and arrays of dims, jittor's None defaults,
 numbers as NumPy scalars or one-element Vars), empty inputs, layer reprs and help texts, errors naming the
 argument at construction."""
-import importlib
 import pydoc
 
 import numpy as np
 import pytest
 
 import ops
+from ops import permutation as P
+from ops import time_mix as X
 from ops._jittor import jt
 from ops.scoring.fam_pool3d import reference_grad, reference_pool
 
-P = importlib.import_module("ops.permute")  # the modules (``ops.permute`` and ``ops.timex`` are the functions)
-X = importlib.import_module("ops.timex")
 
 
 def grads(out, *inputs):

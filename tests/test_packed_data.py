@@ -3,16 +3,16 @@
 inside a stand-in for jittor's CodeOp::jit_run."""
 import os
 import subprocess
-import sys
 import tempfile
 
 import pytest
 
 import ops
-from ops import _launch
 from nvcc_util import PRELUDE, nvcc_path
+from ops import _launch, broadcast, pool3d
+from ops import permutation as permute
+from ops import time_mix as timex
 
-pool3d, permute, broadcast, timex = (sys.modules[f"ops.{m}"] for m in ("pool3d", "permute", "broadcast", "timex"))
 COMMON = os.path.join(os.path.dirname(ops.__file__), "..", "cuda_snippets", "common.cuh")
 
 

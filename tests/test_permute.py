@@ -2,7 +2,6 @@
 values for every dtype (CPU; GPU under -m cuda), gradients, errors, the case table and an nvcc compile."""
 import dataclasses
 import math
-import sys
 
 import numpy as np
 import pytest
@@ -11,8 +10,7 @@ import ops
 from ops._jittor import jt
 from ops.scoring.spec import random_array, round_to_bfloat16
 
-ops.permute  # noqa: B018  (bind the lazy export to the function before the submodule is imported)
-P = sys.modules["ops.permute"]
+from ops import permutation as P  # noqa: E402
 from ops import _codegen  # noqa: E402
 from ops.scoring import fam_permute  # noqa: E402
 

@@ -1,18 +1,18 @@
 """The entry points' recent-call path (ops/_launch.py: PlanCache.planned): a repeated signature skips the key
 and the dict, and nothing else does -- another shape, dtype, argument, grad mode or device of the same size gets
 its own plan, and arguments that the full path rejects are still rejected after a call that planned."""
-import importlib
 
 import numpy as np
 import pytest
 
 import ops
 from ops import _launch
+from ops import broadcast as broadcast_mod
+from ops import permutation as permute_mod
+from ops import pool3d as pool3d_mod
+from ops import time_mix as timex_mod
 from ops._jittor import jt
 
-# the modules (``ops.permute`` and ``ops.timex`` name the functions)
-permute_mod, broadcast_mod, pool3d_mod, timex_mod = (
-    importlib.import_module(f"ops.{name}") for name in ("permute", "broadcast", "pool3d", "timex"))
 
 
 def _var(rng, shape, dtype="float32"):

@@ -1,10 +1,13 @@
-"""A toy op family for testing the grader end to end: right, wrong, crashing and hanging cases."""
+"""A toy op family for testing the grader end to end (right, wrong, crashing and hanging cases) and the registry:
+``RECORD`` below is all it takes for ``OPS_SCORING_FAMILY_MODULES=toy_family`` to put it in the grader's table,
+the compile-budget test and the bench (tests/test_family_registry.py)."""
 import os
 import time
 
 import numpy as np
 
 from ops._jittor import jt
+from ops.registry import FamilyRecord
 from ops.scoring.spec import Family, ReferenceSkipped, case
 
 CPU_SRC = ('float s = data["scale"];'
@@ -18,6 +21,17 @@ class ScaleFunction(jt.Function):
 
     def grad(self, g):
         return jt.code(g.shape, g.dtype, [g], cpu_src=CPU_SRC, data={"scale": self.scale})
+
+
+def scale(x):
+    """The toy's public function: x times 2."""
+    return ScaleFunction.apply(x, 2.0)
+
+
+def bench_calls(kit):
+    """The toy's rows of ``python -m ops.bench calls``: (name, ours, jittor's, PyTorch's or None)."""
+    x = kit.var((4096,))
+    return [("toy scale (4096,)", lambda: scale(x), lambda: x * 2, None)]
 
 
 class ToyFamily(Family):
@@ -62,3 +76,5 @@ FAMILY = ToyFamily("toy", [_case("ok", behaviour="ok"), _case("ok", "bwd", behav
                            _case("wrong", behaviour="wrong"), _case("raise", behaviour="raise"),
                            _case("crash", behaviour="crash"), _case("hang", behaviour="hang"),
                            _case("refhang", behaviour="refhang"), _case("after", behaviour="ok")])
+
+RECORD = FamilyRecord("toy", "toy_family", functions=("scale",), grader="toy_family", bench="toy_family:bench_calls")

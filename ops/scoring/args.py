@@ -7,16 +7,30 @@ mistyped option must not wait for.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 
-# The built-in families' names (a test keeps this in step with ops/scoring/fam_*.py).
-FAMILY_NAMES = ("max_pool3d", "permute", "expand_as", "timex")
+
+def _registry():
+    """ops/registry.py; loaded by its path where get_score.py loads this file by its path (importing ``ops`` would
+    import jittor)."""
+    if __package__:
+        from .. import registry
+        return registry
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "registry.py")
+    spec = importlib.util.spec_from_file_location("_ops_registry", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_REGISTRY = _registry()
+FAMILY_NAMES = tuple(r.name for r in _REGISTRY.BUILTIN)
 # --op also takes the API's other functions: their cases sit in a family. A name that is an ``op`` of the
 # family's cases (``Case.p["op"]``) selects those cases; broadcast_to is what every expand_as case calls.
-OP_ALIASES = {"transpose": ("permute", "permute"), "transpose_add": ("permute", "transpose_add"),
-              "broadcast_to": ("expand_as", None)}
+OP_ALIASES = {fn: (r.name, op) for r in _REGISTRY.BUILTIN for fn, op in r.aliases.items()}
 REFERENCE_NAMES = ("naive", "jittor", "torch", "compile")
-FAMILY_MODULES_ENV = "OPS_SCORING_FAMILY_MODULES"
+FAMILY_MODULES_ENV = _REGISTRY.FAMILY_MODULES_ENV
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_REFERENCE_TIMEOUT_S = 60.0
 

@@ -134,6 +134,19 @@ class ExpandAsFamily(Family):
             return broadcast.select_config(x_shape, out, case.dtype).variant
         return broadcast.select_grad_config(x_shape, out, case.dtype).variant
 
+    def cuda_launches(self, case: Case):
+        """The kernels a GPU case compiles (counted by tests/test_compiles.py): (launch, its inputs' (dtype,
+        rank), whether its grad sources run too), the forward under no_grad for a forward case as the grader
+        times it, and for a backward case the forward with grad and every launch of the backward."""
+        from .. import broadcast
+        x_shape, out, dt = tuple(case.shapes[0]), tuple(case.p["out"]), case.dtype
+        bwd = case.direction == "bwd"
+        launches = [(broadcast._plan(x_shape, dt, out, bwd, True).launch, [(dt, len(x_shape))], False)]
+        if bwd:
+            launches += [(broadcast.pass_launch(rp, True), [(rp.in_dtype, 1)], False)
+                         for rp in broadcast.select_grad_config(x_shape, out, dt).passes]
+        return launches
+
 
 def _both(name, x_shape, out, dtypes, devices):
     return [case(NAME, f"{name}-{dt}", d, [x_shape], dt, devices=devices, out=tuple(out))

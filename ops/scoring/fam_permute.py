@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import sys
 from typing import Tuple
 
 import numpy as np
@@ -14,11 +13,9 @@ from .spec import DEFAULT_TOLERANCE, EDGE, Family, case, round_to_bfloat16
 
 
 def _impl():
-    """ops/permute.py. Resolve ``ops.permute`` (the function, a lazy export) before the submodule is imported:
-    importing ``ops.permute`` first would leave the package attribute bound to the module."""
-    import ops
-    ops.permute  # noqa: B018
-    return sys.modules["ops.permute"]
+    """ops/permutation.py, imported when a case first needs it (importing it imports jittor)."""
+    from .. import permutation
+    return permutation
 
 
 def _perm(c) -> Tuple[int, ...]:
@@ -189,6 +186,21 @@ class PermuteFamily(Family):
         extra = (f" P{cfg.pack}" if cfg.pack > 1 else "") + (" splitB" if cfg.data.get("split_b") else "") + (
             " loose" if cfg.data.get("loose") else "")
         return f"{cfg.variant}{extra} r{cfg.rank} {cfg.chunk}B"
+
+    def cuda_launches(self, c):
+        """The kernels a GPU case compiles (counted by tests/test_compiles.py): (launch, its inputs' (dtype,
+        rank), whether its grad sources run too), the forward under no_grad for a forward case as the grader
+        times it, and for a backward case the forward with grad and every launch of the backward."""
+        impl, dt = _impl(), c.dtype
+        if self._is_add(c):
+            p = impl._transpose_add_plan(tuple(c.shapes[0]), dt, _perm(c), c.direction == "bwd", True)
+            launches = [(p.launch, [(dt, 1), (dt, 1)], False)]
+        else:
+            p = impl._permute_plan(tuple(c.shapes[0]), dt, _perm(c), c.direction == "bwd", True)
+            launches = [(p.launch, [(dt, 1)], False)]
+        if c.direction == "bwd":
+            launches.append((p.backward_plan().launch, [(dt, 1)], False))
+        return launches
 
 
 def _p(name, direction, shape, dtype, perm, devices=("cuda",), **extra):

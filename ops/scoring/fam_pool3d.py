@@ -297,6 +297,16 @@ class MaxPool3dFamily(Family):
             return fwd.name
         return select_config(c.shapes[0], c.dtype, params, "bwd").name
 
+    def cuda_launches(self, c):
+        """The kernels a GPU case compiles (counted by tests/test_compiles.py): (launch, its inputs' (dtype,
+        rank), whether its grad sources run too), the forward under no_grad for a forward case as the grader
+        times it, and for a backward case the forward with grad and every launch of the backward."""
+        from .. import pool3d
+        bwd = c.direction == "bwd"
+        params = pool3d.normalize_params(**case_params(c))
+        p = pool3d.plan(tuple(c.shapes[0]), c.dtype, params, returns_indices(c), bwd, True)
+        return [(p.launch, [(c.dtype, 5)], bwd)]
+
 
 def _c(name, direction, shape, dtype="float32", devices=("cuda",), **params):
     return case(NAME, name, direction, [shape], dtype, devices=devices, **params)

@@ -8,7 +8,7 @@ Cost model:
   convolution, the backward two (grad_k and grad_w);
   bytes (the fewest an implementation must move): forward w + k read, out written; backward w, k and the
   output gradient read, grad_w and grad_k written.
-The op is compute-bound: the FP32 FMA rate, not bandwidth, bounds it (see ops/timex.py).
+The op is compute-bound: the FP32 FMA rate, not bandwidth, bounds it (see ops/time_mix.py).
 """
 from __future__ import annotations
 
@@ -24,11 +24,9 @@ NAME = "timex"
 
 
 def _impl():
-    """ops/timex.py. Resolve ``ops.timex`` (the function, a lazy export) before the submodule is imported:
-    importing ``ops.timex`` first would leave the package attribute bound to the module."""
-    import ops
-    ops.timex  # noqa: B018
-    return sys.modules["ops.timex"]
+    """ops/time_mix.py, imported when a case first needs it (importing it imports jittor)."""
+    from .. import time_mix
+    return time_mix
 
 
 MAX_T_JITTOR_CONV = 1024  # see TimexFamily.jittor_forward
@@ -235,6 +233,18 @@ class TimexFamily(Family):
         if c.direction == "fwd":
             return name
         return f"{name}+{select_config(c.shapes[1], 'grad_w').variant}"
+
+    def cuda_launches(self, c):
+        """The kernels a GPU case compiles (counted by tests/test_compiles.py): (launch, its inputs' (dtype,
+        rank), whether its grad sources run too), the forward under no_grad for a forward case as the grader
+        times it, and for a backward case the forward with grad and every launch of the backward."""
+        impl, dt, shape = _impl(), c.dtype, tuple(c.shapes[1])
+        cfg = impl.select_config(shape, "forward", tensor_cores=impl.TC_AUTO, dtype=dt)
+        launches = [(impl.forward_launch(cfg, shape, dt, 0.0, False, True), [(dt, 2), (dt, 3)], False)]
+        if c.direction == "bwd":
+            launches.append((impl.grad_w_launch(impl.select_config(shape, "grad_w"), shape, dt, True),
+                             [(dt, 3), (dt, 3)], False))
+        return launches
 
 
 def _c(name, direction, B, C, T, dtype="float32", devices=("cuda",), eps=0.0):
