@@ -25,7 +25,7 @@ from typing import Dict, Optional, Tuple
 from . import _codegen
 from . import _launch
 from ._args import as_index_sequence, check_rank
-from ._calls import call1 as _call1, call_shaped as _call_shaped, reshape as _reshape
+from ._calls import opening1, opening_shaped, reshape as _reshape
 from ._jittor import jt
 
 Shape = Tuple[int, ...]
@@ -564,6 +564,10 @@ def _expand_as_plan(x, other, need_grad: bool):
     return _plan_of(x, tuple(other.shape), "other's shape", need_grad)
 
 
+_open_to = opening1(_PLANS_TO, _broadcast_to_plan)
+_open_as = opening_shaped(_PLANS_AS, _expand_as_plan)
+
+
 def broadcast_to(x, shape):
     """``x`` broadcast to ``shape`` (NumPy rules; leading dims may be added; ``-1`` keeps x's size there).
 
@@ -571,12 +575,12 @@ def broadcast_to(x, shape):
     summed over the broadcast dims (deterministic). Raises TypeError for a non-Var ``x`` or a non-int
     ``shape`` entry, ValueError (naming both shapes) when x cannot be broadcast to ``shape``.
     """
-    return _call1(_PLANS_TO, _broadcast_to_plan, x, shape)
+    return _open_to(x, shape)
 
 
 def expand_as(x, other):
     """``x`` broadcast to ``other``'s shape (see ``broadcast_to``); ``other`` only lends its shape."""
-    return _call_shaped(_PLANS_AS, _expand_as_plan, x, other)
+    return _open_as(x, other)
 
 
 class ExpandAs(jt.Module):

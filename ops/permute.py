@@ -60,7 +60,7 @@ from typing import Dict, Sequence, Tuple
 from . import _codegen
 from . import _launch
 from ._args import as_index, as_index_sequence, is_sequence
-from ._calls import call1 as _call1, call2 as _call2, reshape as _reshape
+from ._calls import opening1, opening2, reshape as _reshape
 from ._jittor import jt
 
 __all__ = ["permute", "transpose", "transpose_add", "Permute", "TransposeAdd", "KernelConfig", "PermutePlan",
@@ -728,6 +728,10 @@ def _transpose_plan_of(x, dims: tuple, need_grad: bool):
     return _permute_plan(tuple(x.shape), str(x.dtype), perm, need_grad, _launch.on_cuda())
 
 
+_open_permute = opening1(_PERMUTE_PLANS, _permute_plan_of)
+_open_transpose = opening1(_TRANSPOSE_PLANS, _transpose_plan_of)
+
+
 def permute(x, *dims):
     """``x`` with its dims reordered: output dim k is input dim ``dims[k]`` (NumPy's ``transpose(x, dims)``).
 
@@ -736,13 +740,13 @@ def permute(x, *dims):
     reverse them (NumPy's and jittor's ``transpose(x)``). Any dtype, rank and size (an empty ``x`` gives an empty
     result). TypeError/ValueError naming ``dims`` on a bad permutation.
     """
-    return _call1(_PERMUTE_PLANS, _permute_plan_of, x, dims)
+    return _open_permute(x, dims)
 
 
 def transpose(x, dim0=None, dim1=None):
     """``x`` with dims ``dim0`` and ``dim1`` swapped (PyTorch's ``transpose``); given one sequence of dims,
     ``permute(x, dims)``, and given none, the dims reversed (NumPy's and jittor's ``transpose``)."""
-    return _call1(_TRANSPOSE_PLANS, _transpose_plan_of, x, (dim0, dim1))
+    return _open_transpose(x, (dim0, dim1))
 
 
 def _swap(ndim: int, dim0: int, dim1: int) -> Tuple[int, ...]:
@@ -766,12 +770,15 @@ def _transpose_add_plan_of(x, y, dims: tuple, need_grad: bool):
     return _transpose_add_plan(tuple(x.shape), str(x.dtype), perm, need_grad, _launch.on_cuda())
 
 
+_open_transpose_add = opening2(_TRANSPOSE_ADD_PLANS, _transpose_add_plan_of)
+
+
 def transpose_add(x, y, dim0=0, dim1=1):
     """``x.transpose(dim0, dim1) + y`` in one pass. ``y`` has exactly the transposed shape and x's dtype.
 
     float16/bfloat16 are added in float32 and rounded once; integers wrap; bool adds as logical or.
     """
-    return _call2(_TRANSPOSE_ADD_PLANS, _transpose_add_plan_of, x, y, (dim0, dim1))
+    return _open_transpose_add(x, y, (dim0, dim1))
 
 
 class Permute(jt.Module):

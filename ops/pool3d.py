@@ -70,7 +70,7 @@ from typing import Optional, Sequence, Tuple
 from . import _codegen
 from . import _launch
 from ._args import as_flag, as_index, as_index_sequence, is_sequence
-from ._calls import call1 as _call1, check_var, reshape as _reshape
+from ._calls import check_var, opening1, reshape as _reshape
 from ._jittor import jt
 
 __all__ = ["max_pool3d", "MaxPool3d", "PoolParams", "KernelConfig", "normalize_params", "pool_output_size",
@@ -636,6 +636,9 @@ def _plan_of(x, params: tuple, need_grad: bool):
                 _launch.on_cuda())
 
 
+_open = opening1(_PLANS, _plan_of)
+
+
 def max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
     """3-D max pooling over the last three dims of ``x`` ((N, C, D, H, W) or (C, D, H, W)), with the arguments of
     ``torch.nn.functional.max_pool3d`` in its order (``ceil_mode`` before ``return_indices``; the layer
@@ -647,7 +650,7 @@ def max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     ``(d * H + h) * W + w`` of each maximum in its (n, c) plane. An empty batch gives an empty result. Raises
     TypeError/ValueError naming the bad argument. Backward is deterministic (no atomics).
     """
-    return _call1(_PLANS, _plan_of, x, (kernel_size, stride, padding, dilation, ceil_mode, return_indices))
+    return _open(x, (kernel_size, stride, padding, dilation, ceil_mode, return_indices))
 
 
 def _as_given(value, name: str):

@@ -71,7 +71,7 @@ from typing import Sequence, Tuple
 from . import _codegen
 from . import _launch
 from ._args import as_real
-from ._calls import call2 as _call2, check_var
+from ._calls import check_var, opening2
 from ._jittor import jt
 from .broadcast import cast_rounded
 
@@ -474,6 +474,9 @@ def _plan_of(w, k, eps, need_grad: bool):
     return _plan(tuple(int(n) for n in k.shape), str(k.dtype), eps, need_grad, _launch.on_cuda())
 
 
+_open = opening2(_PLANS, _plan_of, ("w", "k"))
+
+
 def timex(w, k, eps=0.0):
     """RWKV time-mix: ``out[b, c, t] = eps + sum_{u<=t} w[c, T-1-(t-u)] * k[b, c, u]``.
 
@@ -487,7 +490,7 @@ def timex(w, k, eps=0.0):
     """
     if type(eps) is not float:  # a NumPy scalar, a one-element Var: its value keys the plan (a Var is unhashable)
         eps = _check_eps(eps)
-    return _call2(_PLANS, _plan_of, w, k, eps, ("w", "k"))
+    return _open(w, k, eps)
 
 
 class TimeX(jt.Module):
