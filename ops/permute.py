@@ -64,8 +64,8 @@ from ._calls import opening1, opening2, reshape as _reshape
 from ._jittor import jt
 
 __all__ = ["permute", "transpose", "transpose_add", "Permute", "TransposeAdd", "KernelConfig", "PermutePlan",
-           "normalize_dims", "simplify_permutation", "movement_size", "plan_permute", "select_config", "render", "menu", "cuda_header",
-           "launch", "run_config", "cpu_plan_data", "VARIANTS"]
+           "normalize_dims", "simplify_permutation", "movement_size", "plan_permute", "select_config", "render",
+           "menu", "cuda_header", "launch", "run_config", "cpu_plan_data", "VARIANTS"]
 
 # ---- tuning constants -------------------------------------------------------------------------------------
 

@@ -42,23 +42,22 @@ fwd_cpu        the CPU path: each plane's maximum in three separable passes (D, 
 Backward (dx; never atomics, bit-identical across runs):
 
 =================== =========================================================================================
-bwd_gather          every window layout: every input element sums, in a fixed
-                    order, dy of the windows that can hold it and whose saved argmax is this element (the
-                    forward saves the int32 indices when a backward may follow). A thread takes a run of
-                    ``vec`` adjacent elements of a row (16 bytes) and reads each window's index once for the
-                    run; window sizes, strides and dilations are compile-time. One code
-                    (cuda_snippets/pool3d_gather.cuh) for CUDA and the CPU path. Moves dy + indices + dx.
+bwd_gather          every window layout: every input element sums, in a fixed order, dy of the windows that
+                    can hold it and whose saved argmax is this element (the forward saves the int32 indices
+                    when a backward may follow). A thread takes a run of ``vec`` adjacent elements of a row (16
+                    bytes) and reads each window's index once for the run; window sizes, strides and dilations
+                    are compile-time. One code (cuda_snippets/pool3d_gather.cuh) for CUDA and the CPU path.
+                    Moves dy + indices + dx.
 bwd_gather_cpu      the CPU path from the saved indices: dx zeroed, then dy of each output added at its index in
                     output order (each element sums its windows in the gather's order: the same dx bit for bit);
                     a copy where windows are disjoint.
 =================== =========================================================================================
 
 Compiles. A translation unit holds a menu: every instantiation the dispatcher can pick for one dtype, index type
-and direction (forward values, forward values and indices, gather backward); the entry runs
-through ``data`` with the sizes and pooling parameters, so every layer of a model shares one compile per dtype
-and direction. Windows outside the menus' compile-time ones take the runtime-window instantiations. The CPU
-source takes the window from one ``data`` entry (:func:`cpu_geometry_data`): one CPU compile per dtype and
-algorithm.
+and direction (forward values, forward values and indices, gather backward); the entry runs through ``data``
+with the sizes and pooling parameters, so every layer of a model shares one compile per dtype and direction.
+Windows outside the menus' compile-time ones take the runtime-window instantiations. The CPU source takes the
+window from one ``data`` entry (:func:`cpu_geometry_data`): one CPU compile per dtype and direction.
 """
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """max_pool3d: shape algebra, dispatch table, values and indices for every dtype (CPU; GPU under -m cuda),
 NaN and empty windows, deterministic gradients of the three backward algorithms, errors, the case table, and an
 nvcc compile of every kernel the dispatcher renders."""
-import itertools
 import math
 import re
 

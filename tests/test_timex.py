@@ -183,7 +183,8 @@ def test_tensor_cores_need_cuda_and_can_be_switched(monkeypatch, switches):
         if ops.has_cuda():
             jt.flags.use_cuda = 1
             sm80 = min(jt.flags.cuda_archs) >= 80
-            for value, mode in ((None, X.TC_AUTO), ("auto", X.TC_AUTO), ("1", X.TC_MMA), ("3", X.TC_MMA3), ("0", X.TC_OFF)):
+            for value, mode in ((None, X.TC_AUTO), ("auto", X.TC_AUTO), ("1", X.TC_MMA), ("3", X.TC_MMA3),
+                                ("0", X.TC_OFF)):
                 if value is None:
                     switches.delenv(X.MMA_SWITCH, raising=False)
                 else:
