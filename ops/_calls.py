@@ -34,7 +34,7 @@ def opening1(plans: _launch.PlanCache, build):
     """The opening of an op on one input Var: ``open(x, args)`` returns the op's result; recent calls keyed by
     ``(x.numel(), args)``, their hit compared on x's shape, dtype, grad mode and device. (A closure: its cells
     are read faster than a module's globals or a PlanCache's attributes.)"""
-    recent, planned, flags, var = plans.recent, plans.planned, _flags, _Var
+    recent, flags, var = plans.recent, _flags, _Var  # planned is looked up per miss (tests patch it)
 
     def open1(x, args):
         if type(x) is var:
@@ -51,7 +51,8 @@ def opening1(plans: _launch.PlanCache, build):
             check_var(x, "x")
         need_grad, cuda = not (flags.no_grad or x.is_stop_grad()), flags.use_cuda
         key = (str(x.shape), str(x.dtype), args, need_grad, cuda)
-        return planned(key, (x.numel(), args), (x.shape, x.dtype, need_grad, cuda), build, x, args, need_grad)(x)
+        hit = (x.shape, x.dtype, need_grad, cuda)
+        return plans.planned(key, (x.numel(), args), hit, build, x, args, need_grad)(x)
 
     return open1
 
@@ -60,7 +61,7 @@ def opening2(plans: _launch.PlanCache, build, names: tuple = ("x", "y")):
     """:func:`opening1` of an op on two input Vars, ``open(x, y, args)``, which needs a gradient unless both are
     stop_grad; recent calls keyed by ``(y.numel(), args)``, their hit compared on both Vars' shapes and dtypes.
     ``names``: the arguments' names for the TypeError of a non-Var."""
-    recent, planned, flags, var = plans.recent, plans.planned, _flags, _Var
+    recent, flags, var = plans.recent, _flags, _Var  # planned is looked up per miss (tests patch it)
 
     def open2(x, y, args):
         if type(x) is var and type(y) is var:
@@ -81,7 +82,7 @@ def opening2(plans: _launch.PlanCache, build, names: tuple = ("x", "y")):
         cuda = flags.use_cuda
         key = (str(x.shape), str(x.dtype), str(y.shape), str(y.dtype), args, need_grad, cuda)
         hit = (x.shape, x.dtype, y.shape, y.dtype, need_grad, cuda)
-        return planned(key, (y.numel(), args), hit, build, x, y, args, need_grad)(x, y)
+        return plans.planned(key, (y.numel(), args), hit, build, x, y, args, need_grad)(x, y)
 
     return open2
 
@@ -91,7 +92,7 @@ def opening_shaped(plans: _launch.PlanCache, build):
     Var that lends its shape only, and no gradient); recent calls keyed by ``x.numel()``, their hit compared on
     other's shape list too (a key holding that shape as a tuple made expand_as 848 -> 1086 ns, 2-core CPU
     machine)."""
-    recent, planned, flags, var = plans.recent, plans.planned, _flags, _Var
+    recent, flags, var = plans.recent, _flags, _Var  # planned is looked up per miss (tests patch it)
 
     def open_shaped(x, other):
         if type(x) is var and type(other) is var:
@@ -106,7 +107,7 @@ def opening_shaped(plans: _launch.PlanCache, build):
             check_var(other, "other")
         need_grad, cuda = not (flags.no_grad or x.is_stop_grad()), flags.use_cuda
         key = (str(x.shape), str(x.dtype), str(other.shape), need_grad, cuda)
-        return planned(key, x.numel(), (x.shape, x.dtype, other.shape, need_grad, cuda), build, x, other,
+        return plans.planned(key, x.numel(), (x.shape, x.dtype, other.shape, need_grad, cuda), build, x, other,
                        need_grad)(x)
 
     return open_shaped
