@@ -10,12 +10,8 @@
 //     on a VEC-element boundary; jittor allocations are 256-byte aligned at element 0).
 //   * fwd_rows: values only, NOPAD, dilation 1 along W, kw == KW, sw == SW, W % VEC == 0 (the launcher checks
 //     the last four and x's alignment).
-//   * Scatter backward: windows never share an element (stride >= dilation * (k - 1) + 1 in every dim).
-//   * Tile backward: k == stride, dilation 1, padding 0 in every dim: the windows partition the input once
-//     each dim's last window owns up to the edge (ceil_mode's partial windows are cut there, with NOPAD
-//     false; in floor mode the last window also zeroes the remainder no window holds), so writing what every
-//     window owns writes all of dx.
-//   * The gather backward (overlapping windows) is in pool3d_gather.cuh, shared with the CPU path.
+//   * The backward (a gather from the indices the forward saves) is in pool3d_gather.cuh, shared with the CPU
+//     path.
 //
 // Semantics (PyTorch's): elements of a window are offered in (d, h, w) order; a larger value or a NaN takes
 // over, so ties keep the first maximum, a NaN sticks, and a later NaN moves the index to itself. A window
@@ -464,121 +460,6 @@ __global__ void __launch_bounds__(BLOCK, POOL3D_ROWS_MIN_THREADS / BLOCK)
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Backward over windows (tile or scatter): recompute each window's argmax from x, then
-//   TILE:  write every element the window owns: dy at the argmax, 0 elsewhere (the windows partition dx;
-//          the last window of a dim owns up to the input's edge: ceil_mode's stop short of their size,
-//          floor mode's also own the remainder no window holds, which gets 0);
-//   !TILE: dx was zeroed by the launcher; write dy at the argmax only (windows are disjoint).
-// No two threads write one element either way: no atomics, bit-identical results.
-
-template <typename T, int KD, int KH, int KW, bool NOPAD>
-__device__ __forceinline__ void pool3d_tile_write(T* __restrict__ dp, const Pool3dGeom& g, int od, int oh, int ow,
-                                                  int argpos, T gv, int first, int step) {
-  const int kd = KD ? KD : g.kd, kh = KH ? KH : g.kh, kw = KW ? KW : g.kw;
-  const int khw = kh * kw, kvol = kd * khw;
-  const int d0 = od * kd, h0 = oh * kh, w0 = ow * kw;  // tile: stride == kernel, no padding, dilation 1
-  const T zero = pool3d_zero<T>();
-#pragma unroll 4
-  for (int e = first; e < kvol; e += step) {
-    const int i = e / khw, r = e - i * khw, j = r / kw, k = r - j * kw;
-    if (!NOPAD && (d0 + i >= g.D || h0 + j >= g.H || w0 + k >= g.W)) continue;  // ceil_mode's last windows
-    const int p = ((d0 + i) * g.H + h0 + j) * g.W + w0 + k;
-    dp[p] = p == argpos ? gv : zero;
-  }
-  // Floor mode: the elements after a dim's last window (fewer than one window) belong to it.
-  const int ed = od == g.Do - 1 ? g.D - d0 : kd, eh = oh == g.Ho - 1 ? g.H - h0 : kh;
-  const int ew = ow == g.Wo - 1 ? g.W - w0 : kw;
-  if (ed > kd || eh > kh || ew > kw) {
-    const int ehw = eh * ew, evol = ed * ehw;
-    for (int e = first; e < evol; e += step) {
-      const int i = e / ehw, r = e - i * ehw, j = r / ew, k = r - j * ew;
-      if (i >= kd || j >= kh || k >= kw) dp[((d0 + i) * g.H + h0 + j) * g.W + w0 + k] = zero;
-    }
-  }
-}
-
-template <typename T, typename I, int KD, int KH, int KW, bool NOPAD, bool TILE, int OPT, int BLOCK>
-__global__ void __launch_bounds__(BLOCK) pool3d_bwd_flat(const T* __restrict__ x, const T* __restrict__ dy,
-                                                         T* __restrict__ dx, const Pool3dArgs<I> a) {
-  const I first = (I)blockIdx.x * (BLOCK * OPT) + threadIdx.x;
-#pragma unroll
-  for (int t = 0; t < OPT; ++t) {
-    const I o = first + (I)t * BLOCK;
-    if (o < a.total) {
-      I plane; int od, oh, ow;
-      pool3d_split(a, o, plane, od, oh, ow);
-      const Pool3dBest<T> b = pool3d_window_max<T, KD, KH, KW, NOPAD>(x + plane * a.plane_in, a.g, od, oh, ow);
-      T* __restrict__ dp = dx + plane * a.plane_in;
-      if (TILE) {
-        pool3d_tile_write<T, KD, KH, KW, NOPAD>(dp, a.g, od, oh, ow, b.pos, dy[o], 0, 1);
-      } else if (b.pos >= 0) {
-        dp[b.pos] = dy[o];
-      }
-    }
-  }
-}
-
-template <typename T, typename I, int KD, int KH, int KW, bool NOPAD, bool TILE, int BLOCK>
-__global__ void __launch_bounds__(BLOCK) pool3d_bwd_warp(const T* __restrict__ x, const T* __restrict__ dy,
-                                                         T* __restrict__ dx, const Pool3dArgs<I> a) {
-  const I o = (I)blockIdx.x * (BLOCK / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x & 31;
-  if (o >= a.total) return;
-  I plane; int od, oh, ow;
-  pool3d_split(a, o, plane, od, oh, ow);
-  const Pool3dBest<T> b =
-      pool3d_window_max_warp<T, KD, KH, KW, NOPAD>(x + plane * a.plane_in, a.g, od, oh, ow, lane);
-  T* __restrict__ dp = dx + plane * a.plane_in;
-  if (TILE) {
-    pool3d_tile_write<T, KD, KH, KW, NOPAD>(dp, a.g, od, oh, ow, b.pos, dy[o], lane, 32);
-  } else if (lane == 0 && b.pos >= 0) {
-    dp[b.pos] = dy[o];
-  }
-}
-
-// Tile backward for kernel 2 stride 2 with the forward's VEC-wide row loads and VEC-wide dx row stores.
-template <typename T, typename I, int VEC, int OPT, int BLOCK>
-__global__ void __launch_bounds__(BLOCK) pool3d_bwd_k2s2(const T* __restrict__ x, const T* __restrict__ dy,
-                                                         T* __restrict__ dx, const Pool3dArgs<I> a) {
-  typedef Pool3dK2<T, VEC> K2;
-  const I first = (I)blockIdx.x * (BLOCK * OPT) + threadIdx.x;
-  typename K2::In v[OPT][4];
-  typename K2::Out gv[OPT];
-  int row[OPT][4];
-  I plane[OPT];
-#pragma unroll
-  for (int t = 0; t < OPT; ++t) {
-    const I item = first + (I)t * BLOCK;
-    if (item < a.total) {
-      int od, oh, og;
-      pool3d_split(a, item, plane[t], od, oh, og);
-      K2::load(x + plane[t] * a.plane_in, a.g, od, oh, og * K2::NO, v[t], row[t]);
-      gv[t] = *reinterpret_cast<const typename K2::Out*>(dy + item * K2::NO);
-    }
-  }
-  const T zero = pool3d_zero<T>();
-#pragma unroll
-  for (int t = 0; t < OPT; ++t) {
-    const I item = first + (I)t * BLOCK;
-    if (item < a.total) {
-      typename K2::In o[4];
-#pragma unroll
-      for (int q = 0; q < K2::NO; ++q) {
-        const int arg = K2::argmax(v[t], row[t], q).pos;
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-#pragma unroll
-          for (int c = 0; c < 2; ++c) o[r].v[2 * q + c] = (row[t][r] + 2 * q + c == arg) ? gv[t].v[q] : zero;
-        }
-      }
-      T* __restrict__ dp = dx + plane[t] * a.plane_in;
-#pragma unroll
-      for (int r = 0; r < 4; ++r) *reinterpret_cast<typename K2::In*>(dp + row[t][r]) = o[r];
-    }
-  }
-}
-
-// ---------------------------------------------------------------------------------------------------------
 // Host launchers. Every one takes the same arguments (the menus of ops/pool3d.py call them through one switch)
 // and computes its own grid from the geometry; the window sizes KD/KH/KW (0: run time), the vector width and
 // the flags are the instantiation's, the rest comes from Pool3dGeom.
@@ -619,32 +500,5 @@ void pool3d_fwd_rows_launch(const T* x, T* y, int* /* values only */, const Pool
         ((unsigned long long)x) % (VEC * sizeof(T)) == 0);
   const Pool3dArgs<I> a = pool3d_args<I>(g, planes, ops_ceil_div(g.Wo, VEC), g.Ho, g.Do);
   pool3d_fwd_rows<T, I, VEC, KW, SW, PW, NOPAD, BLOCK><<<pool3d_grid<I, BLOCK>(a), BLOCK>>>(x, y, a);
-  OPS_CHECK_LAUNCH();
-}
-
-template <typename T, typename I, int KD, int KH, int KW, bool NOPAD, bool TILE, int OPT, int BLOCK>
-void pool3d_bwd_flat_launch(const T* x, const T* dy, T* dx, const Pool3dGeom& g, long long planes) {
-  const Pool3dArgs<I> a = pool3d_args<I>(g, planes, g.Wo, g.Ho, g.Do);
-  if (!TILE) cudaMemsetAsync(dx, 0, sizeof(T) * (size_t)planes * (size_t)a.plane_in);
-  pool3d_bwd_flat<T, I, KD, KH, KW, NOPAD, TILE, OPT, BLOCK><<<pool3d_grid<I, BLOCK * OPT>(a), BLOCK>>>(
-      x, dy, dx, a);
-  OPS_CHECK_LAUNCH();
-}
-
-template <typename T, typename I, int KD, int KH, int KW, bool NOPAD, bool TILE, int BLOCK>
-void pool3d_bwd_warp_launch(const T* x, const T* dy, T* dx, const Pool3dGeom& g, long long planes) {
-  const Pool3dArgs<I> a = pool3d_args<I>(g, planes, g.Wo, g.Ho, g.Do);
-  if (!TILE) cudaMemsetAsync(dx, 0, sizeof(T) * (size_t)planes * (size_t)a.plane_in);
-  pool3d_bwd_warp<T, I, KD, KH, KW, NOPAD, TILE, BLOCK><<<pool3d_grid<I, BLOCK / 32>(a), BLOCK>>>(x, dy, dx, a);
-  OPS_CHECK_LAUNCH();
-}
-
-template <typename T, typename I, int VEC, int OPT, int BLOCK>
-void pool3d_bwd_k2s2_launch(const T* x, const T* dy, T* dx, const Pool3dGeom& g, long long planes) {
-  CHECK(g.W % VEC == 0 && ((unsigned long long)x) % (VEC * sizeof(T)) == 0 &&
-        ((unsigned long long)dx) % (VEC * sizeof(T)) == 0 &&
-        ((unsigned long long)dy) % (VEC / 2 * sizeof(T)) == 0);
-  const Pool3dArgs<I> a = pool3d_args<I>(g, planes, g.Wo / (VEC / 2), g.Ho, g.Do);
-  pool3d_bwd_k2s2<T, I, VEC, OPT, BLOCK><<<pool3d_grid<I, BLOCK * OPT>(a), BLOCK>>>(x, dy, dx, a);
   OPS_CHECK_LAUNCH();
 }

@@ -16,9 +16,7 @@
 // Backward from the saved indices: dx zeroed, then each output's dy goes to dx at its index, outputs in order.
 // Each element thus sums its windows' dy in (od, oh, ow) order, the order of the GPU's gather
 // (pool3d_gather.cuh), from 0: the same dx bit for bit. Disjoint windows copy dy; overlapping ones add in the
-// accumulator type (a float plane for the 16-bit types, rounded to nearest even once at the end). The
-// recompute backward (OPS_POOL3D_BWD=recompute, disjoint windows only) finds each plane's indices with the
-// forward, then does the same.
+// accumulator type (a float plane for the 16-bit types, rounded to nearest even once at the end).
 //
 // Geometry: sizes from the shapes, the window from `data["g"]`: the 12 parameters (kernel, stride, padding,
 // dilation; d, h, w each) as 4-bit fields (one lookup: each costs ~20 ns), or -1 and four entries "gk", "gs",
@@ -512,25 +510,6 @@ void backward_indices(const int* idx, const T* dy, T* dx, long long planes, long
         if (ip[o] >= 0) acc[ip[o]] += ops_cpu::to_acc(gp[o]);
       for (long long i = 0; i < plane_in; ++i) xp[i] = ops_cpu::from_acc<T>(acc[i]);
     }
-  }
-}
-
-// The recompute backward (disjoint windows): each plane's indices from x, then dy copied there.
-template <typename T>
-void backward_recompute(const T* x, const T* dy, T* dx, long long planes, const Geom& g) {
-  typedef typename Key<T>::S S;
-  const long long plane_in = (long long)g.D * g.H * g.W, plane_out = (long long)g.Do * g.Ho * g.Wo;
-  alignas(64) unsigned char stack[STACK_SCRATCH_BYTES];
-  const Work<S> w = make_work<S>(g, true, stack);
-  fill_pads<T>(g, w, true);
-  int* idx = ops_cpu::scratch<int, 4>(plane_out);
-  std::memset((void*)dx, 0, sizeof(T) * planes * plane_in);
-  for (long long p = 0; p < planes; ++p) {
-    forward_plane<T, 2>(x + p * plane_in, (T*)nullptr, idx, g, w);
-    const T* gp = dy + p * plane_out;
-    T* xp = dx + p * plane_in;
-    for (long long o = 0; o < plane_out; ++o)
-      if (idx[o] >= 0) xp[idx[o]] = gp[o];
   }
 }
 

@@ -585,7 +585,7 @@ __device__ __forceinline__ void timex_mma_exact_diagonal(float (&acc)[2][NT][4],
   }
 }
 
-// fwd_mma2/3: added to column t = threadIdx.x of every row of the parked output tile os (acc is dead by then).
+// fwd_mma3: added to column t = threadIdx.x of every row of the parked output tile os (acc is dead by then).
 template <int BN, class WAt, class KAt>
 __device__ __noinline__ void timex_mma_exact_diagonal_add(float* os, const WAt& w_at, const KAt& k_at) {
   const int t = threadIdx.x;
@@ -675,11 +675,10 @@ void timex_fwd_mma_launch(const T* w, const T* k, T* out, const TimexFwdParams& 
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// fwd_mma2: fwd_mma reworked for accuracy at any T and for speed (measured 2026-11-23: float32 B32 C768 T768
-// 0.293 ms against fwd_mma's 0.345, errors 0.04-0.15 of the tolerance up to T = 8192; docs/design.md).
-// The same block, warp and fragment geometry, and:
-//   * each k-step's mmas start from a zeroed fragment, added to the float32 total with an FADD: the tensor
-//     cores' unrounded accumulation then only ever holds 8-24 products (fwd_mma lost accuracy past T ~ 1024);
+// fwd_mma3's staging: fwd_mma reworked for accuracy at any T (errors 0.04-0.15 of the tolerance up to
+// T = 8192, where fwd_mma's were up to 5x past T ~ 1024). The same block, warp and fragment geometry, and:
+//   * each group of k-steps starts from a zeroed fragment, added to the float32 total with an FADD: the tensor
+//     cores' unrounded accumulation only ever holds a few dozen products;
 //   * operands are converted to TF32 once, when staged (big and small halves in shared memory for float32),
 //     not by every warp at every fragment read;
 //   * w is staged per chunk as the 256 lags the chunk needs, so shared memory does not grow with T;
@@ -745,18 +744,14 @@ __device__ __forceinline__ void timex_mma2_b(const unsigned int* st, int s, int 
   }
 }
 
-// fwd_mma3 (LADDER; the default for float32, and for 16-bit past T = 1024): fwd_mma2 with fewer shared-memory
-// reads and FADDs. fwd_mma2 reads per k-step, per thread, 16 A words and 16 B words (float32, 4 n-tiles; about as many
-// LDS cycles as the 24 mmas take) and adds 32 products to the totals (FADDs: a third of the mma time; 16-bit
-// inputs, one mma per product, paid double: 0.318 ms against fwd_mma's 0.181). A[t][u] depends on t - u
-// only, so a group of 4 k-steps of both row blocks reads 14 distinct A words per lane (a ladder, stride 4),
-// read once for the group; each fragment holds 4 k-steps (12 float32 / 4 16-bit mmas from zero) before the
-// FADD. Per k-step: 3.5 + 16 words read, 8 FADDs (float32). Predicted B32 C768 T768 float32 0.21-0.25 ms;
-// measured 0.291 (fwd_mma2 0.298 in the same process; H100, 2026-11-23 night): those reads and FADDs were not
-// what bounds the kernel. bfloat16 0.268 (fwd_mma 0.180).
-template <typename T, int NT, typename IT, bool LADDER>
+// fwd_mma3 (the default for float32, and for 16-bit past T = 1024). A[t][u] depends on t - u only, so a group
+// of 4 k-steps of both row blocks reads 14 distinct A words per lane (a ladder, stride 4), read once for the
+// group, and each fragment holds 4 k-steps (12 float32 / 4 16-bit mmas from zero) before the FADD: per k-step
+// 3.5 + 16 words read and 8 FADDs (float32) against 16 + 16 and 32 when every step reads its own A words and
+// adds its own fragment. Measured float32 B32 C768 T768 0.291 ms against 0.298 per step (H100, 2026-11-23).
+template <typename T, int NT, typename IT>
 __global__ void __launch_bounds__(TIMEX_MMA_THREADS)
-timex_fwd_mma2_kernel(const T* __restrict__ w, const T* __restrict__ k, T* __restrict__ out, const TimexFwdParams p) {
+timex_fwd_mma3_kernel(const T* __restrict__ w, const T* __restrict__ k, T* __restrict__ out, const TimexFwdParams p) {
   constexpr int BT = TIMEX_MMA_TILE, KS = TIMEX_MMA_KS, BN = 8 * NT;
   constexpr int HALF = TimexMma2Stage<T, NT>::HALF, WORDS = TimexMma2Stage<T, NT>::WORDS;
   constexpr bool SPLIT = sizeof(T) == 4;
@@ -785,51 +780,33 @@ timex_fwd_mma2_kernel(const T* __restrict__ w, const T* __restrict__ k, T* __res
     const unsigned int* wb = st + BN * KS;
     // a multiple of 4; none for an exact diagonal chunk (it runs on the CUDA cores, below)
     const int steps = ui == ti ? (exact ? 0 : 4 * q + 4) : BT / 8;
-    if (LADDER) {
-      for (int s0 = 0; s0 < steps; s0 += 4) {
-        // G[i] = wb[abase - 8 s0 - 28 + 4 i]: step s0 + e of row block m reads, as fwd_mma2's wb[a], wb[a + 8],
-        // wb[a - 4], wb[a + 4] (a = abase + 16 m - 8 (s0 + e)), G[j + 1], G[j + 3], G[j], G[j + 2] with
-        // j = 4 m + 6 - 2 e. G spans wb[abase - 8 s0 - 28 .. abase - 8 s0 + 24], inside [0, 256).
-        const unsigned int* gp = wb + abase - 8 * s0 - 28;
-        unsigned int gb[14], gs[14];
-        TIMEX_UNROLL for (int i = 0; i < 14; ++i) {
-          gb[i] = gp[4 * i];
-          gs[i] = SPLIT ? gp[HALF + 4 * i] : 0u;
-        }
-        float part[2][NT][4];
-        TIMEX_UNROLL for (int m = 0; m < 2; ++m)
-          TIMEX_UNROLL for (int n = 0; n < NT; ++n)
-            TIMEX_UNROLL for (int i = 0; i < 4; ++i) part[m][n][i] = 0.f;
-        TIMEX_UNROLL for (int e = 0; e < 4; ++e) {
-          unsigned int bb[NT][2], bs[NT][2];
-          timex_mma2_b<T, NT>(st, s0 + e, g, tig, bb, bs);
-          TIMEX_UNROLL for (int m = 0; m < 2; ++m) {
-            const int j = 4 * m + 6 - 2 * e;
-            const unsigned int ab[4] = {gb[j + 1], gb[j + 3], gb[j], gb[j + 2]};
-            const unsigned int as[4] = {gs[j + 1], gs[j + 3], gs[j], gs[j + 2]};
-            TIMEX_UNROLL for (int n = 0; n < NT; ++n) timex_mma_product<SPLIT>(part[m][n], ab, as, bb[n], bs[n]);
-          }
-        }
-        TIMEX_UNROLL for (int m = 0; m < 2; ++m)
-          TIMEX_UNROLL for (int n = 0; n < NT; ++n)
-            TIMEX_UNROLL for (int i = 0; i < 4; ++i) acc[m][n][i] += part[m][n][i];
+    for (int s0 = 0; s0 < steps; s0 += 4) {
+      // G[i] = wb[abase - 8 s0 - 28 + 4 i]: step s0 + e of row block m reads, as its own wb[a], wb[a + 8],
+      // wb[a - 4], wb[a + 4] (a = abase + 16 m - 8 (s0 + e)), G[j + 1], G[j + 3], G[j], G[j + 2] with
+      // j = 4 m + 6 - 2 e. G spans wb[abase - 8 s0 - 28 .. abase - 8 s0 + 24], inside [0, 256).
+      const unsigned int* gp = wb + abase - 8 * s0 - 28;
+      unsigned int gb[14], gs[14];
+      TIMEX_UNROLL for (int i = 0; i < 14; ++i) {
+        gb[i] = gp[4 * i];
+        gs[i] = SPLIT ? gp[HALF + 4 * i] : 0u;
       }
-    } else for (int s = 0; s < steps; ++s) {
-      unsigned int bb[NT][2], bs[NT][2];
-      timex_mma2_b<T, NT>(st, s, g, tig, bb, bs);
-      TIMEX_UNROLL for (int m = 0; m < 2; ++m) {
-        const int a = abase + 16 * m - 8 * s;
-        const unsigned int ab[4] = {wb[a], wb[a + 8], wb[a - 4], wb[a + 4]};
-        unsigned int as[4] = {0u, 0u, 0u, 0u};
-        if (SPLIT) {
-          as[0] = wb[HALF + a]; as[1] = wb[HALF + a + 8]; as[2] = wb[HALF + a - 4]; as[3] = wb[HALF + a + 4];
-        }
-        TIMEX_UNROLL for (int n = 0; n < NT; ++n) {
-          float part[4] = {0.f, 0.f, 0.f, 0.f};
-          timex_mma_product<SPLIT>(part, ab, as, bb[n], bs[n]);
-          TIMEX_UNROLL for (int i = 0; i < 4; ++i) acc[m][n][i] += part[i];
+      float part[2][NT][4];
+      TIMEX_UNROLL for (int m = 0; m < 2; ++m)
+        TIMEX_UNROLL for (int n = 0; n < NT; ++n)
+          TIMEX_UNROLL for (int i = 0; i < 4; ++i) part[m][n][i] = 0.f;
+      TIMEX_UNROLL for (int e = 0; e < 4; ++e) {
+        unsigned int bb[NT][2], bs[NT][2];
+        timex_mma2_b<T, NT>(st, s0 + e, g, tig, bb, bs);
+        TIMEX_UNROLL for (int m = 0; m < 2; ++m) {
+          const int j = 4 * m + 6 - 2 * e;
+          const unsigned int ab[4] = {gb[j + 1], gb[j + 3], gb[j], gb[j + 2]};
+          const unsigned int as[4] = {gs[j + 1], gs[j + 3], gs[j], gs[j + 2]};
+          TIMEX_UNROLL for (int n = 0; n < NT; ++n) timex_mma_product<SPLIT>(part[m][n], ab, as, bb[n], bs[n]);
         }
       }
+      TIMEX_UNROLL for (int m = 0; m < 2; ++m)
+        TIMEX_UNROLL for (int n = 0; n < NT; ++n)
+          TIMEX_UNROLL for (int i = 0; i < 4; ++i) acc[m][n][i] += part[m][n][i];
     }
     if (ui < ti) timex_mma2_put<T, NT>(sm + ((ui + 1) & 1) * WORDS, kv, wv, tid);
     // the next stage is written; this stage's reads are done
@@ -854,15 +831,9 @@ timex_fwd_mma2_kernel(const T* __restrict__ w, const T* __restrict__ k, T* __res
 }
 
 template <typename T, int NT, typename IT>
-void timex_fwd_mma2_launch(const T* w, const T* k, T* out, const TimexFwdParams& p) {
-  static int raised = 48 * 1024;
-  timex_mma_start(timex_fwd_mma2_kernel<T, NT, IT, false>, raised, w, k, out, p);
-}
-
-template <typename T, int NT, typename IT>
 void timex_fwd_mma3_launch(const T* w, const T* k, T* out, const TimexFwdParams& p) {
   static int raised = 48 * 1024;
-  timex_mma_start(timex_fwd_mma2_kernel<T, NT, IT, true>, raised, w, k, out, p);
+  timex_mma_start(timex_fwd_mma3_kernel<T, NT, IT>, raised, w, k, out, p);
 }
 
 #else

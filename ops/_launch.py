@@ -1,14 +1,14 @@
 """The launch layer every op family uses: plans memoized per call signature, switches read once, ``jt.code``.
 
 A public call (``ops.max_pool3d(x, 3, 2)``) that repeats a recent signature costs a lookup by its input's size and
-arguments and a comparison of its input's shape, dtype, grad mode and device (:func:`recent_plan`); otherwise a key
+arguments and a comparison of its input's shape, dtype, grad mode and device (``ops._calls``); otherwise a key
 built from the call's signature (input shapes and dtypes, the parameters as the user passed them, grad mode,
 device) and a dict lookup; only a miss of both validates, dispatches and renders. What a miss builds is a
 family's *plan*: a small object whose ``__call__`` takes the input Vars and does the least jittor work the call
 needs (``jt.code`` with prebuilt arguments, a reshape at most).
 
 * :class:`PlanCache` -- a bounded dict of plans, one per family entry point, with a counter the tests read, and
-  its recent calls (:func:`recent_plan`, :func:`recent_plan2`);
+  its recent calls (read by the entry points' opening, ``ops._calls``);
 * :func:`register_switch`, :func:`switch`, :func:`reload_switches` -- the ``OPS_*`` environment switches, read
   at import (never on the call path); ``reload_switches()`` re-reads them and clears every plan;
 * :func:`on_cuda` -- where jittor runs the next op (the one place the families ask);
@@ -26,7 +26,7 @@ from numpy import ndarray as _ndarray
 
 from ._jittor import has_cuda, jt
 
-__all__ = ["PlanCache", "recent_plan", "recent_plan2", "Launch", "taped", "pack_fields", "unpack_fields",
+__all__ = ["PlanCache", "Launch", "taped", "pack_fields", "unpack_fields",
            "register_switch", "switch", "reload_switches", "on_cuda", "flags", "HOST_OPT_SWITCH", "PLAN_CACHE_SIZE",
            "CODE_MAX_RANK"]
 
@@ -187,37 +187,6 @@ class PlanCache(dict):
         would make the names it uses cells, allocated on every call, ~60 ns.)"""
         plan = self.get(key)
         return self.put(key, build(*args)) if plan is None else plan
-
-
-def recent_plan(recent: dict, key, x):
-    """The plan ``recent[key]`` holds if ``x`` has the shape, dtype, grad mode and device of the call that
-    stored it, else None (see :meth:`PlanCache.planned`; ``key``: the input's element count and the call's other
-    arguments). An unhashable key (a list or a Var among the arguments) finds nothing."""
-    try:
-        hit = recent.get(key)
-    except TypeError:
-        return None
-    if hit is not None:
-        x_shape, x_dtype, need_grad, cuda, plan = hit
-        if (x.shape == x_shape and x.dtype == x_dtype and flags.use_cuda == cuda
-                and (not (flags.no_grad or x.is_stop_grad())) is need_grad):
-            return plan
-    return None
-
-
-def recent_plan2(recent: dict, key, x, y):
-    """:func:`recent_plan` of a call on two Vars that needs a gradient unless both are stop_grad."""
-    try:
-        hit = recent.get(key)
-    except TypeError:
-        return None
-    if hit is not None:
-        x_shape, x_dtype, y_shape, y_dtype, need_grad, cuda, plan = hit
-        if (x.shape == x_shape and x.dtype == x_dtype and y.shape == y_shape and y.dtype == y_dtype
-                and flags.use_cuda == cuda and (not (flags.no_grad or (x.is_stop_grad() and y.is_stop_grad())))
-                is need_grad):
-            return plan
-    return None
 
 
 # ---- jt.code ----------------------------------------------------------------------------------------------

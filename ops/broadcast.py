@@ -24,7 +24,8 @@ from typing import Dict, Optional, Tuple
 
 from . import _codegen
 from . import _launch
-from ._args import as_index, check_rank
+from ._args import as_index_sequence, check_rank
+from ._calls import opening1, opening_shaped, reshape as _reshape
 from ._jittor import jt
 
 Shape = Tuple[int, ...]
@@ -93,18 +94,12 @@ def _as_shape(shape, name: str) -> Shape:
         return tuple(shape)
     if isinstance(shape, jt.Var):
         raise TypeError(f"{name} must be a sequence of ints, got a jittor Var (pass its .shape for its shape)")
-    if isinstance(shape, (str, bytes)):
-        raise TypeError(f"{name} must be a sequence of ints, got {type(shape).__name__}")
-    if not isinstance(shape, bool):
+    if not isinstance(shape, (bool, str, bytes)):
         try:
             return (operator.index(shape),)
         except TypeError:
             pass
-    try:
-        items = list(shape)  # NanoVector iterates through __getitem__
-    except TypeError:
-        raise TypeError(f"{name} must be a sequence of ints, got {type(shape).__name__}") from None
-    return tuple(as_index(s, f"{name}[{i}]") for i, s in enumerate(items))
+    return as_index_sequence(shape, name)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -482,9 +477,6 @@ def cast_rounded(v, dtype: str):
     return _reshape(pass_launch(cast_pass, _launch.on_cuda())([_reshape(v, (v.numel(),))]), tuple(v.shape))
 
 
-# Host time counts for small cases: jt.ops.reshape skips jt.Var.reshape's argument parsing (~1.4 us a call on
-# the CPU runners).
-_reshape = jt.ops.reshape
 
 
 class _Plan:
@@ -549,32 +541,31 @@ def _plan(x_shape: Shape, dtype: str, out_shape: Shape, need_grad: bool, cuda: b
     return plan
 
 
-# Plans of broadcast_to and expand_as; each entry point checks its recent calls first (PlanCache.planned).
 _PLANS_TO, _PLANS_AS = _launch.PlanCache("broadcast_to"), _launch.PlanCache("expand_as")
-_RECENT_TO, _RECENT_AS = _PLANS_TO.recent, _PLANS_AS.recent
-_jt_flags = _launch.flags
-_Var = jt.Var
-_recent_plan = _launch.recent_plan
 
 
 # ==============================================================================================================
 # Autograd, functional API, Module
 # ==============================================================================================================
-def _check_var(v, name: str, fn: str):
-    if not isinstance(v, jt.Var):
-        raise TypeError(f"{fn}: {name} must be a jittor Var, got {type(v).__name__}")
-
-
-def _plan_of(x, target, other_name: str, need_grad: bool):
-    """The plan of broadcasting ``x`` to ``target`` (a shape, or a Var lending its shape), after checking it."""
+def _plan_of(x, target_shape: Shape, other_name: str, need_grad: bool):
+    """The plan of broadcasting ``x`` to ``target_shape``, after checking it."""
     x_shape = tuple(x.shape)
-    if other_name == "shape":
-        target_shape = _as_shape(target, "shape")
-        check_rank(len(target_shape), "shape")
-    else:
-        target_shape = tuple(target.shape)
     out_shape = broadcast_shape(x_shape, target_shape, "x", other_name)
     return _plan(x_shape, str(x.dtype), out_shape, need_grad, _launch.on_cuda())
+
+
+def _broadcast_to_plan(x, shape, need_grad: bool):
+    target_shape = _as_shape(shape, "shape")
+    check_rank(len(target_shape), "shape")
+    return _plan_of(x, target_shape, "shape", need_grad)
+
+
+def _expand_as_plan(x, other, need_grad: bool):
+    return _plan_of(x, tuple(other.shape), "other's shape", need_grad)
+
+
+_open_to = opening1(_PLANS_TO, _broadcast_to_plan)
+_open_as = opening_shaped(_PLANS_AS, _expand_as_plan)
 
 
 def broadcast_to(x, shape):
@@ -584,36 +575,12 @@ def broadcast_to(x, shape):
     summed over the broadcast dims (deterministic). Raises TypeError for a non-Var ``x`` or a non-int
     ``shape`` entry, ValueError (naming both shapes) when x cannot be broadcast to ``shape``.
     """
-    if type(x) is _Var:
-        plan = _recent_plan(_RECENT_TO, (x.numel(), shape), x)
-        if plan is not None:
-            return plan(x)
-    else:
-        _check_var(x, "x", "broadcast_to")
-    need_grad, cuda = not (_jt_flags.no_grad or x.is_stop_grad()), _jt_flags.use_cuda
-    key = (str(x.shape), str(x.dtype), shape, need_grad, cuda)
-    return _PLANS_TO.planned(key, (x.numel(), shape), (x.shape, x.dtype, need_grad, cuda),
-                             _plan_of, x, shape, "shape", need_grad)(x)
+    return _open_to(x, shape)
 
 
 def expand_as(x, other):
     """``x`` broadcast to ``other``'s shape (see ``broadcast_to``); ``other`` only lends its shape."""
-    if type(x) is _Var and type(other) is _Var:
-        # recent_plan's check with other's shape list compared too: a key holding that shape as a tuple made the
-        # call 848 -> 1086 ns (2-core CPU machine, 2026-11-27)
-        hit = _RECENT_AS.get(x.numel())
-        if hit is not None:
-            x_shape, x_dtype, other_shape, need_grad, cuda, plan = hit
-            if (other.shape == other_shape and x.shape == x_shape and x.dtype == x_dtype
-                    and _jt_flags.use_cuda == cuda and (not (_jt_flags.no_grad or x.is_stop_grad())) is need_grad):
-                return plan(x)
-    else:
-        _check_var(x, "x", "expand_as")
-        _check_var(other, "other", "expand_as")
-    need_grad, cuda = not (_jt_flags.no_grad or x.is_stop_grad()), _jt_flags.use_cuda
-    key = (str(x.shape), str(x.dtype), str(other.shape), need_grad, cuda)
-    return _PLANS_AS.planned(key, x.numel(), (x.shape, x.dtype, other.shape, need_grad, cuda),
-                             _plan_of, x, other, "other's shape", need_grad)(x)
+    return _open_as(x, other)
 
 
 class ExpandAs(jt.Module):

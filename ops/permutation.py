@@ -35,8 +35,8 @@ tiled_packed  as tiled for 1-, 2- and 4-byte elements, with P elements in one 4-
            Both tiled variants: consecutive blocks step along the output's last dim, and where a permute's
            output rows do not start on 32-byte sectors the shifted tile (template constant ``AL``, data key
            ``align``) starts every output row segment on a unit of 32 or 64 bytes (rule at
-           ``ALIGN_OUT_SWITCH``). Loose words (template constant ``LW``, data key ``loose``; the measured
-           rule at ``LOOSE_WORD_SWITCH``: 1-byte elements, and 4-byte ones in transpose_add): packed words
+           ``ALIGN_OUT``). Loose words (template constant ``LW``, data key ``loose``; the measured
+           rule at ``LOOSE_WORD``: 1-byte elements, and 4-byte ones in transpose_add): packed words
            in shared memory for rows that do not start on a word, their elements moved one at a time on
            the global side.
 tiled_grouped  the last dim stays but holds only G = 2, 4 or 8 chunks (e.g. 64 bytes): a tile whose
@@ -60,117 +60,48 @@ from typing import Dict, Sequence, Tuple
 from . import _codegen
 from . import _launch
 from ._args import as_index, as_index_sequence, is_sequence
+from ._calls import opening1, opening2, reshape as _reshape
 from ._jittor import jt
 
 __all__ = ["permute", "transpose", "transpose_add", "Permute", "TransposeAdd", "KernelConfig", "PermutePlan",
-           "normalize_dims", "simplify_permutation", "movement_size", "plan_permute", "pack_word_mode",
-           "tile_order_mode", "align_out_mode", "loose_word_mode", "select_config", "render", "menu", "cuda_header",
-           "launch", "run_config", "cpu_plan_data", "VARIANTS"]
+           "normalize_dims", "simplify_permutation", "movement_size", "plan_permute", "select_config", "render",
+           "menu", "cuda_header", "launch", "run_config", "cpu_plan_data", "VARIANTS"]
 
 # ---- tuning constants -------------------------------------------------------------------------------------
 
-# Templates and the CPU walker hold up to 8 simplified dims (the issue asks for rank 8); more falls back.
+# Templates and the CPU walker hold up to 8 simplified dims; more falls back to jittor's permute.
 MAX_RANK = 8
 # Chunk sizes the byte mover can use, widest first; 16 bytes is the widest single load/store on the GPU.
 CHUNKS = (16, 8, 4, 2, 1)
-# General kernel: 256 threads per block, 4 chunks per thread with every load issued before the first store:
-# 4 x 16 B in flight per thread keeps ~64 KB per SM outstanding at full occupancy, predicted enough to reach
-# ~90% of copy bandwidth on an H100/H200 (predicted; to measure).
+# General kernel: 4 chunks of 16 B in flight per thread keep ~64 KB per SM outstanding (predicted ~90% of copy).
 ND_THREADS = 256
 ND_UNROLL = 4
-# Grouped tile kernel: block (32, TILE_ROWS), 4 chunks per thread and phase. H100 A/B (2026-11-25, run 7; % of
-# copy at 8 / 4 / 16 rows): attention (32,512,16,64) f16 87.7 / 83.3 / 86.1.
+# Grouped tile: 8 thread rows; (32,512,16,64) f16 attention layout 87.7% of copy against 83.3 at 4, 86.1 at 16.
 TILE_ROWS = 8
-# Tiled kernel: block (32, rows), rows = T / TILE_WORDS_PER_THREAD for a tile edge of T = 32 * P elements, so
-# every thread moves 8 words per phase, all loads issued before the barrier (_tile_rows). H100 A/B (2026-11-25,
-# run 7; % of copy at 8 / 4 / 16 rows, the old fixed 8 first):
-#  * P = 1 (T = 32, now 4 rows): (4097, 3071) f16 58.2 / 67.5 / 37.8, its transpose_add 72.1 / 77.8 / 50.6;
-#    (4097, 3071) f32 82.6 / 83.1 / 60.1; (0,4,2,1,3) f32 82.4 / 83.9 / 54.6.
-#  * P = 2 (T = 64, 8 rows as before): (0,2,1) f16 91.2 / 89.7 / 84.8, f32 95.5 / 95.5 / 96.0; (8192, 8192) f32
-#    transpose_add 98.9 / 98.7 / 98.9.
-#  * P = 4 of 2-byte elements (T = 128, now 16 rows): (24300, 11520) bf16 transpose_add 90.0 / 89.0 / 96.2.
-#  * P = 4 of 1-byte elements (T = 128): (0,2,1) bool 79.9 / 74.5 / 74.6, so 1-byte elements keep 8 rows.
-# 16 and 32 words per thread (run 10; % of copy at 8 / 16 / 32): (4097, 3071) f16 66.9 / 53.2 / 52.0, its
-# transpose_add 77.3 / 59.0 / 60.6, f32 82.7 / 70.6 / 65.7; (0,4,2,1,3) f32 83.5 / 83.3 / 79.2; (4096, 4096)
-# int64 93.6 / 93.9 / 92.7; (0,2,1) bf16 64 MB (P = 2) 91.3 / 89.4; (0,2,1) f16 16 MB (P = 4) 127.0 / 130.5 and
-# 93.0 at 4 words.
+# Tiled kernel: 8 words per thread and phase (rows = 32P / 8); (4097, 3071) f16 67.5% of copy against 53.2 at 16.
 TILE_WORDS_PER_THREAD = 8
-# Both tile-plane dims must be at least this for the tiled kernels: below it most of the 32-wide tile is
-# empty. H100 A/B (2026-11-24, run 4; % of copy, minimum 16 -> 8): (8,24,40,16,64) f16 (3,1,4,2,0) 28.7 -> 15.0,
-# f32 55.6 -> 29.6, (8, 2^20) f16 (1,0) 85 -> 21; only (2^20, 8) f32 gained (40.6 -> 42.2). An output last dim
-# below it is first merged with the output's second-to-last into a split B side (_tile_b_dims).
+# Both tile-plane dims at least 16: at 8, (8,24,40,16,64) f16 (3,1,4,2,0) fell from 28.7 to 15.0% of copy.
 TILE_MIN_DIM = 16
-# The packed tile is 32 * P elements wide; with 4-byte words take it only when both plane dims fill at least
-# half of it (not measured on its own). 8-byte words need a whole tile edge on both dims: the (0,4,2,1,3) float32
-# case (a = b = 32 in a 64-float tile) ran at 60% of the copy roofline with them against 84% with 32x32 tiles
-# (H100, 2026-11-23).
+# 4-byte packed words only where both plane dims fill half the tile (not measured on its own).
 PACK_MIN_FILL = 16
-# Packed words of the tiled path: 4 bytes (P = 2 halves or 4 bytes: 64- and 128-element tile edges) or 8 bytes
-# (P = 4 halves or 2 floats: 128- and 64-element edges, 33 KB / 17 KB of shared memory, 256-byte row segments on
-# every global access where 4-byte words move 128). 1-byte elements always take 4-byte words (8 per word would
-# need a 256-element edge, 67 KB of shared memory). Sweep of both words on an H100 (2026-11-23, 23 shapes,
-# .devrun/sweep_permute.py in docs/benchmarking.md), % of the copy roofline, 4-byte -> 8-byte words:
-#  * 4-byte elements: 8-byte words level or ahead on every fully tiled shape: (8192, 8192) transpose_add
-#    93.4 -> 96.4, (2,3,0,1) 92.1 -> 95.4, (0,2,1) 128 MB 94.7 -> 95.9; the one loss 95.6 -> 94.5
-#    (batched (16,1024,1024) transpose_add). So: 8-byte words.
-#  * 2-byte elements: ahead where the tile's rows lie 16 KB or more apart on both sides ((24300, 11520) bf16
-#    transpose_add 70.2 -> 82.1, permute 60.1 -> 72.1; (8192, 8192) f16 transpose_add 80.7 -> 87.6, permute
-#    84.3 -> 85.6) and where the op touches at most 32 MB (in the 50 MB L2 across the timing loop: (0,2,1) on
-#    (32,512,512) and (128,256,256) 84 -> 96); behind by 1-5 points at row strides of 2-8 KB above 32 MB
-#    ((0,2,1) on 1024-, 2048- and 4096-wide planes, 4096x4096 (1,0), batched transpose_add 88.7 -> 83.5).
+# 8-byte words (else 4-byte) for 4-byte elements, and for 2-byte ones whose tile rows lie >= 16 KB apart
+# ((24300, 11520) bf16 transpose_add 70.2 -> 82.1% of copy) or whose op touches <= 32 MB (stays in L2: 84 -> 96);
+# elsewhere they lost 1-5 points.
 WORD8_MIN_ROW_BYTES = 16 << 10
 WORD8_L2_BYTES = 32 << 20
-# OPS_PERMUTE_PACK_WORD: "auto" (default, the rule above), "4" or "8" (forced where the tile allows; A/B switch).
-PACK_WORD_SWITCH = "OPS_PERMUTE_PACK_WORD"
-PACK_WORD_MODES = ("auto", "4", "8")
-_launch.register_switch(PACK_WORD_SWITCH, PACK_WORD_MODES)
-# Order of the tiled kernel's blocks: consecutive blocks step along B, the output's last dim, so two tiles that
-# share an output row's edge sectors (rows whose byte length is not a multiple of 32) write them close together
-# in time and L2 merges the halves. H100 A/B (2026-11-24, in one process), blocks along A -> along B, % of copy
-# roofline: (24300, 11520) bf16 transpose_add 80.4 -> 89.9, its permute 70.7 -> 78.0, (4097, 3071) permute f32
-# 61.2 -> 66.9, f16 54.7 -> 58.6, f16 transpose_add 65.5 -> 73.5; aligned rows level or ahead ((8192, 8192)
-# f32 transpose_add 96.5 -> 98.7, (0,2,1) f16/f32/int8, (2,3,0,1), the 5-D tile within 0.5 points).
-# OPS_PERMUTE_TILE_ORDER: "auto" (default: along B), "a" or "b" (A/B switch).
-TILE_ORDER_SWITCH = "OPS_PERMUTE_TILE_ORDER"
-TILE_ORDER_MODES = ("auto", "a", "b")
-_launch.register_switch(TILE_ORDER_SWITCH, TILE_ORDER_MODES)
-# Shifted tile for output rows that do not start on a 32-byte sector ((24300, 11520) bf16: rows of 48600 bytes;
-# (4097, 3071)): each output row's segment starts on a unit boundary, the tile holds the extra input rows that
-# needs (AL - P, AL = unit bytes / element bytes), and no two tiles share a unit. H100 A/B (2026-11-24, one
-# process, blocks along B), % of copy roofline, plain -> 32-byte units -> 64-byte units:
-#  * permute, packed words: (24300, 11520) bf16 (1,0) 78.1 -> 92.5 -> 92.4; (32, 1028, 1024) f16 (0,2,1)
-#    70.5 -> 84.7 -> 83.3; int8 quads 60.0 -> 78.8 -> 72.5.  So: 32-byte units.
-#  * permute, plain tile of 4-byte elements: (4097, 3071) f32 70.0 -> 74.8 -> 82.8.  So: 64-byte units.
-#  * plain tile of 2-byte elements: (4097, 3071) f16 58.1 -> 49.2 -> 41.9 (15 or 31 extra rows of a 32-row tile
-#    of 2-byte loads).  So: never for words below 4 bytes.
-#  * transpose_add: (24300, 11520) bf16 89.9 -> 71.8 -> 70.2, (4097, 3071) f16 72.3 -> 62.4 (not understood: the
-#    same kernel's permute gains; suspects are the y loads, one per row with its own shift, and registers).
-#    So: never for transpose_add.
-#  * on aligned rows (every shift 0) the extra rows cost: (8192, 8192) f32 transpose_add 98.6 -> 95.7,
-#    (32, 1024, 1024) f16 permute 91.4 -> 85.5.  So: only where some output row starts off a sector.
-#  8- and 16-byte elements follow the 4-byte rule (not measured).
-# OPS_PERMUTE_ALIGN_OUT: "auto" (default: the rule above), "0" (never), "32" or "64" (bytes per unit, forced on
-# every tiled case whose tile allows it; A/B switch).
-ALIGN_OUT_SWITCH = "OPS_PERMUTE_ALIGN_OUT"
-ALIGN_OUT_MODES = ("auto", "0", "32", "64")
-_launch.register_switch(ALIGN_OUT_SWITCH, ALIGN_OUT_MODES)
-# Loose words (template constant LW, data key ``loose``): where rows of 1-, 2- or 4-byte elements do not start on
-# a word, the packed tile's words in shared memory with every global access moving the word's elements one at a
-# time: 64- or 128-element row segments, the last word of a row cut at the row's end. Predicted (4097, 3071) f16
-# 67 -> ~80% of copy; measured on an H100 (in-process A/B, % of copy, plain tile -> loose words):
-#  * 1-byte elements, 4-byte words: int8 (4097, 3071) 33.4 -> 50.2, (64, 1027, 1025) (0,2,1) 32.6 -> 47.8,
-#    (8, 1023, 2049) 31.6 -> 46.3; bool (4097, 3071) 32.8 -> 49.9; uint8 transpose_add 41.1 -> 47.6.
-#  * 4-byte elements, 8-byte words: transpose_add (4097, 3071) 73.5 -> 82.2, (2049, 6143) 74.1 -> 82.0,
-#    batched (8, 1025, 1023) 74.7 -> 76.7; but permute (the shifted tile's 83%) 83.0 -> 73.0, 83.1 -> 69.5.
-#  * 2-byte elements: always lose: (4097, 3071) f16 permute 67.0 -> 55.2 (4-byte words) / 37.3 (8-byte),
-#    transpose_add 77.4 -> 61.1 / 44.1; (32, 1027, 1025) 75.0 -> 64.1 / 46.5. Moving the words instead as
-#    aligned W-byte accesses joined across lanes by a shuffle and a funnel shift (6915259) lost too: 50-56%.
-# So "auto" (default): 4-byte words for 1-byte elements, 8-byte words for 4-byte elements in transpose_add.
-# OPS_PERMUTE_LOOSE_WORD: "auto", "0" (never), "4" (4-byte words for 1- and 2-byte elements), "8" (8-byte words
-# for 2- and 4-byte elements, 4-byte words for 1-byte ones); the forced modes are A/B switches.
-LOOSE_WORD_SWITCH = "OPS_PERMUTE_LOOSE_WORD"
-LOOSE_WORD_MODES = ("auto", "0", "4", "8")
-_launch.register_switch(LOOSE_WORD_SWITCH, LOOSE_WORD_MODES)
+# Packed word: "auto" (the rule above), "4" or "8" (the tests force each to reach every kernel path).
+PACK_WORD = "auto"
+# Tiled blocks step along B, the output's last dim: (24300, 11520) bf16 transpose_add 80.4 -> 89.9% of copy
+# ("a": along A, reached by the tests).
+TILE_ORDER = "b"
+# Shifted tile for permute output rows off a 32-byte sector: 32-byte units for packed words ((24300, 11520) bf16
+# 78.1 -> 92.5% of copy), 64-byte units for 4-byte elements ((4097, 3071) f32 70.0 -> 82.8); never for 2-byte
+# words (58.1 -> 49.2) or transpose_add (89.9 -> 71.8). "auto" that rule; "0", "32", "64" forced (tests).
+ALIGN_OUT = "auto"
+# Loose words where rows do not start on a word: 4-byte words for 1-byte elements (int8 (4097, 3071) 33.4 ->
+# 50.2% of copy), 8-byte words for 4-byte ones in transpose_add (73.5 -> 82.2); 2-byte elements always lost
+# (67.0 -> 55.2). "auto" that rule; "0", "4", "8" forced (tests).
+LOOSE_WORD = "auto"
 # Grouped tile: the last dim stays and holds G chunks; taken for G in GROUPS (a warp covers whole groups:
 # G divides 32) when the a dim fills a tile row (32 / G groups) and the b dim at least TILE_MIN_DIM. Predicted
 # (1,0,2) on (2048,1024,16) float32 from 79% (general, 64-byte runs) to ~90% of copy on an H100.
@@ -314,11 +245,6 @@ class KernelConfig:
         return dict(self.params)
 
 
-def pack_word_mode() -> str:
-    """``OPS_PERMUTE_PACK_WORD``: "auto" (default), "4" or "8"."""
-    return _launch.switch(PACK_WORD_SWITCH)
-
-
 def _word8_wins(plan: PermutePlan, op: str, row_elems: int) -> bool:
     """Whether 8-byte words beat 4-byte ones (the measured rule above); ``row_elems`` is the smaller of the
     input and output strides of the tile's rows."""
@@ -328,27 +254,17 @@ def _word8_wins(plan: PermutePlan, op: str, row_elems: int) -> bool:
     return row_elems * plan.chunk >= WORD8_MIN_ROW_BYTES or touched <= WORD8_L2_BYTES
 
 
-def tile_order_mode() -> str:
-    """``OPS_PERMUTE_TILE_ORDER``: "auto" (default), "a" or "b"."""
-    return _launch.switch(TILE_ORDER_SWITCH)
-
-
 def _b_fast() -> bool:
     """Whether consecutive tiles of the tiled kernel step along B (the output's last dim) rather than A: always,
-    but for the A/B switch (the rule above)."""
-    return tile_order_mode() != "a"
-
-
-def align_out_mode() -> str:
-    """``OPS_PERMUTE_ALIGN_OUT``: "auto" (default), "0", "32" or "64"."""
-    return _launch.switch(ALIGN_OUT_SWITCH)
+    unless ``TILE_ORDER`` says "a" (the measured choice above)."""
+    return TILE_ORDER != "a"
 
 
 def _align_for(op: str, chunk: int, pack: int, row_steps: Sequence[int]) -> int:
     """Elements per aligned unit of the shifted tile (0: the plain tile) for elements of ``chunk`` bytes moved
     ``pack`` to a word; ``row_steps`` are the element distances between the output rows a tile writes (the
     A dim's and the batch dims' output strides). The measured rule above, or the forced unit."""
-    mode = align_out_mode()
+    mode = ALIGN_OUT
     if mode == "auto":
         if op != "permute" or chunk * pack < 4 or all(step * chunk % 32 == 0 for step in row_steps):
             return 0
@@ -362,16 +278,11 @@ def _align_for(op: str, chunk: int, pack: int, row_steps: Sequence[int]) -> int:
     return unit if extra < 32 * pack else 0
 
 
-def loose_word_mode() -> str:
-    """``OPS_PERMUTE_LOOSE_WORD``: "auto" (default), "0", "4" or "8"."""
-    return _launch.switch(LOOSE_WORD_SWITCH)
-
-
 def _loose_pack_for(chunk: int, op: str, a: int, b: int) -> int:
-    """Elements per loose word (1: none) where the aligned words do not fit: the switch's word (under "auto" the
+    """Elements per loose word (1: none) where the aligned words do not fit: ``LOOSE_WORD`` (under "auto" the
     measured rule above), filled as the aligned words are (a whole tile edge for 8-byte words, PACK_MIN_FILL
     words for 4-byte ones)."""
-    mode = loose_word_mode()
+    mode = LOOSE_WORD
     if mode == "auto":
         mode = "4" if chunk == 1 else ("8" if chunk == 4 and op == "transpose_add" else "0")
     if mode == "0" or chunk > 4 or (chunk == 4 and mode == "4"):
@@ -393,7 +304,7 @@ def _pack_for(plan: PermutePlan, op: str, a: int, b: int, row_elems: int) -> int
     aligned words: every row of both sides starts on a word (``a`` and ``b`` are multiples of the pack)."""
     if plan.chunk > 4:
         return 1
-    mode = pack_word_mode()
+    mode = PACK_WORD
     if plan.chunk > 1 and mode != "4" and (mode == "8" or _word8_wins(plan, op, row_elems)):
         pack = 8 // plan.chunk
         if a % pack == 0 and b % pack == 0 and _tile_fills(8, pack, a, b):
@@ -685,8 +596,6 @@ def run_config(cfg: KernelConfig, inputs: Sequence) -> "jt.Var":
 
 # ---- plans: one per call signature ------------------------------------------------------------------------
 
-_reshape = jt.ops.reshape
-
 
 class _Plan:
     """A permute (or transpose_add) of one signature: the flat launch between two reshapes (on the CPU, the
@@ -754,44 +663,29 @@ def _fastest(plan: _Plan):
     return plan.launch.bind(plan.inputs) if plan.cpu and plan.shaped else plan
 
 
-def _permute_plan(shape: Tuple[int, ...], dtype: str, perm: Tuple[int, ...], need_grad: bool, cuda: bool):
+def _plan(op: str, shape: Tuple[int, ...], dtype: str, perm: Tuple[int, ...], need_grad: bool, cuda: bool):
+    """The plan of ``op`` ('permute' or 'transpose_add') on ``x`` of ``shape`` (checked) and ``perm``."""
     out_shape = tuple(shape[p] for p in perm)
     if math.prod(shape) == 0:
         return _FixedPlan(out_shape, dtype)
-    cfg = select_config(shape, perm, dtype, "permute")
-    if cfg.variant == "fallback":
+    cfg = select_config(shape, perm, dtype, op)
+    if cfg.variant == "fallback":  # a permute only: a swap of two dims simplifies to at most 5 dims
         return _FixedPlan(out_shape, dtype, perm)
+    inputs, inverse = (1, _inverse(perm)) if op == "permute" else (2, perm)  # a swap is its own inverse
     return _fastest(_Plan(launch(cfg, cuda, shape, perm, need_grad), cfg.data["bytes"] // _codegen.ITEMSIZE[dtype],
-                          out_shape, 1, need_grad, (out_shape, dtype, _inverse(perm), cuda)))
+                          out_shape, inputs, need_grad, (out_shape, dtype, inverse, cuda)))
 
 
-def _transpose_add_plan(shape: Tuple[int, ...], dtype: str, perm: Tuple[int, ...], need_grad: bool, cuda: bool):
-    out_shape = tuple(shape[p] for p in perm)
-    if math.prod(shape) == 0:
-        return _FixedPlan(out_shape, dtype)
-    cfg = select_config(shape, perm, dtype, "transpose_add")
-    return _fastest(_Plan(launch(cfg, cuda, shape, perm, need_grad), cfg.data["bytes"] // _codegen.ITEMSIZE[dtype],
-                          out_shape, 2, need_grad, (out_shape, dtype, perm, cuda)))  # a swap is its own inverse
+_permute_plan = functools.partial(_plan, "permute")
+_transpose_add_plan = functools.partial(_plan, "transpose_add")
 
-
-_jt_flags = _launch.flags
-_Var = jt.Var
-_recent_plan, _recent_plan2 = _launch.recent_plan, _launch.recent_plan2
 # Each entry point checks its recent calls first (PlanCache.planned).
 _PERMUTE_PLANS = _launch.PlanCache("permute")
 _TRANSPOSE_PLANS = _launch.PlanCache("transpose")
 _TRANSPOSE_ADD_PLANS = _launch.PlanCache("transpose_add")
-_RECENT_PERMUTES = _PERMUTE_PLANS.recent
-_RECENT_TRANSPOSES = _TRANSPOSE_PLANS.recent
-_RECENT_TRANSPOSE_ADDS = _TRANSPOSE_ADD_PLANS.recent
 
 
 # ---- functional API ---------------------------------------------------------------------------------------
-
-
-def _check_var(v, name: str):
-    if not isinstance(v, jt.Var):
-        raise TypeError(f"{name} must be a jittor Var, got {type(v).__name__}")
 
 
 def _check_dim(ndim: int, d, name: str) -> int:
@@ -821,9 +715,10 @@ def _permute_plan_of(x, dims, need_grad: bool):
     return _permute_plan(tuple(x.shape), str(x.dtype), perm, need_grad, _launch.on_cuda())
 
 
-def _transpose_plan_of(x, dim0, dim1, need_grad: bool):
+def _transpose_plan_of(x, dims: tuple, need_grad: bool):
     """The plan of ``transpose(x, dim0, dim1)``, after checking its dims: two dims swap (PyTorch); one sequence of
     dims permutes, none reverses (NumPy's and jittor's ``transpose``)."""
+    dim0, dim1 = dims
     if dim1 is None:
         if dim0 is not None and not is_sequence(dim0):
             raise TypeError(f"transpose takes two dims to swap (dim0, dim1) or one sequence of dims, got dim0={dim0!r} "
@@ -831,6 +726,10 @@ def _transpose_plan_of(x, dim0, dim1, need_grad: bool):
         return _permute_plan_of(x, (dim0,), need_grad)
     perm = _swap(x.ndim, _check_dim(x.ndim, dim0, "dim0"), _check_dim(x.ndim, dim1, "dim1"))
     return _permute_plan(tuple(x.shape), str(x.dtype), perm, need_grad, _launch.on_cuda())
+
+
+_open_permute = opening1(_PERMUTE_PLANS, _permute_plan_of)
+_open_transpose = opening1(_TRANSPOSE_PLANS, _transpose_plan_of)
 
 
 def permute(x, *dims):
@@ -841,31 +740,13 @@ def permute(x, *dims):
     reverse them (NumPy's and jittor's ``transpose(x)``). Any dtype, rank and size (an empty ``x`` gives an empty
     result). TypeError/ValueError naming ``dims`` on a bad permutation.
     """
-    if type(x) is _Var:
-        plan = _recent_plan(_RECENT_PERMUTES, (x.numel(), dims), x)
-        if plan is not None:
-            return plan(x)
-    else:
-        _check_var(x, "x")
-    need_grad, cuda = not (_jt_flags.no_grad or x.is_stop_grad()), _jt_flags.use_cuda
-    key = (str(x.shape), str(x.dtype), dims, need_grad, cuda)
-    return _PERMUTE_PLANS.planned(key, (x.numel(), dims), (x.shape, x.dtype, need_grad, cuda),
-                                  _permute_plan_of, x, dims, need_grad)(x)
+    return _open_permute(x, dims)
 
 
 def transpose(x, dim0=None, dim1=None):
     """``x`` with dims ``dim0`` and ``dim1`` swapped (PyTorch's ``transpose``); given one sequence of dims,
     ``permute(x, dims)``, and given none, the dims reversed (NumPy's and jittor's ``transpose``)."""
-    if type(x) is _Var:
-        plan = _recent_plan(_RECENT_TRANSPOSES, (x.numel(), dim0, dim1), x)
-        if plan is not None:
-            return plan(x)
-    else:
-        _check_var(x, "x")
-    need_grad, cuda = not (_jt_flags.no_grad or x.is_stop_grad()), _jt_flags.use_cuda
-    key = (str(x.shape), str(x.dtype), dim0, dim1, need_grad, cuda)
-    return _TRANSPOSE_PLANS.planned(key, (x.numel(), dim0, dim1), (x.shape, x.dtype, need_grad, cuda),
-                                    _transpose_plan_of, x, dim0, dim1, need_grad)(x)
+    return _open_transpose(x, (dim0, dim1))
 
 
 def _swap(ndim: int, dim0: int, dim1: int) -> Tuple[int, ...]:
@@ -874,8 +755,9 @@ def _swap(ndim: int, dim0: int, dim1: int) -> Tuple[int, ...]:
     return tuple(perm)
 
 
-def _transpose_add_plan_of(x, y, dim0, dim1, need_grad: bool):
+def _transpose_add_plan_of(x, y, dims: tuple, need_grad: bool):
     """The plan of ``transpose_add(x, y, dim0, dim1)``, after checking its arguments."""
+    dim0, dim1 = dims
     d0 = _check_dim(x.ndim, dim0, "dim0")
     d1 = _check_dim(x.ndim, dim1, "dim1")
     if str(y.dtype) != str(x.dtype):
@@ -888,24 +770,15 @@ def _transpose_add_plan_of(x, y, dim0, dim1, need_grad: bool):
     return _transpose_add_plan(tuple(x.shape), str(x.dtype), perm, need_grad, _launch.on_cuda())
 
 
+_open_transpose_add = opening2(_TRANSPOSE_ADD_PLANS, _transpose_add_plan_of)
+
+
 def transpose_add(x, y, dim0=0, dim1=1):
     """``x.transpose(dim0, dim1) + y`` in one pass. ``y`` has exactly the transposed shape and x's dtype.
 
     float16/bfloat16 are added in float32 and rounded once; integers wrap; bool adds as logical or.
     """
-    if type(x) is _Var and type(y) is _Var:
-        plan = _recent_plan2(_RECENT_TRANSPOSE_ADDS, (x.numel(), dim0, dim1), x, y)
-        if plan is not None:
-            return plan(x, y)
-    else:
-        _check_var(x, "x")
-        _check_var(y, "y")
-    need_grad = not (_jt_flags.no_grad or (x.is_stop_grad() and y.is_stop_grad()))
-    cuda = _jt_flags.use_cuda
-    key = (str(x.shape), str(x.dtype), str(y.shape), str(y.dtype), dim0, dim1, need_grad, cuda)
-    hit = (x.shape, x.dtype, y.shape, y.dtype, need_grad, cuda)
-    return _TRANSPOSE_ADD_PLANS.planned(key, (x.numel(), dim0, dim1), hit, _transpose_add_plan_of,
-                                        x, y, dim0, dim1, need_grad)(x, y)
+    return _open_transpose_add(x, y, (dim0, dim1))
 
 
 class Permute(jt.Module):

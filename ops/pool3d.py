@@ -10,7 +10,7 @@ positions ``(d * H + h) * W + w`` in each (n, c) plane.
 Layers (top to bottom):
 
 * shape algebra, pure Python: :func:`normalize_params`, :func:`pool_output_size`, :func:`output_shape`,
-  :func:`padding_free`, :func:`windows_disjoint`, :func:`windows_tile`, :func:`windows_cover_exactly`;
+  :func:`padding_free`, :func:`windows_disjoint`;
 * dispatch: :func:`select_config` -> :class:`KernelConfig` (variant and its compile-time constants);
 * sources: :func:`menus` (the instantiations one translation unit holds), :func:`cuda_header` (the kernels of
   ``cuda_snippets/pool3d.cuh`` and the generated menus), :func:`cuda_forward_src` / :func:`cuda_backward_src`
@@ -42,34 +42,22 @@ fwd_cpu        the CPU path: each plane's maximum in three separable passes (D, 
 Backward (dx; never atomics, bit-identical across runs):
 
 =================== =========================================================================================
-bwd_gather          the default for every layout (``OPS_POOL3D_BWD``): every input element sums, in a fixed
-                    order, dy of the windows that can hold it and whose saved argmax is this element (the
-                    forward saves the int32 indices when a backward may follow). A thread takes a run of
-                    ``vec`` adjacent elements of a row (16 bytes) and reads each window's index once for the
-                    run; window sizes, strides and dilations are compile-time. One code
-                    (cuda_snippets/pool3d_gather.cuh) for CUDA and the CPU path. Moves dy + indices + dx.
-bwd_tile_k2s2_vec   ``OPS_POOL3D_BWD=recompute`` (no indices kept between forward and backward), k2s2 windows
-                    that cover the input exactly: recompute the argmax from x with the forward's vector loads,
-                    write the whole window (dy at the argmax, 0 elsewhere) as vector stores.
-bwd_tile_flat/warp  recompute, other tilings (kernel == stride, dilation 1, no padding; each dim's last window
-                    owns up to the input's edge: ceil_mode's partial windows, bounds-checked, and floor mode's
-                    remainder, zeroed by the last window): the same, one window per thread / per warp. Moves
-                    x + dy + dx, the least a recompute can; 1.1-3.4x slower than the gather on the H100
-                    (``BWD_SWITCH``'s note).
-bwd_scatter_flat/warp  recompute, disjoint windows that are no tiling (stride > dilation * (k - 1) + 1, or
-                    padding): zero dx, recompute each window's argmax from x and write dy there.
+bwd_gather          every window layout: every input element sums, in a fixed order, dy of the windows that
+                    can hold it and whose saved argmax is this element (the forward saves the int32 indices
+                    when a backward may follow). A thread takes a run of ``vec`` adjacent elements of a row (16
+                    bytes) and reads each window's index once for the run; window sizes, strides and dilations
+                    are compile-time. One code (cuda_snippets/pool3d_gather.cuh) for CUDA and the CPU path.
+                    Moves dy + indices + dx.
 bwd_gather_cpu      the CPU path from the saved indices: dx zeroed, then dy of each output added at its index in
                     output order (each element sums its windows in the gather's order: the same dx bit for bit);
                     a copy where windows are disjoint.
-bwd_tile/scatter_cpu  recompute on the CPU: each plane's indices from x by the forward, then the same copy.
 =================== =========================================================================================
 
 Compiles. A translation unit holds a menu: every instantiation the dispatcher can pick for one dtype, index type
-and direction (forward values, forward values and indices, gather backward, recompute backward); the entry runs
-through ``data`` with the sizes and pooling parameters, so every layer of a model shares one compile per dtype
-and direction. Windows outside the menus' compile-time ones take the runtime-window instantiations. The CPU
-source takes the window from one ``data`` entry (:func:`cpu_geometry_data`): one CPU compile per dtype and
-algorithm.
+and direction (forward values, forward values and indices, gather backward); the entry runs through ``data``
+with the sizes and pooling parameters, so every layer of a model shares one compile per dtype and direction.
+Windows outside the menus' compile-time ones take the runtime-window instantiations. The CPU source takes the
+window from one ``data`` entry (:func:`cpu_geometry_data`): one CPU compile per dtype and direction.
 """
 from __future__ import annotations
 
@@ -81,11 +69,12 @@ from typing import Optional, Sequence, Tuple
 from . import _codegen
 from . import _launch
 from ._args import as_flag, as_index, as_index_sequence, is_sequence
+from ._calls import check_var, opening1, reshape as _reshape
 from ._jittor import jt
 
 __all__ = ["max_pool3d", "MaxPool3d", "PoolParams", "KernelConfig", "normalize_params", "pool_output_size",
-           "output_shape", "padding_free", "windows_disjoint", "windows_tile", "windows_cover_exactly",
-           "layout_algorithm", "backward_mode", "backward_algorithm", "select_config", "menus", "menu_index",
+           "output_shape", "padding_free", "windows_disjoint",
+           "select_config", "menus", "menu_index",
            "cuda_header", "cuda_forward_src", "cuda_backward_src", "cpu_header", "cpu_forward_src",
            "cpu_backward_src", "cpu_geometry_data", "plan", "VARIANTS"]
 
@@ -93,68 +82,38 @@ Triple = Tuple[int, int, int]
 
 # ---- tuning constants -------------------------------------------------------------------------------------
 
-# Windows whose loops are unrolled at compile time in the one-window-per-thread kernels (fwd_flat, and the
-# recompute backward's bwd_*_flat): the common cubic sizes 2 and 3, the video layers' (1, 3, 3), (1, 2, 2) and
-# (2, 3, 3), and the seed's k8. Unrolling removes the loop counters and bounds and lets the compiler issue the
-# window's loads ahead of the compares. H100 A/B (2026-11-25, one process, float32 forwards with indices, % of
-# copy, unrolled -> runtime loop): k3s2p1 (8,64,16,56,56) 45.7 -> 33.7, k3s1 (4,32,32,64,64) 28.3 -> 17.3, k2s2
-# ceil (8,32,31,63,63) 81.3 -> 68.5; k8s8 (8,64,32,32,32) values 0.0381 -> 0.0504 ms (H100, 2026-11-25, the
-# runtime loop in the table's one-run grade). The 512-element unrolled k8 window costs ~3.3 s of nvcc in each
-# forward translation unit. Every other window takes the runtime loop (window (0, 0, 0) of the menus).
+# Windows unrolled at compile time in fwd_flat (cubic 2 and 3, the video layers' (1,3,3), (1,2,2), (2,3,3), and
+# k8); others take the runtime loop: k3s2p1 (8,64,16,56,56) f32 45.7% of copy unrolled against 33.7 looped.
 FLAT_WINDOWS = ((2, 2, 2), (3, 3, 3), (1, 3, 3), (1, 2, 2), (2, 3, 3), (8, 8, 8))
 GENERIC_WINDOW = (0, 0, 0)
-# Threads per block for every kernel: 8 warps. H100 A/B (2026-11-25), 256 / 128 / 512 threads: k2s2
-# (8,32,32,64,64) 96.5 / 96.5 / 96.2% of copy, k3s2p1 45.7 / 45.8 / 45.3, k2s2 ceil 81.2 / 81.5 / 80.9: level.
+# Threads per block for every kernel: 128, 256 and 512 were level (k2s2 (8,32,32,64,64) 96.5 / 96.5 / 96.2%).
 BLOCK = 256
-# Outputs per thread of the flat kernels (fwd_flat; the recompute backward's bwd_*_flat take the same, not
-# measured there). Several outputs per thread (4 for windows up to 8 elements, 2 up to 27) were predicted to
-# keep more loads in flight; one output per thread was faster or level on every shape measured (H100
-# 2026-11-25, one process, % of copy, 4 or 2 -> 1): k2s2 odd W (8,32,32,63,63) f32 92.9 -> 97.4 with indices,
-# 84.0 -> 87.9 values only; k2s2 ceil f32 81.3 -> 86.5, f16 53.2 -> 66.5; k3s2 ceil (4,32,33,33,33) 69.5 ->
-# 72.5; k3s2p1 f32 45.7 -> 47.2, bf16 24.7 -> 25.3; k3s1 and k3s1 dilation 2 level. (Our reading, not
-# profiled: more resident threads, each with its own window, hide latency better than one thread's windows.)
+# Outputs per thread of fwd_flat: 1 beat 2 and 4 (k2s2 ceil (8,32,31,63,63) f16 66.5% of copy against 53.2).
 FLAT_OPT = 1
-# Warp layout: a window must have at least one element per lane ...
+# Warp layout: a window of at least one element per lane ...
 WARP_MIN_WINDOW = 32
-# ... and there must be too few outputs for the flat layout to fill the GPU (one thread per output; 132 SMs x
-# 256 threads = 33792), or h = w = 1 outputs whose flat-layout neighbours read input rows far apart. H100 A/B
-# (2026-11-25), k8s8 f32 with indices, warp -> flat: 1024 outputs 0.0062 -> 0.0194 ms, 8192 outputs 0.0105 ->
-# 0.0196, 32768 outputs 0.0418 -> 0.0375, 131072 outputs 0.1499 -> 0.1134. The limit sits between the
-# measured points.
+# ... and fewer outputs than this (or h = w = 1 outputs): k8s8 f32, 8192 outputs 0.0105 ms warp against 0.0196
+# flat, 32768 outputs 0.0418 against 0.0375.
 WARP_MAX_OUTPUTS = 1 << 14
-# Windows the warp kernels take at compile time (the seed's k8 and the h = w = 1 layers' (2, 8, 8)); the lanes'
-# element decomposition divides by constants there. Others run with the window at run time.
+# Windows the warp kernels take at compile time (k8 and the h = w = 1 layers' (2, 8, 8)); others at run time.
 WARP_WINDOWS = ((8, 8, 8), (2, 8, 8))
 # k2s2 vector loads: at most 16 bytes, the widest single access.
 MAX_VEC_BYTES = 16
-# k2s2 items per thread: 1 item of 4 x 16-byte loads, or 2 items of narrower loads (8 loads of 4-8 B). H100
-# A/B (2026-11-25, forwards with indices, % of copy, 2 and 4 items -> 1 and 2): (16,64,16,56,56) bf16 82.9 ->
-# 94.5, f16 92.2 -> 93.6; (8,32,32,64,64) f16 88.3 -> 90.7, f32 96.6 -> 97.0; W = 62 f32 (narrow) 95.7 ->
-# 95.9; 4 and 8 items lost (f16 74.4%, f32 90.8%).
+# k2s2 items per thread, 1 of 16-byte loads or 2 of narrower: (16,64,16,56,56) bf16 94.5% of copy against 82.9
+# at 2 and 4.
 K2_OPT_WIDE, K2_OPT_NARROW = 1, 2
-# fwd_rows limits: the span an item loads, SW * (VEC - 1) + KW columns rounded up to whole chunks (one chunk
-# more with W padding), lives in registers (at most 32 floats for half, 20 for float, 12 doubles); KW, SW and
-# the W padding are template arguments (one compile per (dtype, KW, SW, padding) in use), kd and kh are runtime
-# loops. Larger strides (k4s4, k8s8) already read each element once in fwd_flat / fwd_warp. Measured on the
-# H100 (2026-11-23, padding-free): k8s1 fp32 0.035 ms (was 0.111 in fwd_flat), k3s1 fp32 0.018 (0.054), k5s2
-# 0.011 (0.046), k2x3x3s2x1x1 0.026 (0.049); padded: k3s2p1 fp32 0.050 (0.092), bf16 0.036 (0.095),
-# k1x3x3s1x2x2p0x1x1 0.032 (0.047).
+# fwd_rows: W kernel <= 8 and W stride <= 2 keep an item's span in registers; k3s1 f32 0.018 ms against 0.054
+# in fwd_flat, k3s2p1 0.050 against 0.092.
 ROWS_MAX_KW, ROWS_MAX_SW = 8, 2
-# The fwd_rows instantiations every forward translation unit holds: W kernels, W strides and W paddings (the
-# rest of the window is a runtime loop), for the widest two vector widths of the dtype. A layer outside them
-# takes fwd_flat.
+# The fwd_rows instantiations of every forward translation unit (W kernels, strides, paddings); others take
+# fwd_flat.
 ROWS_KW, ROWS_SW, ROWS_PW = (2, 3, 4, 5, 8), (1, 2), (0, 1)
-# Gather backward: a thread takes a run of adjacent elements of an input row, 16 bytes (4 floats, 8 halves,
-# 2 doubles), written as one vector where W allows; it reads each window's saved index once for the run. The
-# former one-element threads spent ~250 instructions per element (k3s2p1: 0.396 ms, 0.30x PyTorch, H100
-# 2026-11-23); with runs and compile-time strides (pool3d_gather.cuh) 0.098 ms, 1.19x PyTorch (predicted
-# 0.05-0.07).
+# Gather backward: a thread takes a 16-byte run of a row and reads each window's index once for it: k3s2p1
+# 0.098 ms against 0.396 with one element per thread.
 GATHER_RUN_BYTES = 16
-# Where an element lies in at most GATHER_WIDE_MAX_WINDOWS windows and W is a whole number of 32-byte runs, 4- and
-# 8-byte elements take 32-byte runs: a thread has twice the bytes in flight for the same index reads. H100
-# (2026-11-27, float32, kernel ms 16 -> 32 bytes): k4s4 0.0558 -> 0.0356, k3s2p1 0.0985 -> 0.0826, k2s2 0.0731 ->
-# 0.0652; with W = 63 the partial runs lost: k2s2 ceil and floor 0.0728 -> 0.100 and 0.0927; more windows mean a
-# longer chain of index reads per thread: k3s1 0.0590 -> 0.0621, k8s1 0.115 -> 0.182.
+# 32-byte runs for 4- and 8-byte elements where an element lies in at most 8 windows and W is whole runs: k4s4
+# 0.0356 ms against 0.0558; partial runs (W = 63: k2s2 ceil 0.100 against 0.0728) and more windows (k8s1 0.182
+# against 0.115) lost.
 GATHER_WIDE_RUN_BYTES, GATHER_WIDE_MAX_WINDOWS = 32, 8
 # Windows (kernel, stride, dilation) the gather takes at compile time; any other layer runs the same kernel with
 # the window at run time (Pool3dWinR).
@@ -162,25 +121,11 @@ GATHER_WINDOWS = (
     ((2, 2, 2), (2, 2, 2), (1, 1, 1)), ((3, 3, 3), (1, 1, 1), (1, 1, 1)), ((3, 3, 3), (2, 2, 2), (1, 1, 1)),
     ((2, 2, 2), (1, 1, 1), (1, 1, 1)), ((1, 3, 3), (1, 2, 2), (1, 1, 1)), ((1, 2, 2), (1, 2, 2), (1, 1, 1)),
 )
-# The recompute backward's windows at compile time (OPS_POOL3D_BWD=recompute, an A/B switch: a small menu).
-RECOMPUTE_WINDOWS = ((2, 2, 2), (3, 3, 3))
-# Backward algorithm, OPS_POOL3D_BWD: "gather" (default) gathers dx from the int32 indices the forward saves when
-# a backward may follow, for every window layout, as PyTorch does; "recompute" keeps the forward to the values
-# for disjoint windows and recomputes each argmax from x in the backward (tile / scatter kernels: 4 bytes per
-# output less memory between forward and backward, at the cost of reading x again). Overlapping windows always
-# gather. Measured on the H100 (2026-11-23, one process, recompute -> gather): k4s4 (4,32,32,64,64) f32 0.108 ->
-# 0.032 ms (predicted 0.031), k2s3 0.117 -> 0.067 (predicted 0.062), k2s2 floor (8,32,31,63,63) 0.141 -> 0.073
-# (predicted 0.069), k2s2 (8,32,32,64,64) 0.099 -> 0.073, 256 MB 0.194 -> 0.140, k2s2 f16 0.079 -> 0.072; the
-# 4-8 us cases (tiny, h = w = 1) within 0.3 us either way. A training step moves less too: the forward's index
-# write (4 bytes per output) costs less than the backward's read of x.
-BWD_SWITCH = "OPS_POOL3D_BWD"
-BWD_MODES = ("gather", "recompute")
-_launch.register_switch(BWD_SWITCH, BWD_MODES)
-
+# The backward gathers from the int32 indices the forward saves, for every layout: recomputing each argmax from
+# x instead (no indices kept) was 1.1-3.4x slower (k4s4 (4,32,32,64,64) f32 0.108 ms against 0.032).
 VARIANTS = {
     "fwd": ("fwd_k2s2_vec", "fwd_flat", "fwd_warp", "fwd_rows", "fwd_cpu"),
-    "bwd": ("bwd_tile_k2s2_vec", "bwd_tile_flat", "bwd_tile_warp", "bwd_scatter_flat", "bwd_scatter_warp",
-            "bwd_gather", "bwd_tile_cpu", "bwd_scatter_cpu", "bwd_gather_cpu"),
+    "bwd": ("bwd_gather", "bwd_gather_cpu"),
 }
 # Forward modes (bit 1: values, bit 2: indices), as the kernels' MODE template argument.
 MODE_VALUES, MODE_BOTH = 1, 3
@@ -305,21 +250,6 @@ def gather_run(kernel: Triple, stride: Triple, itemsize: int, width: int) -> int
     return GATHER_RUN_BYTES // itemsize
 
 
-def windows_tile(params: PoolParams) -> bool:
-    """The windows partition the input once each dim's last window owns up to the input's edge: kernel ==
-    stride, dilation 1 and no padding. ceil_mode's partial last windows stop short of their size (PyTorch's
-    rule keeps their starts inside); in floor mode the last window also owns the remainder of fewer than k
-    elements that no window holds (its gradient is 0)."""
-    return all((k == 1 or d == 1) and k == s and p == 0 for k, s, p, d in
-               zip(params.kernel, params.stride, params.padding, params.dilation))
-
-
-def windows_cover_exactly(spatial: Sequence[int], out: Sequence[int], params: PoolParams) -> bool:
-    """A tiling (:func:`windows_tile`) whose windows are all whole and leave no remainder: Lo * k == L."""
-    return windows_tile(params) and all(
-        o * k == n for n, o, k in zip(spatial, out, params.kernel))
-
-
 # ---- dispatch ---------------------------------------------------------------------------------------------
 
 
@@ -387,36 +317,17 @@ def _rows_vec(params: PoolParams, width: int, itemsize: int) -> int:
     return next((vec for vec in _vecs(itemsize)[:2] if width % vec == 0), 0)
 
 
-def backward_mode() -> str:
-    """``OPS_POOL3D_BWD``: "gather" (default) or "recompute" (read at import; see _launch.reload_switches)."""
-    return _launch.switch(BWD_SWITCH)
-
-
-def layout_algorithm(params: PoolParams) -> str:
-    """The recompute backward the window layout allows: 'tile', 'scatter', or 'gather' where windows overlap
-    (same on CPU and CUDA; the window parameters only, since tilings take any input size)."""
-    if windows_tile(params):
-        return "tile"
-    return "scatter" if windows_disjoint(params) else "gather"
-
-
-def backward_algorithm(params: PoolParams) -> str:
-    """The backward's algorithm: 'gather', or :func:`layout_algorithm` under ``OPS_POOL3D_BWD=recompute``."""
-    return "gather" if backward_mode() == "gather" else layout_algorithm(params)
-
-
 def _menu_window(kernel: Triple, menu: Sequence[Triple]) -> Triple:
     return kernel if kernel in menu else GENERIC_WINDOW
 
 
 def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: str = "fwd",
-                  on_cuda: Optional[bool] = None, indices: bool = False,
-                  algorithm: Optional[str] = None) -> KernelConfig:
+                  on_cuda: Optional[bool] = None, indices: bool = False) -> KernelConfig:
     """The kernel for pooling a tensor of ``x_shape`` (any leading dims, then D, H, W) of ``dtype``.
 
     ``direction`` is "fwd" or "bwd"; ``on_cuda`` defaults to where jittor runs now; ``indices``: the forward
-    must also write the argmax indices (mode 3), which rules out the values-only ``fwd_rows``;
-    ``algorithm``: the backward's, as the forward chose it (default :func:`backward_algorithm`).
+    must also write the argmax indices (mode 3), which rules out the values-only ``fwd_rows``. The backward
+    gathers from the indices the forward saves.
     """
     if direction not in ("fwd", "bwd"):
         raise ValueError(f"direction must be 'fwd' or 'bwd', got {direction!r}")
@@ -430,27 +341,11 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
     nopad = padding_free(spatial, out, params)
     itemsize = _codegen.ITEMSIZE[_codegen.dtype_name(dtype)]
     if direction == "bwd":
-        algo = algorithm or backward_algorithm(params)
-        if algo not in ("gather", layout_algorithm(params)):  # the gather serves every layout, the others one
-            raise ValueError(f"algorithm must be 'gather' or {layout_algorithm(params)!r} for these windows, "
-                             f"got {algo!r}")
-        run = gather_run(params.kernel, params.stride, itemsize, spatial[2]) if algo == "gather" else 1
         if not cuda:
-            return KernelConfig(f"bwd_{algo}_cpu", nopad=nopad, index_type=itype)
-        if algo == "gather":
-            window = (params.kernel, params.stride, params.dilation)
-            return KernelConfig("bwd_gather", vec=run, block=BLOCK, index_type=itype,
-                                window=window if window in GATHER_WINDOWS else None)
-        vec = _k2s2_vec(params, spatial[2], itemsize) if windows_cover_exactly(spatial, out, params) else 0
-        if vec:
-            opt = K2_OPT_WIDE if vec * itemsize == MAX_VEC_BYTES else K2_OPT_NARROW
-            return KernelConfig("bwd_tile_k2s2_vec", k=(2, 2, 2), nopad=True, vec=vec, opt=opt, block=BLOCK,
-                                index_type=itype)
-        if _use_warp(params, outputs, out):
-            return KernelConfig(f"bwd_{algo}_warp", k=_menu_window(params.kernel, WARP_WINDOWS), nopad=nopad,
-                                block=BLOCK, index_type=itype)
-        return KernelConfig(f"bwd_{algo}_flat", k=_menu_window(params.kernel, RECOMPUTE_WINDOWS), nopad=nopad,
-                            opt=FLAT_OPT, block=BLOCK, index_type=itype)
+            return KernelConfig("bwd_gather_cpu", nopad=nopad, index_type=itype)
+        window = (params.kernel, params.stride, params.dilation)
+        return KernelConfig("bwd_gather", vec=gather_run(params.kernel, params.stride, itemsize, spatial[2]),
+                            block=BLOCK, index_type=itype, window=window if window in GATHER_WINDOWS else None)
     if not cuda:
         return KernelConfig("fwd_cpu", nopad=nopad, index_type=itype)
     vec = _k2s2_vec(params, spatial[2], itemsize) if nopad else 0
@@ -484,7 +379,7 @@ _TF = {True: "true", False: "false"}
 def _entry(cfg: KernelConfig) -> tuple:
     """The menu key of a CUDA configuration."""
     v = cfg.variant
-    if v in ("fwd_k2s2_vec", "bwd_tile_k2s2_vec"):
+    if v == "fwd_k2s2_vec":
         return (v, cfg.vec)
     if v == "fwd_flat":
         return (v, cfg.k, cfg.nopad, cfg.clamp)
@@ -492,7 +387,7 @@ def _entry(cfg: KernelConfig) -> tuple:
         return (v, cfg.vec, cfg.k[2], cfg.sw, cfg.pw, cfg.nopad)
     if v == "bwd_gather":
         return (v, cfg.window, cfg.vec)
-    return (v, cfg.k, cfg.nopad)  # fwd_warp, bwd_{tile,scatter}_{flat,warp}
+    return (v, cfg.k, cfg.nopad)  # fwd_warp
 
 
 def _call(entry: tuple, mode: int = MODE_VALUES) -> str:
@@ -512,19 +407,9 @@ def _call(entry: tuple, mode: int = MODE_VALUES) -> str:
     if v == "fwd_rows":
         _, vec, kw, sw, pw, nopad = entry
         return f"pool3d_fwd_rows_launch<T, I, {vec}, {kw}, {sw}, {pw}, {_TF[nopad]}, {BLOCK}>(x, y, yi, g, planes)"
-    if v == "bwd_gather":
-        _, window, run = entry
-        win = "Pool3dWinR" if window is None else f"Pool3dWinC<{', '.join(ks(t) for t in window)}>"
-        return f"pool3d_bwd_gather_launch<T, I, {win}, {run}, {BLOCK}>(idx, dy, dx, g, planes)"
-    if v == "bwd_tile_k2s2_vec":
-        opt = f"(({entry[1]} * sizeof(T)) == {MAX_VEC_BYTES} ? {K2_OPT_WIDE} : {K2_OPT_NARROW})"
-        return f"pool3d_bwd_k2s2_launch<T, I, {entry[1]}, {opt}, {BLOCK}>(x, dy, dx, g, planes)"
-    _, k, nopad = entry
-    tile = _TF[v.startswith("bwd_tile")]
-    if v.endswith("_flat"):
-        return (f"pool3d_bwd_flat_launch<T, I, {ks(k)}, {_TF[nopad]}, {tile}, {FLAT_OPT}, {BLOCK}>"
-                f"(x, dy, dx, g, planes)")
-    return f"pool3d_bwd_warp_launch<T, I, {ks(k)}, {_TF[nopad]}, {tile}, {BLOCK}>(x, dy, dx, g, planes)"
+    _, window, run = entry  # bwd_gather
+    win = "Pool3dWinR" if window is None else f"Pool3dWinC<{', '.join(ks(t) for t in window)}>"
+    return f"pool3d_bwd_gather_launch<T, I, {win}, {run}, {BLOCK}>(idx, dy, dx, g, planes)"
 
 
 def _flags():
@@ -533,7 +418,7 @@ def _flags():
 
 @_functools.lru_cache(maxsize=None)
 def menus(itemsize: int) -> dict:
-    """The menus of one element size: forward values, forward values + indices, gather, recompute."""
+    """The menus of one element size: forward values, forward values + indices, gather backward."""
     vecs = _vecs(itemsize)
     flat = [("fwd_flat", k, nopad, clamp) for k in FLAT_WINDOWS + (GENERIC_WINDOW,) for nopad, clamp in _flags()]
     warp = [("fwd_warp", k, nopad) for k in WARP_WINDOWS + (GENERIC_WINDOW,) for nopad in (True, False)]
@@ -544,15 +429,9 @@ def menus(itemsize: int) -> dict:
     gather = [("bwd_gather", w, run) for w in GATHER_WINDOWS
               for run in ((narrow, wide) if wide_gather_allowed(w[0], w[1], itemsize) else (narrow,))]
     gather += [("bwd_gather", None, run) for run in sorted({narrow, wide if itemsize >= 4 else narrow})]
-    recompute = [("bwd_tile_k2s2_vec", vec) for vec in vecs]
-    for layout in ("tile", "scatter"):
-        recompute += [(f"bwd_{layout}_flat", k, nopad) for k in RECOMPUTE_WINDOWS + (GENERIC_WINDOW,)
-                      for nopad in (True, False)]
-        recompute += [(f"bwd_{layout}_warp", k, nopad) for k in WARP_WINDOWS + (GENERIC_WINDOW,)
-                      for nopad in (True, False)]
     return {"values": _codegen.Menu(k2s2 + flat + warp + rows, lambda e: _call(e, MODE_VALUES)),
             "both": _codegen.Menu(k2s2 + flat + warp, lambda e: _call(e, MODE_BOTH)),
-            "gather": _codegen.Menu(gather, _call), "recompute": _codegen.Menu(recompute, _call)}
+            "gather": _codegen.Menu(gather, _call)}
 
 
 _MENU_HEADS = {
@@ -563,9 +442,6 @@ _MENU_HEADS = {
     "gather": "template <typename T, typename I>\n"
               "void pool3d_bwd_gather_menu(int v, const int* idx, const T* dy, T* dx, const Pool3dGeom& g, "
               "long long planes)",
-    "recompute": "template <typename T, typename I>\n"
-                 "void pool3d_bwd_recompute_menu(int v, const T* x, const T* dy, T* dx, const Pool3dGeom& g, "
-                 "long long planes)",
 }
 
 
@@ -586,19 +462,15 @@ _CUDA_FWD = {
     MODE_BOTH: "pool3d_fwd_both_menu<in0_type, {I}>((int)data[\"v\"], in0_p, out0_p, out1_p, {G}, {P});",
 }
 # grad sources: in0 = x, in1 = dy, in2 = y, in3 = the indices (when the forward wrote them)
-_CUDA_BWD = {
-    "gather": "pool3d_bwd_gather_menu<in0_type, {I}>((int)data[\"bv\"], (const int*)in3_p, in1_p, out0_p, {G}, {P});",
-    "recompute": "pool3d_bwd_recompute_menu<in0_type, {I}>((int)data[\"bv\"], in0_p, in1_p, out0_p, {G}, {P});",
-}
+_CUDA_BWD = "pool3d_bwd_gather_menu<in0_type, {I}>((int)data[\"bv\"], (const int*)in3_p, in1_p, out0_p, {G}, {P});"
 
 
 def cuda_forward_src(index_type: str, mode: int) -> str:
     return _CUDA_FWD[mode].format(I=index_type, G=_GEOM.format(o="out0"), P=_PLANES)
 
 
-def cuda_backward_src(index_type: str, algorithm: str) -> str:
-    return _CUDA_BWD["gather" if algorithm == "gather" else "recompute"].format(
-        I=index_type, G=_GEOM.format(o="in1"), P=_PLANES)
+def cuda_backward_src(index_type: str) -> str:
+    return _CUDA_BWD.format(I=index_type, G=_GEOM.format(o="in1"), P=_PLANES)
 
 
 def menu_index(cfg: KernelConfig, dtype, mode: int = MODE_VALUES) -> int:
@@ -606,8 +478,6 @@ def menu_index(cfg: KernelConfig, dtype, mode: int = MODE_VALUES) -> int:
     itemsize = _codegen.ITEMSIZE[_codegen.dtype_name(dtype)]
     if cfg.variant == "bwd_gather":
         name = "gather"
-    elif cfg.variant.startswith("bwd"):
-        name = "recompute"
     else:
         name = "values" if mode == MODE_VALUES else "both"
     return menus(itemsize)[name].index(_entry(cfg))
@@ -622,10 +492,7 @@ _CPU_FWD = {MODE_VALUES: "pool3d_cpu::forward<in0_type, 1>(in0_p, out0_p, (int*)
 # window, only the plane sizes
 _CPU_PLANE_IN, _CPU_PLANE_OUT = "(long long)in0_shape2 * in0_shape3 * in0_shape4", "(long long)in1_shape2 * " \
     "in1_shape3 * in1_shape4"
-_CPU_BWD = {
-    "gather": "pool3d_cpu::backward_indices<in0_type, {ADD}>((const int*)in3_p, in1_p, out0_p, {P}, {PI}, {PO});",
-    "recompute": "pool3d_cpu::backward_recompute<in0_type>(in0_p, in1_p, out0_p, {P}, {G});",
-}
+_CPU_BWD = "pool3d_cpu::backward_indices<in0_type, {ADD}>((const int*)in3_p, in1_p, out0_p, {P}, {PI}, {PO});"
 # A CPU kernel reads its window from data["g"]: the 12 parameters as 4-bit fields (each lookup of jittor's
 # `data` map builds and hashes a string key, ~20 ns: 12 lookups were 0.25 us, the whole of a tiny pooling), or,
 # when a parameter is 16 or more, -1 and four entries of three 17-bit fields.
@@ -655,18 +522,12 @@ def cpu_forward_src(mode: int) -> str:
     return _CPU_FWD[mode].format(P=_PLANES, G=_CPU_GEOM.format(o="out0"))
 
 
-def cpu_backward_src(cfg: KernelConfig, params: PoolParams) -> str:
-    """The CPU backward of ``cfg``: from the saved indices (a copy where windows are disjoint, a sum where they
-    overlap) or recomputing them from x."""
-    if cfg.variant == "bwd_gather_cpu":
-        add = _TF[not windows_disjoint(params)]
-        return _CPU_BWD["gather"].format(ADD=add, P=_PLANES, PI=_CPU_PLANE_IN, PO=_CPU_PLANE_OUT)
-    return _CPU_BWD["recompute"].format(P=_PLANES, G=_CPU_GEOM.format(o="in1"))
+def cpu_backward_src(params: PoolParams) -> str:
+    """The CPU backward from the saved indices: a copy where windows are disjoint, a sum where they overlap."""
+    return _CPU_BWD.format(ADD=_TF[not windows_disjoint(params)], P=_PLANES, PI=_CPU_PLANE_IN, PO=_CPU_PLANE_OUT)
 
 
 # ---- plans: one per call signature ------------------------------------------------------------------------
-
-_reshape = jt.ops.reshape
 
 
 class _Plan:
@@ -710,9 +571,8 @@ def plan(x_shape: Tuple[int, ...], dtype: str, params: PoolParams, return_indice
          cuda: bool):
     """The plan of ``max_pool3d`` for an input of ``x_shape`` (validated) and ``dtype``.
 
-    The forward writes the indices when they are returned or a gather backward may follow (the default); under
-    ``OPS_POOL3D_BWD=recompute`` a backward of disjoint windows recomputes each argmax from x instead, so the
-    forward writes only the values. The backward is the forward op's grad source (no Python runs in it).
+    The forward writes the indices when they are returned or a backward may follow (it gathers from them). The
+    backward is the forward op's grad source (no Python runs in it).
     """
     lead, spatial = x_shape[:-3], x_shape[-3:]
     out_shape = lead + output_shape(spatial, params)
@@ -720,21 +580,18 @@ def plan(x_shape: Tuple[int, ...], dtype: str, params: PoolParams, return_indice
         return _EmptyPlan(out_shape, dtype, return_indices)
     shape5 = x_shape if len(x_shape) == 5 else (1,) + x_shape
     out5 = shape5[:2] + out_shape[-3:]
-    algorithm = backward_algorithm(params)
-    with_indices = bool(return_indices or (need_grad and algorithm == "gather"))
+    with_indices = bool(return_indices or need_grad)
     mode = MODE_BOTH if with_indices else MODE_VALUES
-    if with_indices:
-        algorithm = "gather"  # the indices are there: the backward reads them
     fwd = select_config(shape5, dtype, params, "fwd", on_cuda=cuda, indices=with_indices)
     data = params.data() if cuda else cpu_geometry_data(params)
     grad = None
     if need_grad:
-        bwd = select_config(shape5, dtype, params, "bwd", on_cuda=cuda, algorithm=algorithm)
+        bwd = select_config(shape5, dtype, params, "bwd", on_cuda=cuda)
         if cuda:
             data["bv"] = menu_index(bwd, dtype)
-            grad = [cuda_backward_src(bwd.index_type, algorithm)]
+            grad = [cuda_backward_src(bwd.index_type)]
         else:
-            grad = [cpu_backward_src(bwd, params)]
+            grad = [cpu_backward_src(params)]
     if cuda:
         data["v"] = menu_index(fwd, dtype, mode)
         src, header = cuda_forward_src(fwd.index_type, mode), cuda_header(_codegen.ITEMSIZE[dtype])
@@ -748,19 +605,14 @@ def plan(x_shape: Tuple[int, ...], dtype: str, params: PoolParams, return_indice
     return _Plan(launch, in_shape, None if len(x_shape) == 5 else out_shape, bool(return_indices))
 
 
-_PLANS = _launch.PlanCache("max_pool3d")  # the entry point checks its recent calls first (PlanCache.planned)
-_RECENT = _PLANS.recent
-_jt_flags = _launch.flags
-_Var = jt.Var
-_recent_plan = _launch.recent_plan
+_PLANS = _launch.PlanCache("max_pool3d")
 
 
 # ---- functional API and Module ----------------------------------------------------------------------------
 
 
 def _check_input(x) -> None:
-    if not isinstance(x, jt.Var):
-        raise TypeError(f"x must be a jittor Var, got {type(x).__name__}")
+    check_var(x, "x")
     if x.ndim not in (4, 5):
         raise ValueError(f"x must be 4-D (C, D, H, W) or 5-D (N, C, D, H, W), got shape {tuple(x.shape)}")
     dtype = _codegen.dtype_name(x)
@@ -773,13 +625,17 @@ def _check_input(x) -> None:
                          f"(indices are int32)")
 
 
-def _plan_of(x, kernel_size, stride, padding, dilation, ceil_mode, return_indices, need_grad):
+def _plan_of(x, params: tuple, need_grad: bool):
     """The plan of a call, after checking its arguments."""
     _check_input(x)
+    kernel_size, stride, padding, dilation, ceil_mode, return_indices = params
     params = normalize_params(kernel_size, stride, padding, dilation, ceil_mode)
     shape = tuple(int(n) for n in x.shape)
     return plan(shape, str(x.dtype), params, as_flag(return_indices, "return_indices"), need_grad,
                 _launch.on_cuda())
+
+
+_open = opening1(_PLANS, _plan_of)
 
 
 def max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
@@ -793,17 +649,7 @@ def max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     ``(d * H + h) * W + w`` of each maximum in its (n, c) plane. An empty batch gives an empty result. Raises
     TypeError/ValueError naming the bad argument. Backward is deterministic (no atomics).
     """
-    params = (kernel_size, stride, padding, dilation, ceil_mode, return_indices)
-    if type(x) is _Var:
-        plan = _recent_plan(_RECENT, (x.numel(), params), x)
-        if plan is not None:
-            return plan(x)
-    else:
-        _check_input(x)
-    need_grad, cuda = not (_jt_flags.no_grad or x.is_stop_grad()), _jt_flags.use_cuda
-    key = (str(x.shape), str(x.dtype), params, need_grad, cuda)
-    return _PLANS.planned(key, (x.numel(), params), (x.shape, x.dtype, need_grad, cuda),
-                          _plan_of, x, *params, need_grad)(x)
+    return _open(x, (kernel_size, stride, padding, dilation, ceil_mode, return_indices))
 
 
 def _as_given(value, name: str):

@@ -30,13 +30,12 @@ block by block and thread by thread, so it exercises the GPU index math):
 
 ============ ============================================================================================
 fwd_mma      CUDA on sm_80+, float16/bfloat16, T <= MMA_MAX_T: tensor cores (mma.sync TF32, exact for 16-bit
-             inputs; 3xTF32 for float32 behind the A/B switch only), one block per (channel, batch group of
-             8/16/32 rows, t-tile of 128). Forward and grad_k. CUDA only.
-fwd_mma2     CUDA on sm_80+, behind the A/B switch: fwd_mma with each k-step's products added by an FADD
-             (accurate at any T), operands converted to TF32 once when staged, w staged per chunk, two stages.
-fwd_mma3     CUDA on sm_80+, float32 at any T and float16/bfloat16 past MMA_MAX_T: fwd_mma2 reading each A (w)
-             word once per group of 4 k-steps (A depends on t - u only) and adding each fragment to the
-             totals once per group. The tensor-core kernels run only where the batch fills MMA_MIN_FILL of
+             inputs; 3xTF32 for float32 only where ``OPS_TIMEX_MMA=1`` forces it), one block per (channel,
+             batch group of 8/16/32 rows, t-tile of 128). Forward and grad_k. CUDA only.
+fwd_mma3     CUDA on sm_80+, float32 at any T and float16/bfloat16 past MMA_MAX_T: fwd_mma with each group of
+             4 k-steps' products added to the totals by an FADD (accurate at any T), operands converted to
+             TF32 once when staged, w staged per chunk in two stages, each A (w) word read once per group
+             (A depends on t - u only). The tensor-core kernels run only where the batch fills MMA_MIN_FILL of
              their padded rows.
 fwd_single   T <= FWD_SINGLE_MAX_T: one t-tile covers the sequence; one block per (channel, batch group)
              reads its k rows and w row once. Used for the forward and for grad_k (time-reversed).
@@ -46,7 +45,7 @@ gw_tiled     longer T: s-tiles of GW_TILE; the block of tile i walks v-chunks i.
 ============ ============================================================================================
 
 Inside a block, threads own pairs of output groups (group i and group G-1-i), so the triangular chunk
-costs every thread the same number of steps (the seed's unfinished step 5); lanes of a warp split over
+costs every thread the same number of steps; lanes of a warp split over
 batch rows (``lanes_b``) so that the lanes' groups stay close together and a warp's triangle divergence is
 small. Forward threads also hold ``tm`` batch rows in registers, reusing each w value ``tm`` times.
 
@@ -56,8 +55,8 @@ alignment and the time-reversed reads of grad_k. That traffic is ~T/2 times smal
 wider global loads are predicted not to matter (to measure).
 
 Performance, B32 C768 T768 on an H100 (docs/design.md): the CUDA-core forward 0.468 ms (31 TFLOP/s,
-about half the FP32 FMA peak), fwd_mma2 0.293 ms and fwd_mma3 0.291 ms in float32 (50 TFLOP/s), fwd_mma 0.181
-ms in bfloat16; the float32 backward (grad_k on fwd_mma2 + grad_w) 0.862 ms.
+about half the FP32 FMA peak), fwd_mma3 0.291 ms in float32 (50 TFLOP/s), fwd_mma 0.181 ms in bfloat16; the
+float32 backward (grad_k on the tensor cores + grad_w) 0.862 ms.
 
 Compiles: one per (dtype, index type) for the forward menu (every forward kernel with every ``tm``; also grad_k)
 and one for grad_w; the kernel, every size, tile and lane count go through the shapes and ``data``.
@@ -72,6 +71,7 @@ from typing import Sequence, Tuple
 from . import _codegen
 from . import _launch
 from ._args import as_real
+from ._calls import check_var, opening2
 from ._jittor import jt
 from .broadcast import cast_rounded
 
@@ -80,10 +80,10 @@ __all__ = ["timex", "TimeX", "KernelConfig", "select_config", "render_source", "
            "DTYPES"]
 
 DTYPES = ("float32", "float16", "bfloat16")
-VARIANTS = ("fwd_mma", "fwd_mma2", "fwd_mma3", "fwd_single", "fwd_tiled", "gw_single", "gw_tiled")
-_MMA_VARIANTS = {1: "fwd_mma", 2: "fwd_mma2", 3: "fwd_mma3"}
+VARIANTS = ("fwd_mma", "fwd_mma3", "fwd_single", "fwd_tiled", "gw_single", "gw_tiled")
+_MMA_VARIANTS = {1: "fwd_mma", 3: "fwd_mma3"}
 
-# ---- tuning constants (all predicted; to measure on the GPU) ---------------------------------------------
+# ---- tuning constants (predicted where no measurement is given) -----------------------------------------
 
 # Forward: one t-tile up to this length. The block then reads each k row once (global traffic = the
 # minimum) and its shared memory stays <= 74 KB at 16 batch rows (3 blocks of 512 threads per SM). Beyond,
@@ -107,39 +107,23 @@ FWD_LANES_BY_B = ((16, 4), (8, 2), (1, 1))  # (min B, lanes_b)
 # grad_w batch lanes: up to 8 rows per step; the k window load is per (row, lag group) either way, and more
 # row lanes mean fewer distinct lag groups per warp (less triangle divergence).
 GW_MAX_LANES = 8
-# Tensor-core forward (also grad_k) on sm_80+, measured on the H100 on 2026-11-23 (docs/design.md,
-# scores/runs/h100-2026-11-23-eve-run1-a.log: each kernel against the CUDA cores in one process):
-# * fwd_mma accumulates 8 products per mma into the fragment without IEEE rounding: past T ~ 1024 some
-#   float32 outputs were off by up to 5x the tolerance (T = 4096, 8192), so it runs only up to MMA_MAX_T.
-#   fwd_mma2 adds each k-step's products to the accumulator with an FADD: 0.04-0.15 of the tolerance at
-#   every T measured (up to 8192).
-# * float32 (3xTF32, three mmas per product): fwd_mma2 beat the CUDA cores at every T <= 1024 (B32 C768
-#   T768 0.293 ms against 0.468; B8 C512 T1024 0.099 against 0.134; B16 C256 T777 0.075 against 0.095) and
-#   fwd_mma (0.345).
-# * fwd_mma3 (scores/runs/h100-2026-11-23-night-run2-b.log, the same process and inputs) beat fwd_mma2 on
-#   every shape, by 2-15%: float32 B32 C768 T768 0.291 (fwd_mma2 0.298), B16 C768 T768 0.144 (0.162), B8 C512
-#   T1024 0.091 (0.099), B64 C256 T256 0.031 (0.034), B16 C256 T777 0.065 (0.075); past MMA_MAX_T, with the
-#   batch filling only half its 8 rows, it matched the CUDA cores at B4 C256 T4096 (0.627 against fwd_tiled
-#   0.630) and beat them at B4 C64 T8192 (0.622 against 0.731), so at full fill it runs at any T.
-# * float16/bfloat16 (exact in TF32, one mma per product): fwd_mma up to MMA_MAX_T (B32 C768 T768 bf16 0.180
-#   ms; fwd_mma3 0.268, fwd_mma2 0.318, CUDA cores 0.480; at B8 C512 T1024 f16 fwd_mma3 was ahead, 0.049
-#   against 0.055), fwd_mma3 beyond (fwd_mma2 measured at B4 C256 T4096 bf16: 0.343 against 0.626; fwd_mma3
-#   is ahead of fwd_mma2 wherever both ran).
-# * Either kernel computes whole n-tiles of 8 batch rows, so its cost follows the padded rows (8, 16 or 32 per
-#   block). It runs only where the batch fills at least MMA_MIN_FILL of them: the measured time per padded row
-#   against the CUDA cores' time per row was 0.63-0.79 for float32 (fwd_mma2) and 0.38-0.42 for 16-bit
-#   (fwd_mma); a padded row costs less than a real one only above those fills (a model: B < 8 not measured).
+# Tensor-core forward (also grad_k) on sm_80+ (H100, 2026-11-23; docs/design.md has the table). fwd_mma adds
+# 8 products per mma unrounded: float32 outputs were off by up to 5x the tolerance at T = 4096, so it runs up to
+# MMA_MAX_T (16-bit, exact in TF32: B32 C768 T768 bf16 0.180 ms against 0.268 on fwd_mma3, 0.480 on CUDA cores).
+# fwd_mma3 for float32 (B32 C768 T768 0.291 ms against 0.468 on CUDA cores) and 16-bit past MMA_MAX_T.
 MMA_MAX_T = 1024
+# The kernels compute whole 8-row n-tiles: they run where the batch fills this share of its padded rows (the
+# time per padded row against the CUDA cores' per row: 0.63-0.79 float32, 0.38-0.42 16-bit).
 MMA_MIN_FILL = {"float32": 0.8, "float16": 0.5, "bfloat16": 0.5}
 MMA_TILE, MMA_THREADS = 128, 128  # TIMEX_MMA_TILE / TIMEX_MMA_THREADS in timex.cuh
-# OPS_TIMEX_MMA: "auto" (the default) the measured choice above; "0" CUDA cores only; "1" fwd_mma, "2"
-# fwd_mma2 and "3" fwd_mma3 wherever they can run (fwd_mma up to MMA_MAX_T, the others at any T and B): A/B
-# switches.
+# OPS_TIMEX_MMA: "auto" (the default) the measured choice above; "0" CUDA cores only (FMA rounding in float32,
+# for a user who wants it); "1" fwd_mma and "3" fwd_mma3 wherever they can run (fwd_mma up to MMA_MAX_T,
+# fwd_mma3 at any T and B: the GPU tests reach every kernel through them).
 MMA_SWITCH = "OPS_TIMEX_MMA"
-TC_OFF, TC_MMA, TC_MMA2, TC_MMA3, TC_AUTO = 0, 1, 2, 3, 4
-_SWITCH_VALUES = {"auto": TC_AUTO, "0": TC_OFF, "1": TC_MMA, "2": TC_MMA2, "3": TC_MMA3}
+TC_OFF, TC_MMA, TC_MMA3, TC_AUTO = 0, 1, 3, 4
+_SWITCH_VALUES = {"auto": TC_AUTO, "0": TC_OFF, "1": TC_MMA, "3": TC_MMA3}
 _launch.register_switch(MMA_SWITCH, tuple(_SWITCH_VALUES))
-# fwd_mma2's shared memory per stage, in 32-bit words (TimexMma2Stage in timex.cuh): the k chunk and the
+# fwd_mma3's shared memory per stage, in 32-bit words (TimexMma2Stage in timex.cuh): the k chunk and the
 # 2 * 128 + 8 lag window, twice (big and small halves) for float32; two stages.
 MMA2_WINDOW = 2 * MMA_TILE + 8
 # CUDA grid y limit (t-tiles / s-tiles).
@@ -202,8 +186,7 @@ def _check_shape(shape: Sequence[int]) -> Tuple[int, int, int]:
 
 def tensor_cores_available() -> int:
     """The tensor-core mode for the forward here: TC_OFF (no CUDA in use, an arch below sm_80, or switched
-    off), else what ``OPS_TIMEX_MMA`` asks: TC_AUTO (unset or "auto"), TC_MMA ("1"), TC_MMA2 ("2") or
-    TC_MMA3 ("3")."""
+    off), else what ``OPS_TIMEX_MMA`` asks: TC_AUTO (unset or "auto"), TC_MMA ("1") or TC_MMA3 ("3")."""
     switch = _launch.switch(MMA_SWITCH)
     if not _launch.on_cuda():
         return TC_OFF
@@ -224,7 +207,7 @@ def _mma_config(B: int, C: int, T: int, version: int = 1, dtype: str = "float32"
     nt = _mma_n_tiles(B)
     rows = 8 * nt
     ntiles = _ceil_div(T, MMA_TILE)
-    if version >= 2:
+    if version == 3:
         halves = 2 if dtype == "float32" else 1
         smem = 4 * 2 * halves * (rows * (MMA_TILE + 4) + MMA2_WINDOW)
     else:
@@ -248,7 +231,7 @@ def select_config(k_shape: Sequence[int], kernel: str = "forward", *, single_max
                   tile: int = None, tensor_cores: int = 0, dtype: str = "float32") -> KernelConfig:
     """The launch for k of shape (B, C, T) and ``dtype``: ``kernel`` "forward" (also grad_k) or "grad_w".
 
-    ``tensor_cores``: the forward's tensor-core mode (TC_AUTO: the measured choice; TC_MMA, TC_MMA2, TC_MMA3:
+    ``tensor_cores``: the forward's tensor-core mode (TC_AUTO: the measured choice; TC_MMA, TC_MMA3:
     that kernel wherever it can run; TC_OFF: CUDA cores); the caller knows the device
     (:func:`tensor_cores_available`).
     ``single_max_t``/``tile`` override the tuning constants (tests use them to reach the tiled paths with
@@ -258,8 +241,8 @@ def select_config(k_shape: Sequence[int], kernel: str = "forward", *, single_max
     forced = single_max_t is not None or tile is not None
     if kernel == "forward" and tensor_cores and not forced:
         mode = tensor_cores
-        if mode in (TC_MMA2, TC_MMA3):  # at any T; the mode is the version
-            return _mma_config(B, C, T, version=mode, dtype=dtype)
+        if mode == TC_MMA3:  # at any T
+            return _mma_config(B, C, T, version=3, dtype=dtype)
         if mode == TC_MMA and T <= MMA_MAX_T:
             return _mma_config(B, C, T)
         if mode == TC_AUTO:
@@ -313,7 +296,7 @@ def select_config(k_shape: Sequence[int], kernel: str = "forward", *, single_max
 
 _TMS = (1, 2, 4)
 _FWD_CUDA_MENU = _codegen.Menu([("launch", tm) for tm in _TMS]
-                               + [(fn, nt) for fn in ("mma_launch", "mma2_launch", "mma3_launch") for nt in _TMS],
+                               + [(fn, nt) for fn in ("mma_launch", "mma3_launch") for nt in _TMS],
                                lambda e: f"timex_fwd_{e[0]}<T, {e[1]}, I>(w, k, out, p)")
 _FWD_CPU_MENU = _codegen.Menu([("host", tm) for tm in _TMS], lambda e: f"timex_fwd_{e[0]}<T, {e[1]}, I>(w, k, out, p)")
 _MENU_HEAD = ("template <typename T, typename I>\n"
@@ -457,10 +440,6 @@ def _plan(shape: Tuple[int, int, int], dtype: str, eps: float, need_grad: bool, 
 
 
 _PLANS = _launch.PlanCache("timex")  # the entry point checks its recent calls first (PlanCache.planned)
-_RECENT = _PLANS.recent
-_jt_flags = _launch.flags
-_Var = jt.Var
-_recent_plan2 = _launch.recent_plan2
 
 
 # ---- functional API and Module ----------------------------------------------------------------------------
@@ -470,9 +449,8 @@ def _check_eps(eps) -> float:
     return as_real(eps, "eps")
 
 
-def _check_var(v, name: str, ndim: int, dims: str):
-    if not isinstance(v, jt.Var):
-        raise TypeError(f"{name} must be a jittor Var, got {type(v).__name__}")
+def _check_operand(v, name: str, ndim: int, dims: str):
+    check_var(v, name)
     dtype = str(v.dtype)
     if dtype not in DTYPES:
         raise TypeError(f"{name} must be float32, float16 or bfloat16, got {dtype}")
@@ -481,8 +459,8 @@ def _check_var(v, name: str, ndim: int, dims: str):
 
 
 def _validate(w, k, eps) -> float:
-    _check_var(w, "w", 2, "(C, T)")
-    _check_var(k, "k", 3, "(B, C, T)")
+    _check_operand(w, "w", 2, "(C, T)")
+    _check_operand(k, "k", 3, "(B, C, T)")
     if tuple(k.shape[1:]) != tuple(w.shape):
         raise ValueError(f"w must have shape (C, T) = k.shape[1:] = {tuple(k.shape[1:])}, got {tuple(w.shape)}")
     if str(w.dtype) != str(k.dtype):
@@ -496,6 +474,9 @@ def _plan_of(w, k, eps, need_grad: bool):
     return _plan(tuple(int(n) for n in k.shape), str(k.dtype), eps, need_grad, _launch.on_cuda())
 
 
+_open = opening2(_PLANS, _plan_of, ("w", "k"))
+
+
 def timex(w, k, eps=0.0):
     """RWKV time-mix: ``out[b, c, t] = eps + sum_{u<=t} w[c, T-1-(t-u)] * k[b, c, u]``.
 
@@ -507,19 +488,9 @@ def timex(w, k, eps=0.0):
     Each output (and each gradient element) sums its own terms only, as IEEE would: an Inf or NaN in k at step
     u reaches out[..., t] for t >= u only (0 * Inf inside a sum is NaN), never an earlier output.
     """
-    if type(w) is _Var and type(k) is _Var:
-        plan = _recent_plan2(_RECENT, (k.numel(), eps), w, k)
-        if plan is not None:
-            return plan(w, k)
-    else:
-        _validate(w, k, eps)
     if type(eps) is not float:  # a NumPy scalar, a one-element Var: its value keys the plan (a Var is unhashable)
         eps = _check_eps(eps)
-    need_grad = not (_jt_flags.no_grad or (w.is_stop_grad() and k.is_stop_grad()))
-    cuda = _jt_flags.use_cuda
-    key = (str(w.shape), str(w.dtype), str(k.shape), str(k.dtype), eps, need_grad, cuda)
-    hit = (w.shape, w.dtype, k.shape, k.dtype, need_grad, cuda)
-    return _PLANS.planned(key, (k.numel(), eps), hit, _plan_of, w, k, eps, need_grad)(w, k)
+    return _open(w, k, eps)
 
 
 class TimeX(jt.Module):

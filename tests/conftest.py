@@ -79,8 +79,7 @@ def device(request):
 
 # The A/B switches of the dispatchers: the tests pin the defaults, so a switch left set in the shell must not
 # change what they check; tests of a switch set it themselves (the ``switches`` fixture).
-AB_SWITCHES = ("OPS_POOL3D_BWD", "OPS_PERMUTE_PACK_WORD", "OPS_PERMUTE_TILE_ORDER", "OPS_PERMUTE_ALIGN_OUT",
-               "OPS_PERMUTE_LOOSE_WORD", "OPS_TIMEX_MMA")
+AB_SWITCHES = ("OPS_TIMEX_MMA",)
 
 
 @pytest.fixture(autouse=True)

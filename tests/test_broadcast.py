@@ -443,7 +443,7 @@ def test_grad_bfloat16_is_the_exact_sum_rounded(device, x_shape, out_shape, vari
 
 @pytest.mark.parametrize("x_shape,out_shape,variant", BF16_PASSES)
 def test_grad_bfloat16_rounds_up_where_truncation_would_not(device, x_shape, out_shape, variant, rng):
-    """The issue's case in every pass: 1 + 0.005859375 (3/4 of a bfloat16 ulp above 1) rounds to 1.0078125;
+    """A tie case in every pass: 1 + 0.005859375 (3/4 of a bfloat16 ulp above 1) rounds to 1.0078125;
     truncation gives 1.0. One random sign per dx element, the two values at random places of its sum."""
     x = to_var(random_array(x_shape, "bfloat16", rng), "bfloat16")
     lead = len(out_shape) - len(x_shape)

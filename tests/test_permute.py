@@ -493,22 +493,20 @@ WORD8_EMULATED = [
 
 
 @pytest.mark.parametrize("shape, perm, dtype", WORD8_EMULATED)
-def test_emulated_eight_byte_words(shape, perm, dtype, rng, monkeypatch, switches):
-    switches.setenv(P.PACK_WORD_SWITCH, "8")
+def test_emulated_eight_byte_words(shape, perm, dtype, rng, monkeypatch):
+    monkeypatch.setattr(P, "PACK_WORD", "8")
     cfg = P.select_config(shape, perm, dtype)
     assert (cfg.variant, cfg.pack) == ("tiled_packed", 8 // cfg.chunk)
     test_emulated_cuda_kernels(shape, perm, dtype, rng)
 
 
-def test_pack_word_switch(monkeypatch, switches):
+def test_pack_word_switch(monkeypatch):
     shape, perm = (32, 1024, 1024), (0, 2, 1)
-    switches.delenv(P.PACK_WORD_SWITCH, raising=False)
-    assert P.pack_word_mode() == "auto" and P.select_config(shape, perm, "float16").pack == 2
-    switches.setenv(P.PACK_WORD_SWITCH, "4")
+    assert P.PACK_WORD == "auto" and P.select_config(shape, perm, "float16").pack == 2
+    monkeypatch.setattr(P, "PACK_WORD", "4")
     assert P.select_config((8192, 8192), (1, 0), "float16").pack == 2
     assert P.select_config(shape, perm, "float32").pack == 1
-    switches.setenv(P.PACK_WORD_SWITCH, " 8 ")
-    assert P.pack_word_mode() == "8"
+    monkeypatch.setattr(P, "PACK_WORD", "8")
     assert P.select_config(shape, perm, "bfloat16", "transpose_add").pack == 4
     assert P.select_config(shape, perm, "int8").pack == 4  # 1-byte elements keep 4-byte words
     assert P.select_config(shape, perm, "float32").pack == 2
@@ -516,9 +514,6 @@ def test_pack_word_switch(monkeypatch, switches):
     assert P.select_config((32, 60, 1024), perm, "float16").pack == 2  # 60 < a 128-half edge: 4-byte words
     assert P.select_config((32, 30, 1024), perm, "float16").pack == 1  # below half a 64-half edge too
     assert "ops_permute_tiled<2, 4, int, 16, 0, 0, 0>" in P.render(P.select_config(shape, perm, "float16"))
-    switches.setenv(P.PACK_WORD_SWITCH, "16")
-    with pytest.raises(ValueError, match=P.PACK_WORD_SWITCH):
-        P.select_config(shape, perm, "float16")
 
 
 ORDER_A_EMULATED = [((70, 100), (1, 0), "float32"), ((3, 132, 136), (0, 2, 1), "float16"),
@@ -526,24 +521,21 @@ ORDER_A_EMULATED = [((70, 100), (1, 0), "float32"), ((3, 132, 136), (0, 2, 1), "
 
 
 @pytest.mark.parametrize("shape, perm, dtype", ORDER_A_EMULATED)
-def test_emulated_tile_order_along_a(shape, perm, dtype, rng, monkeypatch, switches):
+def test_emulated_tile_order_along_a(shape, perm, dtype, rng, monkeypatch):
     """The A/B switch's other block order (consecutive blocks along A) still covers every tile once."""
-    switches.setenv(P.TILE_ORDER_SWITCH, "a")
+    monkeypatch.setattr(P, "TILE_ORDER", "a")
     assert P.select_config(shape, perm, dtype).data["b_fast"] == 0
     test_emulated_cuda_kernels(shape, perm, dtype, rng)
 
 
-def test_tile_order_switch(monkeypatch, switches):
+def test_tile_order_switch(monkeypatch):
     shape, perm = (24300, 11520), (1, 0)
-    assert P.tile_order_mode() == "auto" and P.select_config(shape, perm, "bfloat16").data["b_fast"] == 1
+    assert P.TILE_ORDER == "b" and P.select_config(shape, perm, "bfloat16").data["b_fast"] == 1
     assert P.select_config((33, 40, 8), (1, 0, 2), "float32").data["b_fast"] == 0  # grouped: one order only
-    switches.setenv(P.TILE_ORDER_SWITCH, " A ")
+    monkeypatch.setattr(P, "TILE_ORDER", "a")
     assert P.select_config(shape, perm, "bfloat16", "transpose_add").data["b_fast"] == 0
-    switches.setenv(P.TILE_ORDER_SWITCH, "b")
+    monkeypatch.setattr(P, "TILE_ORDER", "b")
     assert P.select_config(shape, perm, "float32").data["b_fast"] == 1
-    switches.setenv(P.TILE_ORDER_SWITCH, "c")
-    with pytest.raises(ValueError, match=P.TILE_ORDER_SWITCH):
-        P.select_config(shape, perm, "float16")
 
 
 SHIFTED = [  # (shape, perm, dtype, mode, expected elements per aligned unit)
@@ -559,11 +551,11 @@ SHIFTED = [  # (shape, perm, dtype, mode, expected elements per aligned unit)
 
 
 @pytest.mark.parametrize("shape, perm, dtype, mode, unit", SHIFTED)
-def test_emulated_shifted_tile(shape, perm, dtype, mode, unit, rng, monkeypatch, switches):
+def test_emulated_shifted_tile(shape, perm, dtype, mode, unit, rng, monkeypatch):
     """The shifted tile (output rows that do not start on a sector): every element once, every warp's row
     segment on a sector boundary, conflict-free gathers; for the permute and for transpose_add's 2-D swaps."""
     if mode != "auto":
-        switches.setenv(P.ALIGN_OUT_SWITCH, mode)
+        monkeypatch.setattr(P, "ALIGN_OUT", mode)
     cfg = P.select_config(shape, perm, dtype)
     assert cfg.variant.startswith("tiled") and cfg.data["align"] == unit
     test_emulated_cuda_kernels(shape, perm, dtype, rng)
@@ -579,25 +571,25 @@ LOOSE = [  # (shape, perm, dtype, mode, expected pack): rows that do not start o
 
 
 @pytest.mark.parametrize("shape, perm, dtype, mode, pack", LOOSE)
-def test_emulated_loose_words(shape, perm, dtype, mode, pack, rng, monkeypatch, switches):
+def test_emulated_loose_words(shape, perm, dtype, mode, pack, rng, monkeypatch):
     """Loose words: every element once, the last word of a row cut at its end; for transpose_add's 2-D swaps
     too. With the switch at "0" the same shapes take the plain tile."""
-    switches.setenv(P.LOOSE_WORD_SWITCH, "0")
+    monkeypatch.setattr(P, "LOOSE_WORD", "0")
     cfg = P.select_config(shape, perm, dtype)
     assert cfg.pack == 1 and cfg.data["loose"] == 0
-    switches.setenv(P.LOOSE_WORD_SWITCH, mode)
+    monkeypatch.setattr(P, "LOOSE_WORD", mode)
     cfg = P.select_config(shape, perm, dtype)
     assert (cfg.variant, cfg.pack, cfg.data["loose"], cfg.data["align"]) == ("tiled_packed", pack, 1, 0)
     assert P.render(cfg).split("(")[0].endswith(", 1>")
     test_emulated_cuda_kernels(shape, perm, dtype, rng)
 
 
-def test_loose_word_rule(monkeypatch, switches):
+def test_loose_word_rule(monkeypatch):
     def got(shape, perm, dtype, op="permute"):
         cfg = P.select_config(shape, perm, dtype, op)
         return cfg.pack, cfg.data.get("loose")
     # the measured default: 1-byte elements, and 4-byte ones in transpose_add; never 2-byte ones
-    assert P.loose_word_mode() == "auto"
+    assert P.LOOSE_WORD == "auto"
     assert got((4097, 3071), (1, 0), "float16") == (1, 0)
     assert got((4097, 3071), (1, 0), "bfloat16", "transpose_add") == (1, 0)
     for dtype in ("int8", "uint8", "bool"):
@@ -609,11 +601,10 @@ def test_loose_word_rule(monkeypatch, switches):
     assert got((64, 1024, 1024), (0, 2, 1), "int8") == (4, 0)  # aligned rows keep aligned words
     assert got((4097, 3071), (1, 0), "int32", "transpose_add") == (2, 1)
     assert got((4097, 3071), (1, 0), "float64", "transpose_add") == (1, 0)
-    switches.setenv(P.LOOSE_WORD_SWITCH, "0")
+    monkeypatch.setattr(P, "LOOSE_WORD", "0")
     assert got((4097, 3071), (1, 0), "int8") == (1, 0) and got((4097, 3071), (1, 0), "float32", "transpose_add") == (
         1, 0)
-    switches.setenv(P.LOOSE_WORD_SWITCH, " 4 ")
-    assert P.loose_word_mode() == "4"
+    monkeypatch.setattr(P, "LOOSE_WORD", "4")
     assert got((4097, 3071), (1, 0), "float16") == (2, 1) and got((4097, 3071), (1, 0), "float16", "transpose_add") == (
         2, 1)
     assert got((4097, 3071), (1, 0), "float32") == (1, 0)     # 4-byte elements: only 8-byte loose words
@@ -621,19 +612,16 @@ def test_loose_word_rule(monkeypatch, switches):
     assert got((32, 1024, 1024), (0, 2, 1), "float16") == (2, 0)  # aligned rows keep aligned words
     assert got((31, 3071), (1, 0), "float16") == (1, 0)       # 31 < half a 64-element edge
     assert got((4097, 3071), (1, 0), "float64") == (1, 0)
-    switches.setenv(P.LOOSE_WORD_SWITCH, "8")
+    monkeypatch.setattr(P, "LOOSE_WORD", "8")
     assert got((4097, 3071), (1, 0), "float16") == (4, 1) and got((4097, 3071), (1, 0), "float32") == (2, 1)
     assert got((4097, 3071), (1, 0), "int8") == (4, 1)        # 1-byte elements: 4-byte words
     assert got((4097, 127), (1, 0), "float16") == (1, 0)      # below a whole 128-element edge
-    switches.setenv(P.LOOSE_WORD_SWITCH, "2")
-    with pytest.raises(ValueError, match=P.LOOSE_WORD_SWITCH):
-        P.select_config((4097, 3071), (1, 0), "float16")
 
 
-def test_align_out_rule(monkeypatch, switches):
+def test_align_out_rule(monkeypatch):
     def unit(shape, perm, dtype, op="permute"):
         return P.select_config(shape, perm, dtype, op).data["align"]
-    assert unit((24300, 11520), (1, 0), "bfloat16") == 16          # the seed's shape: 48600-byte output rows
+    assert unit((24300, 11520), (1, 0), "bfloat16") == 16          # 48600-byte output rows
     assert unit((24300, 11520), (1, 0), "bfloat16", "transpose_add") == 0  # measured slower shifted
     assert unit((11520, 24300), (1, 0), "bfloat16") == 0           # 23040-byte rows: whole sectors
     assert unit((32, 1028, 1024), (0, 2, 1), "float16") == 16 and unit((64, 1028, 1024), (0, 2, 1), "int8") == 32
@@ -643,15 +631,12 @@ def test_align_out_rule(monkeypatch, switches):
     assert unit((8192, 8192), (1, 0), "float32") == 0 and unit((32, 1024, 1024), (0, 2, 1), "int8") == 0
     cfg = P.select_config((4097, 3071), (1, 0), "float32")
     assert cfg.data["tiles_b"] == -(-(4097 + 15) // 32)  # the shifted rows reach 15 columns into one more tile
-    switches.setenv(P.ALIGN_OUT_SWITCH, "0")
+    monkeypatch.setattr(P, "ALIGN_OUT", "0")
     assert unit((24300, 11520), (1, 0), "bfloat16") == 0
-    switches.setenv(P.ALIGN_OUT_SWITCH, "64")
+    monkeypatch.setattr(P, "ALIGN_OUT", "64")
     assert unit((24300, 11520), (1, 0), "bfloat16", "transpose_add") == 32
     assert unit((8192, 8192), (1, 0), "float32") == 16 and unit((4097, 3071), (1, 0), "float16") == 32
     assert unit((4097, 3071), (1, 0), "int8") == 0  # 63 extra rows: no room in a 32-row tile
-    switches.setenv(P.ALIGN_OUT_SWITCH, "16")
-    with pytest.raises(ValueError, match=P.ALIGN_OUT_SWITCH):
-        P.select_config((24300, 11520), (1, 0), "bfloat16")
 
 
 def test_random_plans_and_emulation(rng):
@@ -978,10 +963,11 @@ def check_on_gpu(shape, perm, dtype, op, rng):
     ((4096, 4096), (1, 0), "float32", "transpose_add"),            # 2 floats per word
     ((3, 130, 100), (0, 2, 1), "float32", "permute"),
 ])
-def test_cuda_eight_byte_words(shape, perm, dtype, op, rng, monkeypatch, switches):
-    """8-byte words forced (OPS_PERMUTE_PACK_WORD=8; the default takes them by the measured rule): 2-byte
+def test_cuda_eight_byte_words(shape, perm, dtype, op, rng, monkeypatch):
+    """8-byte words forced (PACK_WORD = "8"; the default takes them by the measured rule): 2-byte
     elements moved 4 to a word, 4-byte elements 2."""
-    switches.setenv(P.PACK_WORD_SWITCH, "8")
+    monkeypatch.setattr(P, "PACK_WORD", "8")
+    ops._launch.reload_switches()  # forget the plans made under the default
     jt.flags.use_cuda = 1
     try:
         assert P.select_config(shape, perm, dtype, op).pack == 8 // _codegen.ITEMSIZE[dtype]
@@ -1002,10 +988,11 @@ def test_cuda_eight_byte_words(shape, perm, dtype, op, rng, monkeypatch, switche
     ((131, 1027), (1, 0), "uint8", "transpose_add", "auto"),
     ((3, 1025, 1023), (0, 2, 1), "float32", "transpose_add", "auto"),  # 4-byte elements in transpose_add
 ])
-def test_cuda_loose_words(shape, perm, dtype, op, mode, rng, monkeypatch, switches):
-    """Loose words (forced by OPS_PERMUTE_LOOSE_WORD, or by its default rule) on rows that do not start on a
+def test_cuda_loose_words(shape, perm, dtype, op, mode, rng, monkeypatch):
+    """Loose words (forced by LOOSE_WORD, or by its default rule) on rows that do not start on a
     word."""
-    switches.setenv(P.LOOSE_WORD_SWITCH, mode)
+    monkeypatch.setattr(P, "LOOSE_WORD", mode)
+    ops._launch.reload_switches()  # forget the plans made under the default
     jt.flags.use_cuda = 1
     try:
         assert P.select_config(shape, perm, dtype, op).data["loose"] == 1
@@ -1023,9 +1010,10 @@ def test_cuda_loose_words(shape, perm, dtype, op, mode, rng, monkeypatch, switch
     ((36, 3, 70), (2, 1, 0), "float16", "transpose_add"),      # a misaligned batch stride
     ((6, 7, 40), (2, 1, 0), "float32", "permute"),             # split B (7 x 6), 168-byte rows
 ])
-def test_cuda_shifted_tile(shape, perm, dtype, op, mode, rng, monkeypatch, switches):
-    """The shifted tile forced to each unit (OPS_PERMUTE_ALIGN_OUT; "0" is the plain tile) on misaligned rows."""
-    switches.setenv(P.ALIGN_OUT_SWITCH, mode)
+def test_cuda_shifted_tile(shape, perm, dtype, op, mode, rng, monkeypatch):
+    """The shifted tile forced to each unit (ALIGN_OUT; "0" is the plain tile) on misaligned rows."""
+    monkeypatch.setattr(P, "ALIGN_OUT", mode)
+    ops._launch.reload_switches()  # forget the plans made under the default
     jt.flags.use_cuda = 1
     try:
         assert P.select_config(shape, perm, dtype, op).variant.startswith("tiled")

@@ -1,7 +1,6 @@
 """max_pool3d: shape algebra, dispatch table, values and indices for every dtype (CPU; GPU under -m cuda),
 NaN and empty windows, deterministic gradients of the three backward algorithms, errors, the case table, and an
 nvcc compile of every kernel the dispatcher renders."""
-import itertools
 import math
 import re
 
@@ -98,32 +97,14 @@ def test_one_element_tuples_pool_as_ints(device, rng):
 
 def test_window_predicates():
     p = P.normalize_params(2)
-    assert P.padding_free((8, 8, 8), (4, 4, 4), p) and P.windows_disjoint(p) and P.windows_tile(p)
-    assert P.windows_cover_exactly((8, 8, 8), (4, 4, 4), p)
-    # floor mode's remainder belongs to the last window: still a tiling, not an exact cover
-    assert P.windows_tile(p) and P.padding_free((8, 8, 9), (4, 4, 4), p)
-    assert not P.windows_cover_exactly((8, 8, 9), (4, 4, 4), p)
+    assert P.padding_free((8, 8, 8), (4, 4, 4), p) and P.windows_disjoint(p)
+    assert P.padding_free((8, 8, 9), (4, 4, 4), p)  # floor mode's remainder: no window reads past the end
     pc = P.normalize_params(2, ceil_mode=True)
     assert not P.padding_free((8, 8, 9), (4, 4, 5), pc)
-    assert P.windows_tile(pc)  # the last window of (8, 8, 9) holds one element: still a tiling
-    assert not P.windows_cover_exactly((8, 8, 9), (4, 4, 5), pc)
-    assert not P.windows_tile(P.normalize_params(2, 3))  # gaps between windows
+    assert P.windows_disjoint(P.normalize_params(2, 3))  # gaps between windows
     assert not P.windows_disjoint(P.normalize_params(3, 2)) and P.windows_disjoint(P.normalize_params(3, 3))
     assert not P.windows_disjoint(P.normalize_params(2, 2, dilation=2))
     assert P.windows_disjoint(P.normalize_params(2, 3, dilation=2))
-    layouts = {P.normalize_params((1, 2, 2)): "tile", p: "tile", P.normalize_params(2, 3): "scatter", pc: "tile",
-               P.normalize_params(3, ceil_mode=True): "tile",
-               P.normalize_params(2, padding=1, ceil_mode=True): "scatter", P.normalize_params(3, 1): "gather"}
-    for params, algorithm in layouts.items():
-        assert P.layout_algorithm(params) == algorithm
-        assert P.backward_algorithm(params) == "gather"  # the default gathers from the saved indices
-
-
-def test_recompute_switch_takes_the_layout_algorithm(monkeypatch, switches):
-    switches.setenv(P.BWD_SWITCH, "recompute")
-    for kw in (_kw(2), _kw(2, 3), _kw(3, 1), _kw((2, 8, 8), ceil=True)):
-        params = P.normalize_params(**kw)
-        assert P.backward_algorithm(params) == P.layout_algorithm(params)
 
 
 def _brute_force(x, k, s, p, d, ceil):
@@ -391,12 +372,10 @@ def test_rows_values_on_gpu(dtype, rng):
 # ---- dispatch table ---------------------------------------------------------------------------------------
 
 def _select(shape, dtype, kw, direction, cuda):
-    """select_config; direction "fwd_idx" is a forward that also writes the indices (no fwd_rows), "bwd_re" a
-    backward under OPS_POOL3D_BWD=recompute (the layout's algorithm)."""
+    """select_config; direction "fwd_idx" is a forward that also writes the indices (no fwd_rows)."""
     params = P.normalize_params(**kw)
     return P.select_config(shape, dtype, params, direction.split("_")[0], on_cuda=cuda,
-                           indices=direction == "fwd_idx",
-                           algorithm=P.layout_algorithm(params) if direction == "bwd_re" else None)
+                           indices=direction == "fwd_idx")
 
 
 # (x shape, dtype, params, direction, on_cuda, expected variant, expected fields)
@@ -442,25 +421,6 @@ SELECT_TABLE = [
     ((1, 2, 12, 12, 12), "float32", _kw(5, 1, 2), "fwd", True, "fwd_warp", dict(k=(0, 0, 0), nopad=False)),
     ((2, 3, 8, 8, 8), "float32", _kw(2), "fwd", False, "fwd_cpu", dict(nopad=True, block=0)),
     ((64, 64, 64, 128, 128), "float32", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(index_type="long long")),
-    ((8, 32, 32, 64, 64), "float32", _kw(2), "bwd_re", True, "bwd_tile_k2s2_vec", dict(vec=4, opt=1)),
-    ((16, 64, 16, 56, 56), "bfloat16", _kw(2), "bwd_re", True, "bwd_tile_k2s2_vec", dict(vec=8)),
-    ((64, 64, 8, 8, 8), "float32", _kw(8), "bwd_re", True, "bwd_tile_warp", dict(k=(8, 8, 8))),
-    ((16, 32, 32, 8, 8), "float16", _kw((2, 8, 8)), "bwd_re", True, "bwd_tile_warp", dict(k=(2, 8, 8))),
-    ((4, 32, 32, 64, 64), "float32", _kw(4), "bwd_re", True, "bwd_tile_flat", dict(k=(0, 0, 0), nopad=True)),
-    ((4, 32, 33, 33, 33), "float32", _kw(3), "bwd_re", True, "bwd_tile_flat", dict(k=(3, 3, 3))),
-    # recompute: ceil_mode's partial last windows still tile the input (bounds-checked); floor mode's remainder
-    # belongs to the last windows (no bounds checks: every window is whole), and only an exact cover takes the vectors
-    ((8, 32, 31, 64, 64), "float32", _kw(2, ceil=True), "bwd_re", True, "bwd_tile_flat",
-     dict(k=(2, 2, 2), nopad=False)),
-    ((8, 32, 31, 63, 63), "float32", _kw(2), "bwd_re", True, "bwd_tile_flat", dict(k=(2, 2, 2), nopad=True)),
-    ((8, 32, 31, 64, 64), "float32", _kw(2), "bwd_re", True, "bwd_tile_flat", dict(k=(2, 2, 2), nopad=True)),
-    ((8, 32, 32, 63, 63), "float32", _kw(2), "bwd_re", True, "bwd_tile_flat", dict(nopad=True)),
-    ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8), ceil=True), "bwd_re", True, "bwd_tile_warp", dict(nopad=False)),
-    ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8)), "bwd_re", True, "bwd_tile_warp", dict(nopad=True)),
-    # recompute, scatter: disjoint windows with gaps between them, or padding
-    ((8, 32, 32, 63, 63), "float32", _kw(2, 3), "bwd_re", True, "bwd_scatter_flat", dict(k=(2, 2, 2), nopad=True)),
-    ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8), (3, 8, 8)), "bwd_re", True, "bwd_scatter_warp", dict(nopad=True)),
-    ((8, 32, 16, 64, 64), "float32", _kw(2, 2, 1), "bwd_re", True, "bwd_scatter_flat", dict(nopad=False)),
     # gather: runs of 16 bytes along W (4 floats, 8 halves, 2 doubles), one per thread, or 32 bytes of 4- and
     # 8-byte elements where an element lies in at most 8 windows
     ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "bwd", True, "bwd_gather",
@@ -474,7 +434,7 @@ SELECT_TABLE = [
      dict(vec=8, window=None)),
     ((2, 3, 5, 6, 7), "float64", _kw(3, 1), "bwd", True, "bwd_gather", dict(vec=2)),
     ((64, 64, 64, 128, 128), "float32", _kw(3, 1), "bwd", True, "bwd_gather", dict(index_type="long long")),
-    # the default gathers for disjoint windows too ("bwd_re": OPS_POOL3D_BWD=recompute, the rows above)
+    # disjoint windows gather too
     ((8, 32, 32, 64, 64), "float32", _kw(2), "bwd", True, "bwd_gather",
      dict(vec=8, window=((2, 2, 2), (2, 2, 2), (1, 1, 1)))),
     # k4s4: the runtime window
@@ -483,9 +443,6 @@ SELECT_TABLE = [
     ((8, 32, 31, 63, 63), "float32", _kw(2, ceil=True), "bwd", True, "bwd_gather",
      dict(vec=4, window=((2, 2, 2), (2, 2, 2), (1, 1, 1)))),
     ((2, 3, 8, 8, 9), "float32", _kw(2), "bwd", False, "bwd_gather_cpu", dict(vec=1)),
-    ((2, 3, 8, 8, 8), "float32", _kw(2), "bwd_re", False, "bwd_tile_cpu", dict()),
-    ((2, 3, 8, 8, 9), "float32", _kw(2), "bwd_re", False, "bwd_tile_cpu", dict()),
-    ((2, 3, 8, 8, 9), "float32", _kw(2, 3), "bwd_re", False, "bwd_scatter_cpu", dict()),
     ((2, 3, 8, 8, 8), "float32", _kw(3, 1), "bwd", False, "bwd_gather_cpu", dict(vec=1)),
     ((2, 3, 8, 8, 8), "bfloat16", _kw(3, 1), "bwd", False, "bwd_gather_cpu", dict(vec=1)),
 ]
@@ -525,19 +482,17 @@ def test_menus_hold_every_configuration_and_the_sources_name_no_size():
         mode = P.MODE_BOTH if direction == "fwd_idx" else P.MODE_VALUES
         menu = P.menus(ops._codegen.ITEMSIZE[d])
         name = {"fwd": "values" if mode == P.MODE_VALUES else "both", "bwd": "gather"}[direction[:3]]
-        if direction == "bwd_re":
-            name = "recompute"
         assert menu[name].entries[P.menu_index(cfg, d, mode)] == P._entry(cfg)
     src = P.cuda_forward_src("int", P.MODE_VALUES)
     # the only number: the null index pointer (no size, no parameter)
     assert "data[\"v\"]" in src and re.findall(r"\b\d+\b", src) == ["0"]
-    assert P.cuda_backward_src("int", "gather") != P.cuda_backward_src("int", "tile")
+    assert "data[\"bv\"]" in P.cuda_backward_src("int")
     assert "long long>" in P.cuda_forward_src("long long", P.MODE_BOTH)
 
 
-def test_plans_are_made_once_per_signature(switches, rng):
+def test_plans_are_made_once_per_signature(rng):
     """A repeated call with the same signature plans nothing; a new shape, dtype, parameter or grad mode does;
-    a changed switch takes effect after reload_switches (which forgets every plan)."""
+    reload_switches forgets every plan."""
     cache = P._PLANS
     x = to_jittor(random_array((2, 3, 8, 10, 12), "float32", rng), "float32")
     ops.max_pool3d(x, 2).sync()
@@ -554,7 +509,7 @@ def test_plans_are_made_once_per_signature(switches, rng):
     with jt.no_grad():
         ops.max_pool3d(x, 2).sync()
     assert cache.builds == built + 5
-    switches.setenv(P.BWD_SWITCH, "recompute")
+    ops._launch.reload_switches()
     assert len(cache) == 0
     ops.max_pool3d(x, 2).sync()
     assert cache.builds == built + 6
@@ -714,59 +669,6 @@ def test_gradients_are_deterministic(device, rng):
         assert_grad_close(first, F.reference_grad(x.shape, arg, dy), "float32", kw)
 
 
-# The disjoint-window layouts of GRAD_CASES (tilings with ceil_mode's partial windows and floor mode's
-# remainders, gaps, padding): the ones OPS_POOL3D_BWD=recompute takes from the saved indices back to x.
-DISJOINT_GRAD_CASES = [c for c in GRAD_CASES if P.layout_algorithm(P.normalize_params(**c[1])) != "gather"]
-
-
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_gather_matches_the_recompute(device, dtype, rng, monkeypatch, switches):
-    """Every disjoint layout: the default gather from the saved indices and OPS_POOL3D_BWD=recompute give the
-    same dx bit for bit (one window per element: no sums), the reference's."""
-    assert len(DISJOINT_GRAD_CASES) >= 8
-    cases = DISJOINT_GRAD_CASES
-    xs = [random_array(shape, dtype, rng) for shape, _ in cases]
-    refs = [F.reference_pool(x, **kw) for x, (_, kw) in zip(xs, cases)]
-    dys = [random_array(want.shape, dtype, rng) for want, _ in refs]
-    suffix = "" if device == "cuda" else "_cpu"
-    results = {}
-    for mode in P.BWD_MODES:
-        switches.setenv(P.BWD_SWITCH, mode)
-        for shape, kw in cases:
-            variant = P.select_config(shape, dtype, P.normalize_params(**kw), "bwd").variant
-            assert (variant == "bwd_gather" + suffix) == (mode == "gather"), (mode, shape, kw, variant)
-        results[mode] = [grad(x, dy, dtype, **kw) for x, dy, (_, kw) in zip(xs, dys, cases)]
-        jt.sync(results[mode])
-    for (shape, kw), (_, arg), dy, g, r in zip(cases, refs, dys, results["gather"], results["recompute"]):
-        assert r.numpy().tobytes() == g.numpy().tobytes(), (shape, kw)
-        assert_grad_close(to_numpy64(g), F.reference_grad(shape, arg, dy), dtype, (shape, kw))
-
-
-def test_backward_switch_is_read_at_the_forward(monkeypatch, rng, switches):
-    """The algorithm is fixed when the forward runs (it decides whether the indices are saved): a switch set
-    between forward and backward changes nothing; an unknown value is an error naming the switch."""
-    x_np = random_array((2, 3, 8, 10, 12), "float32", rng)
-    want, arg = F.reference_pool(x_np, **_kw(2))
-    dy_np = random_array(want.shape, "float32", rng)
-    switches.setenv(P.BWD_SWITCH, "recompute")  # the forward saves no indices ...
-    x = to_jittor(x_np, "float32")
-    y = ops.max_pool3d(x, 2)
-    switches.setenv(P.BWD_SWITCH, "gather")  # ... so a backward that now gathered would have none
-    dx = jt.grad(_InjectGrad.apply(y, to_jittor(dy_np, "float32")).sum(), x)
-    assert_grad_close(dx.numpy(), F.reference_grad(x_np.shape, arg, dy_np), "float32")
-    assert P.backward_algorithm(P.normalize_params(2)) == "gather"
-    for bad in ("auto", "scatter"):
-        switches.setenv(P.BWD_SWITCH, bad)
-        with pytest.raises(ValueError, match=P.BWD_SWITCH):
-            ops.max_pool3d(to_jittor(x_np, "float32"), 2)
-    switches.delenv(P.BWD_SWITCH)
-    for algorithm in ("atomic", "scatter"):  # a scatter would leave the tile's other elements unwritten
-        with pytest.raises(ValueError, match="algorithm"):
-            P.select_config(x_np.shape, "float32", P.normalize_params(2), "bwd", algorithm=algorithm)
-    assert P.select_config(x_np.shape, "float32", P.normalize_params(3, 1), "bwd", algorithm="gather").variant \
-        == "bwd_gather_cpu"
-
-
 def test_gradient_with_returned_indices(device, rng):
     x_np = random_array((2, 3, 9, 9, 9), "float32", rng)
     for kw in (_kw(3, 1), _kw(3)):
@@ -775,46 +677,6 @@ def test_gradient_with_returned_indices(device, rng):
         dy = random_array(tuple(y.shape), "float32", rng)
         got = jt.grad(_InjectGrad.apply(y, jt.array(dy)).sum(), x).numpy()
         assert_grad_close(got, F.reference_grad(x_np.shape, F.reference_pool(x_np, **kw)[1], dy), "float32")
-
-
-def _emulate_tile_writes(spatial, params, lanes):
-    """pool3d_tile_write of pool3d.cuh, transcribed: every window, its ``lanes`` lanes (1: the flat kernel, 32:
-    the warp kernel) each walking the window and then, for a dim's last window, the remainder after it.
-    Returns how often each element of one plane was written."""
-    D, H, W = spatial
-    Do, Ho, Wo = P.output_shape(spatial, params)
-    kd, kh, kw = params.kernel
-    nopad = P.padding_free(spatial, (Do, Ho, Wo), params)
-    writes = np.zeros(spatial, np.int64)
-    for od, oh, ow in itertools.product(range(Do), range(Ho), range(Wo)):
-        d0, h0, w0 = od * kd, oh * kh, ow * kw
-        for first in range(lanes):
-            for e in range(first, kd * kh * kw, lanes):
-                i, r = divmod(e, kh * kw)
-                j, k = divmod(r, kw)
-                if not nopad and (d0 + i >= D or h0 + j >= H or w0 + k >= W):
-                    continue
-                writes[d0 + i, h0 + j, w0 + k] += 1
-            ed = D - d0 if od == Do - 1 else kd
-            eh = H - h0 if oh == Ho - 1 else kh
-            ew = W - w0 if ow == Wo - 1 else kw
-            if ed > kd or eh > kh or ew > kw:
-                for e in range(first, ed * eh * ew, lanes):
-                    i, r = divmod(e, eh * ew)
-                    j, k = divmod(r, ew)
-                    if i >= kd or j >= kh or k >= kw:
-                        writes[d0 + i, h0 + j, w0 + k] += 1
-    return writes
-
-
-@pytest.mark.parametrize("spatial, kw", [((8, 8, 8), _kw(2)), ((7, 9, 11), _kw(2)), ((7, 9, 11), _kw(2, ceil=True)),
-                                         ((7, 8, 11), _kw(3)), ((7, 8, 11), _kw(3, ceil=True)),
-                                         ((5, 17, 19), _kw((1, 8, 8))), ((5, 17, 19), _kw((2, 8, 8), ceil=True))])
-@pytest.mark.parametrize("lanes", [1, 32])
-def test_tile_kernels_write_every_element_once(spatial, kw, lanes):
-    params = P.normalize_params(**kw)
-    assert P.layout_algorithm(params) == "tile"
-    np.testing.assert_array_equal(_emulate_tile_writes(spatial, params, lanes), 1)
 
 
 # ---- errors -----------------------------------------------------------------------------------------------
@@ -872,20 +734,13 @@ def test_case_table_shape():
 
 
 def test_cuda_cases_reach_every_cuda_variant():
-    """The score cases reach every CUDA kernel: the backwards' recompute kernels under OPS_POOL3D_BWD=recompute
-    (the default gathers for every layout)."""
-    names, defaults = set(), set()
+    """The score cases reach every CUDA kernel."""
+    names = set()
     for c in F.FAMILY.cases:
         if "cuda" in c.devices:
             params = P.normalize_params(**F.case_params(c))
-            algorithms = (None, P.layout_algorithm(params)) if c.direction == "bwd" else (None,)
-            for algorithm in algorithms:
-                cfg = P.select_config(c.shapes[0], c.dtype, params, c.direction, on_cuda=True, algorithm=algorithm)
-                names.add(cfg.variant)
-                if algorithm is None:
-                    defaults.add(cfg.variant)
+            names.add(P.select_config(c.shapes[0], c.dtype, params, c.direction, on_cuda=True).variant)
     assert names == {v for v in P.VARIANTS["fwd"] + P.VARIANTS["bwd"] if not v.endswith("cpu")}
-    assert {v for v in defaults if v.startswith("bwd")} == {"bwd_gather"}
 
 
 @pytest.mark.parametrize("params", [dict(kernel_size=8, stride=1), dict(kernel_size=3, stride=2, padding=1),
@@ -948,31 +803,30 @@ def test_naive_composite_matches_the_reference():
 
 # ---- GPU-sized dispatch paths (cuda only) -----------------------------------------------------------------
 
-# Every backward runs as the default gather; the disjoint layouts also under OPS_POOL3D_BWD=recompute, whose
-# kernels the comments name.
+# The layouts every forward kernel and the gather meet (the comments name the forward's variant).
 GPU_CASES = [
-    ((8, 32, 32, 64, 64), "float32", _kw(2)),  # fwd_k2s2_vec vec4, bwd_tile_k2s2_vec (128 MB)
+    ((8, 32, 32, 64, 64), "float32", _kw(2)),  # fwd_k2s2_vec vec4 (128 MB)
     ((16, 64, 16, 56, 56), "float16", _kw(2)),  # vec8
     ((2, 32, 32, 64, 64), "float64", _kw(2)),  # vec2 (16 bytes)
     ((8, 32, 32, 62, 62), "bfloat16", _kw(2)),  # vec2 (4 bytes)
     ((4, 32, 32, 32, 32), "float32", _kw(3, 1)),  # fwd_flat k3 nopad, bwd_gather
     ((8, 64, 16, 56, 56), "float16", _kw(3, 2, 1)),  # fwd_flat k3 padded
     ((2, 16, 32, 32, 32), "float32", _kw(8, 1)),  # fwd_flat k8, gather with 512 candidates
-    ((64, 64, 8, 8, 8), "bfloat16", _kw(8)),  # fwd_warp, bwd_tile_warp
-    ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8), ceil=True)),  # fwd_warp padded, bwd_tile_warp partial
-    ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8))),  # bwd_tile_warp with floor mode's remainder
-    ((8, 32, 31, 63, 63), "float32", _kw(2, ceil=True)),  # fwd_flat clamped, bwd_tile_flat partial
-    ((8, 32, 31, 64, 64), "float16", _kw(2)),  # bwd_tile_flat, a remainder along D only (no vectors)
-    ((8, 32, 32, 63, 63), "float32", _kw(2, 3)),  # bwd_scatter_flat
-    ((16, 32, 33, 8, 8), "bfloat16", _kw((2, 8, 8), (3, 8, 8))),  # bwd_scatter_warp
-    ((4, 32, 32, 64, 64), "float32", _kw(4)),  # generic window, bwd_tile_flat
+    ((64, 64, 8, 8, 8), "bfloat16", _kw(8)),  # fwd_warp
+    ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8), ceil=True)),  # fwd_warp padded
+    ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8))),  # floor mode's remainder
+    ((8, 32, 31, 63, 63), "float32", _kw(2, ceil=True)),  # fwd_flat clamped
+    ((8, 32, 31, 64, 64), "float16", _kw(2)),  # a remainder along D only (no vectors)
+    ((8, 32, 32, 63, 63), "float32", _kw(2, 3)),  # gaps between windows
+    ((16, 32, 33, 8, 8), "bfloat16", _kw((2, 8, 8), (3, 8, 8))),  # warp with gaps
+    ((4, 32, 32, 64, 64), "float32", _kw(4)),  # generic window
     ((4, 16, 32, 32, 32), "float32", _kw(3, 2, 1, 2)),  # dilation
 ]
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("shape, dtype, kw", GPU_CASES)
-def test_gpu_sized_paths(shape, dtype, kw, monkeypatch, switches):
+def test_gpu_sized_paths(shape, dtype, kw):
     rng = np.random.default_rng(7)
     previous = jt.flags.use_cuda
     jt.flags.use_cuda = 1
@@ -989,9 +843,6 @@ def test_gpu_sized_paths(shape, dtype, kw, monkeypatch, switches):
         abs_sum = F.reference_grad(shape, arg, np.abs(dy.astype(np.float64)))
         assert_grad_close(to_numpy64(first), F.reference_grad(shape, arg, dy), dtype, f"{shape} {kw}", abs_sum,
                           terms=math.prod(P.normalize_params(**kw).kernel))
-        if P.layout_algorithm(P.normalize_params(**kw)) != "gather":  # the recompute kernels: the same dx
-            switches.setenv(P.BWD_SWITCH, "recompute")
-            assert grad(x, dy, dtype, **kw).numpy().tobytes() == first.numpy().tobytes()
     finally:
         jt.flags.use_cuda = previous
 
@@ -999,13 +850,12 @@ def test_gpu_sized_paths(shape, dtype, kw, monkeypatch, switches):
 # ---- nvcc: every menu compiles for sm_90 -------------------------------------------------------------------
 
 # (dtype, menus) compiled by the nvcc test: every menu once, and the value menus of every element size and type
-NVCC_MENUS = (("float32", ("values", "both", "gather", "recompute")), ("float16", ("values", "gather")),
+NVCC_MENUS = (("float32", ("values", "both", "gather")), ("float16", ("values", "gather")),
               ("bfloat16", ("values",)), ("float64", ("values", "both")))
 _MENU_CALLS = {
     "values": "pool3d_fwd_values_menu<{T}, int>(0, ({T}*)0, ({T}*)0, (int*)0, g, 1);",
     "both": "pool3d_fwd_both_menu<{T}, int>(0, ({T}*)0, ({T}*)0, (int*)0, g, 1);",
     "gather": "pool3d_bwd_gather_menu<{T}, int>(0, (int*)0, ({T}*)0, ({T}*)0, g, 1);",
-    "recompute": "pool3d_bwd_recompute_menu<{T}, int>(0, ({T}*)0, ({T}*)0, ({T}*)0, g, 1);",
 }
 
 

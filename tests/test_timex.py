@@ -41,7 +41,7 @@ def run_grads(w_np, k_np, g_np, dtype, eps=0.0):
 # ---- references -------------------------------------------------------------------------------------------
 
 def _direct(w, k, g, eps):
-    """The seed's loops, vectorized over (b, c): the definition the FFT references must match."""
+    """The definition's loops, vectorized over (b, c): the definition the FFT references must match."""
     B, C, T = k.shape
     out = np.full((B, C, T), eps)
     gk = np.zeros((B, C, T))
@@ -154,7 +154,6 @@ def test_tensor_core_modes():
     for dtype in DTYPES:  # the A/B switches: a kernel wherever it can run, whatever the batch fill
         assert X.select_config((1, 2, 1024), tensor_cores=X.TC_MMA, dtype=dtype).variant == "fwd_mma"
         assert X.select_config((1, 2, 1025), tensor_cores=X.TC_MMA, dtype=dtype).variant == "fwd_tiled"
-        assert X.select_config((1, 2, 9000), tensor_cores=X.TC_MMA2, dtype=dtype).variant == "fwd_mma2"
         assert X.select_config((1, 2, 9000), tensor_cores=X.TC_MMA3, dtype=dtype).variant == "fwd_mma3"
         assert X.select_config((32, 768, 768), tensor_cores=X.TC_OFF, dtype=dtype).variant == "fwd_single"
     # forced CUDA-core tiles (tests of fwd_tiled) keep the CUDA-core kernel
@@ -162,10 +161,10 @@ def test_tensor_core_modes():
     assert X.select_config((32, 768, 768)).variant == "fwd_single"  # without a mode: CUDA cores
 
 
-@pytest.mark.parametrize("mode, variant", [(X.TC_MMA2, "fwd_mma2"), (X.TC_MMA3, "fwd_mma3")])
 @pytest.mark.parametrize("shape, dtype, tm, rows", [((32, 768, 768), "float32", 4, 32), ((3, 2, 8192), "float32", 1, 8),
                                                     ((16, 256, 4096), "bfloat16", 2, 16), ((1, 1, 1), "float16", 1, 8)])
-def test_select_config_mma2_any_length(mode, variant, shape, dtype, tm, rows):
+def test_select_config_mma3_any_length(shape, dtype, tm, rows):
+    mode, variant = X.TC_MMA3, "fwd_mma3"
     cfg = X.select_config(shape, tensor_cores=mode, dtype=dtype)
     halves = 2 if dtype == "float32" else 1  # big and small TF32 halves of float32 operands
     smem = 4 * 2 * halves * (rows * 132 + 264)  # two stages; independent of T
@@ -182,8 +181,8 @@ def test_tensor_cores_need_cuda_and_can_be_switched(monkeypatch, switches):
         if ops.has_cuda():
             jt.flags.use_cuda = 1
             sm80 = min(jt.flags.cuda_archs) >= 80
-            for value, mode in ((None, X.TC_AUTO), ("auto", X.TC_AUTO), ("1", X.TC_MMA), ("2", X.TC_MMA2),
-                                ("3", X.TC_MMA3), ("0", X.TC_OFF)):
+            for value, mode in ((None, X.TC_AUTO), ("auto", X.TC_AUTO), ("1", X.TC_MMA), ("3", X.TC_MMA3),
+                                ("0", X.TC_OFF)):
                 if value is None:
                     switches.delenv(X.MMA_SWITCH, raising=False)
                 else:
@@ -195,14 +194,13 @@ def test_tensor_cores_need_cuda_and_can_be_switched(monkeypatch, switches):
 
 def test_tensor_core_switch_rejects_unknown_values(monkeypatch, switches):
     switches.setenv(X.MMA_SWITCH, "yes")
-    with pytest.raises(ValueError, match="OPS_TIMEX_MMA must be one of auto, 0, 1, 2, 3, got .yes."):
+    with pytest.raises(ValueError, match="OPS_TIMEX_MMA must be one of auto, 0, 1, 3, got .yes."):
         X.tensor_cores_available()
 
 
 def test_every_variant_and_constant_is_picked_by_the_table():
     cfgs = [X.select_config(s, kern) for s, kern, *_ in SELECT_TABLE]
     cfgs += [X.select_config(s, tensor_cores=X.TC_MMA, dtype=d) for s, d, *_ in MMA_TABLE]
-    cfgs.append(X.select_config((32, 768, 768), tensor_cores=X.TC_MMA2))
     cfgs.append(X.select_config((32, 768, 768), tensor_cores=X.TC_MMA3))
     assert {c.variant for c in cfgs} == set(X.VARIANTS)
     assert {c.tm for c in cfgs if c.kernel == "forward"} == {1, 2, 4}
@@ -274,8 +272,6 @@ def test_render_source_carries_only_code_changing_values():
     assert "timex_fwd_mma_launch<in0_type, 4, int>" in X.render_source(mma, "cuda")
     with pytest.raises(ValueError, match="CUDA-only"):  # never selected off CUDA
         X.render_source(mma, "cpu")
-    mma2 = X.select_config((32, 768, 768), tensor_cores=X.TC_MMA2)
-    assert "timex_fwd_mma2_launch<in0_type, 4, int>" in X.render_source(mma2, "cuda")
     mma3 = X.select_config((32, 768, 768), tensor_cores=X.TC_MMA3)
     assert "timex_fwd_mma3_launch<in0_type, 4, int>" in X.render_source(mma3, "cuda")
 
@@ -469,7 +465,7 @@ def check_nonfinite(w, k, g, dtype, eps=0.25):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_nan_reaches_no_earlier_output(dtype):
-    """The issue's case: a NaN at step 2 must leave outputs 0 and 1 alone."""
+    """A NaN at step 2 must leave outputs 0 and 1 alone."""
     jt.flags.use_cuda = 0
     w = to_jittor(np.ones((1, 4), np.float32), dtype)
     k = to_jittor(np.array([[[1.0, 2.0, np.nan, 3.0]]], np.float32), dtype)
@@ -508,13 +504,11 @@ def test_nonfinite_values_stay_causal_with_forced_tiles_on_cpu(rng):
 
 
 # On the GPU, every kernel: the CUDA cores (OPS_TIMEX_MMA=0: fwd_single, fwd_tiled; grad_w: gw_single,
-# gw_tiled) and the tensor cores (1: fwd_mma, 2: fwd_mma2, 3: fwd_mma3; n-tiles 1, 2 and 4; float32 through
+# gw_tiled) and the tensor cores (1: fwd_mma, 3: fwd_mma3; n-tiles 1, 2 and 4; float32 through
 # 3xTF32), whose diagonal chunks with an Inf or NaN run on the CUDA cores.
 NONFINITE_GPU_CASES = [("0", 3, 2, 37, "fwd_single"), ("0", 2, 2, 1100, "fwd_tiled"), ("0", 9, 1, 600, "fwd_single"),
                        ("0", 1, 2, 4, "fwd_single"),
                        ("1", 8, 2, 300, "fwd_mma"), ("1", 16, 1, 37, "fwd_mma"), ("1", 32, 1, 260, "fwd_mma"),
-                       ("2", 20, 2, 300, "fwd_mma2"), ("2", 3, 2, 4, "fwd_mma2"), ("2", 32, 1, 1100, "fwd_mma2"),
-                       ("2", 16, 1, 130, "fwd_mma2"),
                        ("3", 20, 2, 300, "fwd_mma3"), ("3", 16, 1, 1100, "fwd_mma3"), ("3", 32, 1, 130, "fwd_mma3"),
                        ("3", 3, 2, 4, "fwd_mma3")]
 
@@ -686,7 +680,7 @@ def test_builtin_reference_is_skipped_past_its_length_limit():
 # ---- GPU-sized dispatch paths (run with -m cuda) -----------------------------------------------------------
 
 GPU_CASES = [  # (B, C, T, dtype, the default forward on sm_80+ GPUs; grad_k takes the same), then grad_w
-    (32, 64, 768, "float32", "fwd_mma3"),    # tm4 (the seed's shape with fewer channels), gw_tiled
+    (32, 64, 768, "float32", "fwd_mma3"),    # tm4 (B32 T768 with fewer channels), gw_tiled
     (8, 64, 1024, "float32", "fwd_mma3"),    # tm1, gw_tiled
     (64, 32, 256, "float32", "fwd_mma3"),    # 2 batch groups; gw_single with 4 batch splits
     (20, 16, 640, "float32", "fwd_mma3"),    # 3 groups of 8 rows, the last one partly padding
@@ -695,7 +689,7 @@ GPU_CASES = [  # (B, C, T, dtype, the default forward on sm_80+ GPUs; grad_k tak
     (32, 64, 768, "bfloat16", "fwd_mma"),    # tm4, one exact mma per product
     (8, 64, 1024, "float16", "fwd_mma"),     # tm1
     (12, 16, 2000, "bfloat16", "fwd_mma3"),  # 16-bit past MMA_MAX_T, tm2
-    (3, 8, 8192, "float32", "fwd_tiled"),    # the longest T the issue names, odd B
+    (3, 8, 8192, "float32", "fwd_tiled"),    # T = 8192, odd B
 ]
 
 
@@ -726,12 +720,11 @@ def test_gpu_sized_values_and_gradients(rng, monkeypatch, B, C, T, dtype, varian
 
 # The forward kernels the default does not pick on an sm_80+ GPU, through the switch: the CUDA-core kernels
 # (the tensor cores replace them there; "0": 16 rows in the largest single tile, 74 KB of shared memory),
-# fwd_mma's float32 3xTF32 ("1"), fwd_mma2 at every length ("2") and fwd_mma3 ("3") on 16-bit inputs up to
+# fwd_mma's float32 3xTF32 ("1") and fwd_mma3 ("3") on 16-bit inputs up to
 # MMA_MAX_T and on batches that fill few of its padded rows.
 SWITCHED_CASES = [("0", 32, 16, 768, "float32"), ("0", 3, 8, 1100, "float32"), ("0", 8, 16, 1024, "bfloat16"),
                   ("0", 16, 32, 1024, "float32"), ("1", 24, 16, 768, "float32"),
-                  ("2", 32, 16, 768, "float32"), ("2", 4, 16, 4096, "float32"), ("2", 3, 8, 8192, "float32"),
-                  ("2", 16, 16, 1100, "bfloat16"), ("2", 8, 16, 777, "float16"),
+                  ("3", 3, 8, 8192, "float32"),
                   ("3", 32, 16, 768, "float32"), ("3", 4, 16, 4096, "float32"), ("3", 16, 16, 1100, "bfloat16"),
                   ("3", 8, 16, 777, "float16"), ("3", 20, 8, 300, "float32")]
 
@@ -742,7 +735,7 @@ def test_gpu_switched_forward_and_grad_k(rng, monkeypatch, switch, B, C, T, dtyp
     with on_gpu_with_mma_switch(switches, switch):
         variant = X.select_config((B, C, T), tensor_cores=X.tensor_cores_available(), dtype=dtype).variant
         assert variant == {"0": "fwd_single" if T <= X.FWD_SINGLE_MAX_T else "fwd_tiled", "1": "fwd_mma",
-                           "2": "fwd_mma2", "3": "fwd_mma3"}[switch]
+                           "3": "fwd_mma3"}[switch]
         w, k = inputs(rng, B, C, T, dtype)
         g = random_array((B, C, T), dtype, rng)
         out = ops.timex(to_jittor(w, dtype), to_jittor(k, dtype), 0.01)
@@ -756,7 +749,7 @@ def test_gpu_switched_forward_and_grad_k(rng, monkeypatch, switch, B, C, T, dtyp
 
 def _mma_operands(version, wr, kk, ti, ui, BN, B, T):
     """What a block stages for chunk ui of t-tile ti: k rows (BN x 128) and a lookup lag -> w (as the kernel
-    indexes its w buffer: fwd_mma the whole causal window, fwd_mma2 the chunk's 256 lags)."""
+    indexes its w buffer: fwd_mma the whole causal window, fwd_mma3 the chunk's 256 lags)."""
     ks = np.zeros((BN, 128))
     for r in range(min(BN, B)):
         n = min(128, T - ui * 128)
@@ -769,7 +762,7 @@ def _mma_operands(version, wr, kk, ti, ui, BN, B, T):
 
 
 def emulate_mma_block(version, w_row, k_rows, ti, NT):
-    """out[b][t] of one block (channel, batch group, t-tile ti) of timex_fwd_mma{,2}_kernel: the kernel's
+    """out[b][t] of one block (channel, batch group, t-tile ti) of timex_fwd_mma{,3}_kernel: the kernel's
     fragment indices, mma.sync m16n8k8 as a 16x8x8 matrix product, float64."""
     T = w_row.shape[0]
     B, BN = k_rows.shape[0], 8 * NT
@@ -786,9 +779,6 @@ def emulate_mma_block(version, w_row, k_rows, ti, NT):
                         g, tig = lane >> 2, lane & 3
                         if version == 1:  # kernel: base = t0 - u0 + 32q + BT + g - tig, then + 16m - 8s
                             a = ti * 128 - ui * 128 + 32 * q + 128 + g - tig + 16 * m - 8 * s
-                            words = [a, a + 8, a - 4, a + 4]
-                        elif version == 2:  # kernel: abase = 32q + BT + g - tig, then + 16m - 8s
-                            a = 32 * q + 128 + g - tig + 16 * m - 8 * s
                             words = [a, a + 8, a - 4, a + 4]
                         else:  # the ladder of the group s0 = s - e: G[i] = wb[abase - 8 s0 - 28 + 4 i]
                             e = s % 4
@@ -818,7 +808,7 @@ def emulate_mma_block(version, w_row, k_rows, ti, NT):
     return out
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("version", [1, 3])
 @pytest.mark.parametrize("B, T, NT", [(3, 130, 1), (17, 300, 4), (9, 1, 2)])
 def test_tensor_core_fragment_math_matches_the_definition(rng, version, B, T, NT):
     w, k = rng.standard_normal((1, T)), rng.standard_normal((B, 1, T))
@@ -881,7 +871,7 @@ def _all_configs():
     out = [dataclasses.replace(fwd, tm=tm, index_t=it) for tm in (1, 2, 4) for it in ("int", "long long")]
     out += [dataclasses.replace(gw, index_t=it) for it in ("int", "long long")]
     out += [dataclasses.replace(X.select_config((b, 768, 768), tensor_cores=v, dtype="float16"), index_t=it)
-            for v in (X.TC_MMA, X.TC_MMA2, X.TC_MMA3) for b in (8, 16, 32) for it in ("int", "long long")]
+            for v in (X.TC_MMA, X.TC_MMA3) for b in (8, 16, 32) for it in ("int", "long long")]
     return out
 
 
@@ -899,7 +889,7 @@ def test_nvcc_compiles_every_instantiation():
     from nvcc_util import compile_check
 
     configs = _all_configs()
-    forward = ("fwd_single", "fwd_mma", "fwd_mma2", "fwd_mma3")
+    forward = ("fwd_single", "fwd_mma", "fwd_mma3")
     assert {(c.variant, c.tm, c.index_t) for c in configs} == (
         {(v, tm, it) for v in forward for tm in (1, 2, 4) for it in ("int", "long long")}
         | {("gw_tiled", 1, it) for it in ("int", "long long")})
