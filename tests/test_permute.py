@@ -204,7 +204,7 @@ def test_tiled_geometry():
 
 def test_tile_rows_rule():
     """Thread rows of the tiled kernel: 8 words per thread and phase (the tile edge / 8), 1-byte quads and the
-    grouped tile 8 rows (H100 A/B of 4 / 8 / 16 rows in ops/permute.py)."""
+    grouped tile 8 rows (H100 A/B of 4 / 8 / 16 rows in ops/permutation.py)."""
     def block(shape, perm, dtype, op="permute"):
         cfg = P.select_config(shape, perm, dtype, op)
         return cfg.variant, cfg.pack, cfg.block

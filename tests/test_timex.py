@@ -118,7 +118,7 @@ def test_select_config_tensor_core_table(shape, dtype, tm, rows, ntiles, groups,
     assert smem <= 227 * 1024
 
 
-# TC_AUTO, the default on sm_80+: (B, T, dtype, variant) from the 2026-11-23 measurements (ops/timex.py);
+# TC_AUTO, the default on sm_80+: (B, T, dtype, variant) from the 2026-11-23 measurements (ops/time_mix.py);
 # (4, 4096, float32): the batch fills half of the 8 padded rows, below float32's 0.8
 AUTO_TABLE = [
     (32, 768, "float32", "fwd_mma3"), (8, 1024, "float32", "fwd_mma3"), (16, 777, "float32", "fwd_mma3"),
