@@ -7,6 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+// "# include": jittor scans `#include "..."` lines and looks for the file in its own folders only; this form
+// the compiler resolves beside this file (ops/_codegen.py hashes index_math.h into this file's include line).
+# include "index_math.h"
 
 #define OPS_CHECK_LAUNCH() CHECK(cudaSuccess == cudaPeekAtLastError())
 
@@ -75,24 +78,3 @@ template <> struct alignas(1) OpsBytes<1> { unsigned char v; };
 
 // N elements of T that load and store as one access of N * sizeof(T) bytes.
 template <typename T, int N> struct alignas(sizeof(T) * N) OpsVec { T v[N]; };
-
-// Fast division by a divisor fixed for the whole launch (Granlund-Montgomery / Hacker's Delight 10-9):
-// q = mulhi(n, magic) >> shift for 0 <= n < 2^31. Built on the host by ops_make_divisor.
-struct OpsDivisor {
-  unsigned int d, magic, shift;
-  __host__ __device__ __forceinline__ unsigned int div(unsigned int n) const {
-#ifdef __CUDA_ARCH__
-    return (__umulhi(n, magic) + n) >> shift;
-#else
-    return (unsigned int)((((unsigned long long)n * magic) >> 32) + n) >> shift;
-#endif
-  }
-};
-inline OpsDivisor ops_make_divisor(unsigned int d) {
-  OpsDivisor r;
-  r.d = d;
-  r.shift = 0;
-  while ((1ull << r.shift) < d) r.shift++;
-  r.magic = (unsigned int)((((1ull << 32) * ((1ull << r.shift) - d)) / d) + 1);
-  return r;
-}

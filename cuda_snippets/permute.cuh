@@ -6,7 +6,7 @@
 //    jittor buffers are 256-byte aligned and every row start is a multiple of C, so chunk accesses are aligned.
 //  * Every runtime value (dims, strides, tile counts, grid) arrives through jittor's `data` map (doubles,
 //    exact below 2^53); only what changes generated code is a template argument.
-//  * IndexT is int while the moved element count is <= 2^31 - 1 (fast OpsDivisor division), else long long.
+//  * IndexT is int while the moved element count is <= 2^31 - 1 (fast OpsDiv division, index_math.h), else long long.
 //  * Kernels write every output element exactly once and never read the output: idempotent.
 // Kernels:
 //  * ops_permute_nd_kernel: one output chunk per thread and step, input offset by N-d index arithmetic.
@@ -35,21 +35,6 @@ template <class Map> inline long long ops_param(Map& data, const char* name, int
     snprintf(key, sizeof(key), "%s%d", name, i);
   return (long long)data[key];
 }
-
-// Division by a divisor fixed for the launch: OpsDivisor (multiply-high) for int, plain division for long long.
-template <typename IndexT> struct OpsFastDiv;
-template <> struct OpsFastDiv<int> {
-  OpsDivisor dv;
-  void set(long long d) { dv = ops_make_divisor((unsigned int)d); }
-  __device__ __forceinline__ int value() const { return (int)dv.d; }
-  __device__ __forceinline__ int div(int n) const { return (int)dv.div((unsigned int)n); }
-};
-template <> struct OpsFastDiv<long long> {
-  long long d;
-  void set(long long v) { d = v; }
-  __device__ __forceinline__ long long value() const { return d; }
-  __device__ __forceinline__ long long div(long long n) const { return n / d; }
-};
 
 // ---- loose words: P elements of E bytes at any element offset ---------------------------------------------
 
@@ -121,7 +106,7 @@ template <typename T, int W> struct OpsAddEpi {
 
 template <int R, typename IndexT> struct OpsNdParams {
   IndexT count;                // output chunks
-  OpsFastDiv<IndexT> dim[R];   // output dims (dim[0] is not needed by the decomposition)
+  OpsDiv<IndexT> dim[R];   // output dims (dim[0] is not needed by the decomposition)
   IndexT src_stride[R];        // input stride (in chunks) of the input dim that output dim k reads
   __device__ __forceinline__ IndexT src_offset(IndexT i) const {
     IndexT off = 0;
@@ -164,7 +149,7 @@ template <int R, typename IndexT, class Map> OpsNdParams<R, IndexT> ops_nd_param
   OpsNdParams<R, IndexT> p;
   p.count = (IndexT)ops_param(data, "count");
   for (int k = 0; k < R; ++k) {
-    p.dim[k].set(ops_param(data, "d", k));
+    p.dim[k] = OpsDiv<IndexT>::make(ops_param(data, "d", k));
     p.src_stride[k] = (IndexT)ops_param(data, "s", k);
   }
   return p;
@@ -187,7 +172,7 @@ void ops_nd_launch(const void* src, void* dst, Map& data, const Epi& epi) {
 template <typename IndexT> struct OpsTileParams {
   IndexT A, B;                     // A: input last dim (contiguous in the input); B: output last dim
   IndexT in_stride_b;              // input stride of the B dim (of its low part where B is split)
-  OpsFastDiv<IndexT> b_lo;         // split B only: the output's last dim, the low part of B
+  OpsDiv<IndexT> b_lo;         // split B only: the output's last dim, the low part of B
   IndexT in_stride_bh;             // split B only: input stride of the high part (the output's second-to-last dim)
   IndexT out_stride_a;             // output stride of the A dim
   IndexT tiles_a, tiles_b;         // tiles along A and along B
@@ -439,7 +424,7 @@ ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst
 
 template <typename IndexT, int SB = 0, class Map> OpsTileParams<IndexT> ops_tile_params(Map& data) {
   OpsTileParams<IndexT> p;
-  p.b_lo.set(SB ? ops_param(data, "bl") : 1);
+  p.b_lo = OpsDiv<IndexT>::make(SB ? ops_param(data, "bl") : 1);
   p.in_stride_bh = (IndexT)(SB ? ops_param(data, "isbh") : 0);
   p.A = (IndexT)ops_param(data, "A");
   p.B = (IndexT)ops_param(data, "B");

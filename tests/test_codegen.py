@@ -62,7 +62,12 @@ def test_include_lines_carry_each_files_hash():
     assert lines[0] == '#include "type/fp16_compute.h"' and len(text) < 400
     for line, name in zip(lines[1:], ("common", "pool3d")):
         path = str(_codegen.snippet_path(name))
-        assert line == f'#include "{path}"  // {_codegen._digest(_codegen.snippet(name))}'
+        assert line == f'#include "{path}"  // {_codegen.snippet_digest(name)}'
+    # common.cuh includes index_math.h: its hash covers both files, and a header of text inlines the latter
+    both = _codegen.snippet("index_math.h") + _codegen.snippet("common")
+    assert _codegen.snippet_digest("common") == _codegen._digest(both) != _codegen._digest(_codegen.snippet("common"))
+    text = _codegen.header(["common", "permute"])
+    assert '# include "' not in text and text.index("struct OpsDivisor") < text.index("ops_ceil_div(T a")
 
 
 def test_generated_files_are_named_by_their_content(tmp_path, monkeypatch):

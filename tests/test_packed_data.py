@@ -9,11 +9,10 @@ import tempfile
 import pytest
 
 import ops
-from ops import _launch
+from ops import _codegen, _launch
 from nvcc_util import PRELUDE, nvcc_path
 
 pool3d, permute, broadcast, timex = (sys.modules[f"ops.{m}"] for m in ("pool3d", "permute", "broadcast", "timex"))
-COMMON = os.path.join(os.path.dirname(ops.__file__), "..", "cuda_snippets", "common.cuh")
 
 
 def cuda_launches():
@@ -87,7 +86,7 @@ int main() {
 @pytest.mark.nvcc
 def test_opsdata_reads_the_packed_key_on_the_host(tmp_path):
     src = tmp_path / "host.cu"
-    src.write_text(PRELUDE + open(COMMON).read() + HOST_CHECK)
+    src.write_text(PRELUDE + _codegen.header(["common"]) + HOST_CHECK)
     exe = tmp_path / "host"
     build = subprocess.run([nvcc_path(), "-std=c++17", str(src), "-o", str(exe)], capture_output=True, text=True)
     assert build.returncode == 0, build.stdout + build.stderr
