@@ -126,7 +126,7 @@ def test_tuning_doc_lists_every_switch_and_its_values():
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "tuning.md").read_text()
     switches = _launch._SWITCH_MODES
-    assert len(switches) == 8
+    assert len(switches) == 7
     for name, values in switches.items():
         row = next(line for line in doc.splitlines() if line.startswith(f"| `{name}` |"))
         assert all(f"`{v}`" in row for v in values), (name, values, row)
