@@ -262,8 +262,9 @@ class Launch:
         self.shapes = tuple(shapes) if self.single else [tuple(s) for s in shapes]
         self.dtypes = dtypes if self.single else list(dtypes)
         self.options = None
-        if cuda and data:
+        if cuda and data and not is_packed(data):
             data = pack_named(data)
+        if data and is_packed(data):
             src = _packed(src)
             grad_srcs = [_packed(g) for g in grad_srcs] if grad_srcs else grad_srcs
         if cuda and switch(HOST_OPT_SWITCH) == "1":
@@ -333,7 +334,7 @@ class Launch:
         return launch
 
 
-# ---- data: a CUDA launch's parameters in one entry ------------------------------------------------------------
+# ---- data: a launch's named parameters in one entry (every CUDA launch; CPU launches that pack them) -----------
 
 NAMED_MARK = "$"
 PACKED_MAX = 48  # OpsData::kMax in common.cuh
@@ -362,6 +363,11 @@ def pack_named(data: Dict[str, float]) -> Dict[str, float]:
         if not key or not all(c.isalnum() or c == "_" for c in key):
             raise ValueError(f"a packed parameter's name is letters, digits and '_': {key!r}")
     return {NAMED_MARK + ",".join(f"{k}={_packed_value(k, v)}" for k, v in data.items()): 0.0}
+
+
+def is_packed(data: Dict[str, float]) -> bool:
+    """Whether ``data`` is :func:`pack_named`'s (a launch whose source then reads it through OpsData)."""
+    return any(key.startswith(NAMED_MARK) for key in data)
 
 
 def unpack_named(data: Dict[str, float]) -> Dict[str, float]:

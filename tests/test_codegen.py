@@ -63,9 +63,11 @@ def test_include_lines_carry_each_files_hash():
     for line, name in zip(lines[1:], ("common", "pool3d")):
         path = str(_codegen.snippet_path(name))
         assert line == f'#include "{path}"  // {_codegen.snippet_digest(name)}'
-    # common.cuh includes index_math.h: its hash covers both files, and a header of text inlines the latter
-    both = _codegen.snippet("index_math.h") + _codegen.snippet("common")
-    assert _codegen.snippet_digest("common") == _codegen._digest(both) != _codegen._digest(_codegen.snippet("common"))
+    # common.cuh includes index_math.h and ops_data.h: its hash covers the three, a header of text inlines them
+    files = [p.name for p in _codegen.depends("common")]
+    assert files == ["index_math.h", "ops_data.h", "common.cuh"]
+    every = "".join(_codegen.snippet(name) for name in files)
+    assert _codegen.snippet_digest("common") == _codegen._digest(every) != _codegen._digest(_codegen.snippet("common"))
     text = _codegen.header(["common", "permute"])
     assert '# include "' not in text and text.index("struct OpsDivisor") < text.index("ops_ceil_div(T a")
 

@@ -75,9 +75,16 @@ def test_float_parameters_travel_in_the_packed_key_exactly():
     assert "const OpsData data(this->data);" in forward.kwargs["cuda_src"]
 
 
-def test_cpu_launches_keep_their_fields():
+def test_cpu_launches_keep_their_fields_or_pack_names():
+    """permute's CPU plan keeps its one-character fields (cpu_common.h: read_fields); timex's tiled CPU kernels
+    read the names of their CUDA twins, packed the same way (cpu_common.h includes ops_data.h)."""
     cpu = permute._permute_plan((5, 6, 7, 8), "float32", (0, 2, 1, 3), False, False).launch
-    assert not any(k.startswith("$") for k in cpu.kwargs.get("data", {}))
+    assert not _launch.is_packed(cpu.kwargs.get("data", {}))
+    shape = (2, 3, 40)
+    cfg = timex.select_config(shape, "forward", single_max_t=0, tile=16)
+    forward = timex.forward_launch(cfg, shape, "float32", 0.5, False, False)
+    assert _launch.unpack_named(forward.kwargs["data"])["eps"] == 0.5
+    assert forward.kwargs["cpu_src"].startswith("{ const OpsData data(this->data);")
 
 
 HOST_CHECK = r"""
