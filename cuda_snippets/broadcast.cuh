@@ -10,32 +10,9 @@
 //          (ops_bcast_col_reduce): out[(n*S + s)*J + j] = sum of in[(n*M + m)*J + j] over segment s of m.
 // A backward pass chain (row/col passes, splits with partial sums) is planned in Python. No atomics: every
 // sum has a fixed order that depends only on the shape, the config and the address of `in` modulo 16 bytes.
-// Index type I is int (fast division by OpsDivisor) below 2^31 elements, long long above.
+// Index type I is int (fast division by OpsDiv, index_math.h) below 2^31 elements, long long above.
 #pragma once
 #include <string>
-
-// ---- index math -------------------------------------------------------------------------------------------
-template <typename I> struct OpsBcastDiv;
-template <> struct OpsBcastDiv<int> {
-  OpsDivisor d;
-  int n;
-  __device__ __forceinline__ int div(int x) const { return (int)d.div((unsigned int)x); }
-  static OpsBcastDiv make(long long v) {
-    OpsBcastDiv r;
-    r.d = ops_make_divisor((unsigned int)v);
-    r.n = (int)v;
-    return r;
-  }
-};
-template <> struct OpsBcastDiv<long long> {
-  long long n;
-  __device__ __forceinline__ long long div(long long x) const { return x / n; }
-  static OpsBcastDiv make(long long v) {
-    OpsBcastDiv r;
-    r.n = v;
-    return r;
-  }
-};
 
 // A min that cannot meet jittor's or CUDA's overload sets.
 template <typename I> __device__ __forceinline__ I ops_bcast_min(I a, I b) { return a < b ? a : b; }
@@ -62,7 +39,7 @@ template <typename T, typename A> __device__ __forceinline__ void ops_bcast_add_
 // Contract: out is 16-byte aligned at element 0 (a fresh jittor allocation); `in` may have any alignment.
 // =============================================================================================================
 template <int ND, typename I> struct OpsBcastFwdParams {
-  OpsBcastDiv<I> dim[ND];
+  OpsDiv<I> dim[ND];
   I in_stride[ND];
 };
 
@@ -74,7 +51,7 @@ __device__ __forceinline__ I ops_bcast_src_offset(const OpsBcastFwdParams<ND, I>
 #pragma unroll
   for (int i = ND - 1; i >= 1; --i) {
     const I q = p.dim[i].div(e);
-    const I c = e - q * p.dim[i].n;
+    const I c = e - q * p.dim[i].value();
     if (i == ND - 1) inner = c;
     off += c * p.in_stride[i];
     e = q;
@@ -88,7 +65,7 @@ ops_bcast_fwd_kernel(const E* __restrict__ in, E* __restrict__ out, I numel, Ops
   constexpr int VEC = 16 / sizeof(E);
   typedef OpsVec<E, VEC> V;
   const I nvec = numel / VEC;
-  const I inner_size = p.dim[ND - 1].n;
+  const I inner_size = p.dim[ND - 1].value();
   const I first = (I)blockIdx.x * (BLOCK * UNROLL) + (I)threadIdx.x;
 #pragma unroll
   for (int u = 0; u < UNROLL; ++u) {
@@ -158,7 +135,7 @@ void ops_bcast_forward(const T* in, T* out, long long numel, const long long* di
   typedef OpsBytes<sizeof(T)> E;
   OpsBcastFwdParams<ND, I> p;
   for (int i = 0; i < ND; ++i) {
-    p.dim[i] = OpsBcastDiv<I>::make(dims[i]);
+    p.dim[i] = OpsDiv<I>::make(dims[i]);
     p.in_stride[i] = (I)in_strides[i];
   }
   ops_bcast_fwd_kernel<E, ND, INNER_BCAST, I, BLOCK, UNROLL><<<(unsigned int)grid, BLOCK>>>(

@@ -11,6 +11,8 @@
 // comes first.
 #pragma once
 #include "type/fp16_compute.h"
+// ops_data.h: OpsData, the named parameters' reader (the "# include" form: see permute_cpu.h)
+# include "ops_data.h"
 #include <cstddef>
 #include <cstdint>
 #include <cstring>

@@ -4,9 +4,9 @@
 //  * The input is contiguous, seen as a simplified problem: size-1 dims dropped, dims that stay adjacent
 //    merged, elements grouped into chunks of C bytes (the "moved element"), C in {1, 2, 4, 8, 16}.
 //    jittor buffers are 256-byte aligned and every row start is a multiple of C, so chunk accesses are aligned.
-//  * Every runtime value (dims, strides, tile counts, grid) arrives through jittor's `data` map (doubles,
+//  * Every runtime value (dims, strides, tile counts, grid) arrives by name through `data` (common.cuh: OpsData;
 //    exact below 2^53); only what changes generated code is a template argument.
-//  * IndexT is int while the moved element count is <= 2^31 - 1 (fast OpsDivisor division), else long long.
+//  * IndexT is int while the moved element count is <= 2^31 - 1 (fast OpsDiv division, index_math.h), else long long.
 //  * Kernels write every output element exactly once and never read the output: idempotent.
 // Kernels:
 //  * ops_permute_nd_kernel: one output chunk per thread and step, input offset by N-d index arithmetic.
@@ -24,32 +24,6 @@
 #pragma once
 #include <cstdio>
 #include <cstring>
-
-// ---- runtime parameters from jittor's data map ------------------------------------------------------------
-
-template <class Map> inline long long ops_param(Map& data, const char* name, int i = -1) {
-  char key[32];
-  if (i < 0)
-    snprintf(key, sizeof(key), "%s", name);
-  else
-    snprintf(key, sizeof(key), "%s%d", name, i);
-  return (long long)data[key];
-}
-
-// Division by a divisor fixed for the launch: OpsDivisor (multiply-high) for int, plain division for long long.
-template <typename IndexT> struct OpsFastDiv;
-template <> struct OpsFastDiv<int> {
-  OpsDivisor dv;
-  void set(long long d) { dv = ops_make_divisor((unsigned int)d); }
-  __device__ __forceinline__ int value() const { return (int)dv.d; }
-  __device__ __forceinline__ int div(int n) const { return (int)dv.div((unsigned int)n); }
-};
-template <> struct OpsFastDiv<long long> {
-  long long d;
-  void set(long long v) { d = v; }
-  __device__ __forceinline__ long long value() const { return d; }
-  __device__ __forceinline__ long long div(long long n) const { return n / d; }
-};
 
 // ---- loose words: P elements of E bytes at any element offset ---------------------------------------------
 
@@ -121,7 +95,7 @@ template <typename T, int W> struct OpsAddEpi {
 
 template <int R, typename IndexT> struct OpsNdParams {
   IndexT count;                // output chunks
-  OpsFastDiv<IndexT> dim[R];   // output dims (dim[0] is not needed by the decomposition)
+  OpsDiv<IndexT> dim[R];   // output dims (dim[0] is not needed by the decomposition)
   IndexT src_stride[R];        // input stride (in chunks) of the input dim that output dim k reads
   __device__ __forceinline__ IndexT src_offset(IndexT i) const {
     IndexT off = 0;
@@ -162,10 +136,10 @@ ops_permute_nd_kernel(const OpsBytes<C>* __restrict__ src, OpsBytes<C>* __restri
 
 template <int R, typename IndexT, class Map> OpsNdParams<R, IndexT> ops_nd_params(Map& data) {
   OpsNdParams<R, IndexT> p;
-  p.count = (IndexT)ops_param(data, "count");
+  p.count = (IndexT)data["count"];
   for (int k = 0; k < R; ++k) {
-    p.dim[k].set(ops_param(data, "d", k));
-    p.src_stride[k] = (IndexT)ops_param(data, "s", k);
+    p.dim[k] = OpsDiv<IndexT>::make(data.at("d", k));
+    p.src_stride[k] = (IndexT)data.at("s", k);
   }
   return p;
 }
@@ -173,7 +147,7 @@ template <int R, typename IndexT, class Map> OpsNdParams<R, IndexT> ops_nd_param
 template <int R, int C, typename IndexT, int THREADS, int UNROLL, class Epi, class Map>
 void ops_nd_launch(const void* src, void* dst, Map& data, const Epi& epi) {
   const OpsNdParams<R, IndexT> p = ops_nd_params<R, IndexT>(data);
-  const unsigned int grid = (unsigned int)ops_param(data, "grid");
+  const unsigned int grid = (unsigned int)data["grid"];
   ops_permute_nd_kernel<R, C, IndexT, THREADS, UNROLL, Epi><<<grid, THREADS>>>(
       static_cast<const OpsBytes<C>*>(src), static_cast<OpsBytes<C>*>(dst), p, epi);
   OPS_CHECK_LAUNCH();
@@ -187,7 +161,7 @@ void ops_nd_launch(const void* src, void* dst, Map& data, const Epi& epi) {
 template <typename IndexT> struct OpsTileParams {
   IndexT A, B;                     // A: input last dim (contiguous in the input); B: output last dim
   IndexT in_stride_b;              // input stride of the B dim (of its low part where B is split)
-  OpsFastDiv<IndexT> b_lo;         // split B only: the output's last dim, the low part of B
+  OpsDiv<IndexT> b_lo;         // split B only: the output's last dim, the low part of B
   IndexT in_stride_bh;             // split B only: input stride of the high part (the output's second-to-last dim)
   IndexT out_stride_a;             // output stride of the A dim
   IndexT tiles_a, tiles_b;         // tiles along A and along B
@@ -439,21 +413,21 @@ ops_tile_transpose_kernel(const void* __restrict__ src_v, void* __restrict__ dst
 
 template <typename IndexT, int SB = 0, class Map> OpsTileParams<IndexT> ops_tile_params(Map& data) {
   OpsTileParams<IndexT> p;
-  p.b_lo.set(SB ? ops_param(data, "bl") : 1);
-  p.in_stride_bh = (IndexT)(SB ? ops_param(data, "isbh") : 0);
-  p.A = (IndexT)ops_param(data, "A");
-  p.B = (IndexT)ops_param(data, "B");
-  p.in_stride_b = (IndexT)ops_param(data, "isb");
-  p.out_stride_a = (IndexT)ops_param(data, "osa");
-  p.tiles_a = (IndexT)ops_param(data, "tiles_a");
-  p.tiles_b = (IndexT)ops_param(data, "tiles_b");
-  p.b_fast = (int)ops_param(data, "b_fast");
-  p.batch_rank = (int)ops_param(data, "batch_rank");
+  p.b_lo = OpsDiv<IndexT>::make(SB ? data["bl"] : 1);
+  p.in_stride_bh = (IndexT)(SB ? data["isbh"] : 0);
+  p.A = (IndexT)data["A"];
+  p.B = (IndexT)data["B"];
+  p.in_stride_b = (IndexT)data["isb"];
+  p.out_stride_a = (IndexT)data["osa"];
+  p.tiles_a = (IndexT)data["tiles_a"];
+  p.tiles_b = (IndexT)data["tiles_b"];
+  p.b_fast = (int)data["b_fast"];
+  p.batch_rank = (int)data["batch_rank"];
   CHECK(p.batch_rank <= OPS_MAX_BATCH);
   for (int k = 0; k < OPS_MAX_BATCH; ++k) {
-    p.batch_dim[k] = (IndexT)(k < p.batch_rank ? ops_param(data, "bd", k) : 1);
-    p.batch_in[k] = (IndexT)(k < p.batch_rank ? ops_param(data, "bi", k) : 0);
-    p.batch_out[k] = (IndexT)(k < p.batch_rank ? ops_param(data, "bo", k) : 0);
+    p.batch_dim[k] = (IndexT)(k < p.batch_rank ? data.at("bd", k) : 1);
+    p.batch_in[k] = (IndexT)(k < p.batch_rank ? data.at("bi", k) : 0);
+    p.batch_out[k] = (IndexT)(k < p.batch_rank ? data.at("bo", k) : 0);
   }
   return p;
 }
@@ -461,7 +435,7 @@ template <typename IndexT, int SB = 0, class Map> OpsTileParams<IndexT> ops_tile
 template <int E, int P, typename IndexT, int ROWS, int AL, int SB, int LW, class Epi, class Map>
 void ops_tile_launch(const void* src, void* dst, Map& data, const Epi& epi) {
   const OpsTileParams<IndexT> p = ops_tile_params<IndexT, SB>(data);
-  const unsigned int grid = (unsigned int)ops_param(data, "grid");
+  const unsigned int grid = (unsigned int)data["grid"];
   ops_tile_transpose_kernel<E, P, IndexT, ROWS, AL, SB, LW, Epi><<<grid, dim3(32, ROWS)>>>(src, dst, p, epi);
   OPS_CHECK_LAUNCH();
 }
@@ -531,7 +505,7 @@ ops_group_tile_kernel(const OpsBytes<C>* __restrict__ src, OpsBytes<C>* __restri
 template <int C, int G, typename IndexT, int ROWS, class Epi, class Map>
 void ops_group_tile_launch(const void* src, void* dst, Map& data, const Epi& epi) {
   const OpsTileParams<IndexT> p = ops_tile_params<IndexT>(data);
-  const unsigned int grid = (unsigned int)ops_param(data, "grid");
+  const unsigned int grid = (unsigned int)data["grid"];
   ops_group_tile_kernel<C, G, IndexT, ROWS, Epi><<<grid, dim3(32, ROWS)>>>(
       static_cast<const OpsBytes<C>*>(src), static_cast<OpsBytes<C>*>(dst), p, epi);
   OPS_CHECK_LAUNCH();
@@ -541,7 +515,7 @@ void ops_group_tile_launch(const void* src, void* dst, Map& data, const Epi& epi
 
 // Identity after simplification: a device-to-device copy on jittor's (default) stream.
 template <class Map> void ops_permute_copy(const void* src, void* dst, Map& data) {
-  CHECK(cudaSuccess == cudaMemcpyAsync(dst, src, (size_t)ops_param(data, "bytes"), cudaMemcpyDeviceToDevice, 0));
+  CHECK(cudaSuccess == cudaMemcpyAsync(dst, src, (size_t)data["bytes"], cudaMemcpyDeviceToDevice, 0));
 }
 
 template <int R, int C, typename IndexT, int THREADS, int UNROLL, class Map>

@@ -227,13 +227,27 @@ inline void copy_rows(const char* src, char* dst, long long size, long long byte
   }
 }
 
+// The tiles walk (mode 2): tile(src, dst, na, nb) for every na x nb block (TILE x TILE but at the plane's edges)
+// of the plane of every one of the n batch indices, src and dst the element offsets of its first element.
+template <class F> inline void for_each_tile(const Plan& p, long long n, F tile) {
+  Odometer at;
+  for (long long t = 0; t < n; ++t, at.next(p)) {
+    for (long long a0 = 0; a0 < p.A; a0 += TILE) {
+      const int na = (int)(p.A - a0 < TILE ? p.A - a0 : TILE);
+      for (long long b0 = 0; b0 < p.B; b0 += TILE) {
+        const int nb = (int)(p.B - b0 < TILE ? p.B - b0 : TILE);
+        tile(at.in + b0 * p.isb + a0, at.out + a0 * p.osa + b0, na, nb);
+      }
+    }
+  }
+}
+
 template <typename E> void permute_elems(const E* in, E* out, long long count, const Plan& p) {
   if (p.mode == 0) {
     std::memcpy((void*)out, (const void*)in, sizeof(E) * count);
     return;
   }
   const long long n = outer_count(p);
-  Odometer at;
   if (p.mode == 1) {
     const char* src = reinterpret_cast<const char*>(in);
     char* dst = reinterpret_cast<char*>(out);
@@ -243,16 +257,9 @@ template <typename E> void permute_elems(const E* in, E* out, long long count, c
     if (bytes % 8 == 0) return copy_rows<8>(src, dst, sizeof(E), bytes, n, p);
     return copy_rows<0>(src, dst, sizeof(E), bytes, n, p);
   }
-  for (long long t = 0; t < n; ++t, at.next(p)) {
-    const long long ib = at.in, ob = at.out;
-    for (long long a0 = 0; a0 < p.A; a0 += TILE) {
-      const int na = (int)(p.A - a0 < TILE ? p.A - a0 : TILE);
-      for (long long b0 = 0; b0 < p.B; b0 += TILE) {
-        const int nb = (int)(p.B - b0 < TILE ? p.B - b0 : TILE);
-        move_tile<E>(in + ib + b0 * p.isb + a0, p.isb, out + ob + a0 * p.osa + b0, p.osa, na, nb);
-      }
-    }
-  }
+  for_each_tile(p, n, [&](long long src, long long dst, int na, int nb) {
+    move_tile<E>(in + src, p.isb, out + dst, p.osa, na, nb);
+  });
 }
 
 template <typename T> void permute(const T* in, T* out, long long count, const Plan& p) {
@@ -307,17 +314,9 @@ template <typename T> void transpose_add(const T* xt, const T* yt, T* outt, long
     for (long long r = 0; r < n; ++r, at.next(p)) add_row<T>(x + at.in, y + r * p.row, out + r * p.row, p.row);
     return;
   }
-  for (long long t = 0; t < n; ++t, at.next(p)) {
-    const long long ib = at.in, ob = at.out;
-    for (long long a0 = 0; a0 < p.A; a0 += TILE) {
-      const int na = (int)(p.A - a0 < TILE ? p.A - a0 : TILE);
-      for (long long b0 = 0; b0 < p.B; b0 += TILE) {
-        const int nb = (int)(p.B - b0 < TILE ? p.B - b0 : TILE);
-        const long long o = ob + a0 * p.osa + b0;
-        add_tile<T>(x + ib + b0 * p.isb + a0, y + o, out + o, p.isb, p.osa, na, nb);
-      }
-    }
-  }
+  for_each_tile(p, n, [&](long long src, long long dst, int na, int nb) {
+    add_tile<T>(x + src, y + dst, out + dst, p.isb, p.osa, na, nb);
+  });
 }
 
 }  // namespace permute_cpu

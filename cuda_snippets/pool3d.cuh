@@ -20,23 +20,7 @@
 #pragma once
 
 // ---------------------------------------------------------------------------------------------------------
-// Index math
-
-// Quotient by a divisor fixed for the launch: the multiply-shift OpsDivisor for int, plain division for
-// long long (only used above 2^31 elements).
-template <typename I> struct Pool3dDiv;
-template <> struct Pool3dDiv<int> {
-  OpsDivisor f;
-  static Pool3dDiv make(long long d) { Pool3dDiv r; r.f = ops_make_divisor((unsigned int)d); return r; }
-  __device__ __forceinline__ int div(int n) const { return (int)f.div((unsigned int)n); }
-  __device__ __forceinline__ int value() const { return (int)f.d; }
-};
-template <> struct Pool3dDiv<long long> {
-  long long d;
-  static Pool3dDiv make(long long v) { Pool3dDiv r; r.d = v; return r; }
-  __device__ __forceinline__ long long div(long long n) const { return n / d; }
-  __device__ __forceinline__ long long value() const { return d; }
-};
+// Index math (the divider: OpsDiv, index_math.h)
 
 struct Pool3dGeom {
   int D, H, W;     // input plane
@@ -49,7 +33,7 @@ template <typename I> struct Pool3dArgs {
   Pool3dGeom g;
   I total;
   I plane_in, plane_out;  // elements of one input plane, one output plane
-  Pool3dDiv<I> nx, ny, nz;
+  OpsDiv<I> nx, ny, nz;  // index_math.h
 };
 
 template <typename I>
@@ -83,9 +67,9 @@ inline Pool3dArgs<I> pool3d_args(const Pool3dGeom& g, long long planes, long lon
   a.total = (I)(planes * nz * ny * nx);
   a.plane_in = (I)g.D * g.H * g.W;
   a.plane_out = (I)g.Do * g.Ho * g.Wo;
-  a.nx = Pool3dDiv<I>::make(nx);
-  a.ny = Pool3dDiv<I>::make(ny);
-  a.nz = Pool3dDiv<I>::make(nz);
+  a.nx = OpsDiv<I>::make(nx);
+  a.ny = OpsDiv<I>::make(ny);
+  a.nz = OpsDiv<I>::make(nz);
   return a;
 }
 

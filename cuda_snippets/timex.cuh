@@ -58,24 +58,32 @@ TIMEX_FN timex_f4 timex_ld4(const float* p) { return *reinterpret_cast<const tim
 // G + 1 together, so all threads of a block finish together. One step = 4 u values: TM 16-byte k loads (the
 // lanes of a warp share them), one 16-byte w load (a 7-value sliding window in registers), 16 * TM FMAs.
 // ---------------------------------------------------------------------------------------------------------
-struct TimexFwdParams {
+// The launch geometry both tiled kernels (forward, grad_w) take from `data` (ops/timex.py: KernelConfig.data).
+struct TimexTiling {
   int B, C, T;
-  int tile;      // t-tile = u-chunk length
-  int lanes_b;   // batch lanes per warp-row of threads
-  int groups_b;  // batch groups: ceil(B / (lanes_b * TM))
-  int ntiles;    // ceil(T / tile)
-  int threads;   // = lanes_b * tile / 8
+  int tile;     // t-tile (forward: u-chunk length; grad_w: s-tile = v-chunk length)
+  int lanes_b;  // batch lanes per warp-row of threads (grad_w: batch rows per group)
+  int ntiles;   // ceil(T / tile)
+  int threads;  // forward: lanes_b * tile / 8; grad_w: lanes_b * tile / 16
   int smem_bytes;
+};
+
+template <class Map> inline void timex_read_tiling(TimexTiling& p, int B, int C, int T, Map& d) {
+  p.B = B; p.C = C; p.T = T;
+  p.tile = (int)d["tile"]; p.lanes_b = (int)d["lanes_b"]; p.ntiles = (int)d["ntiles"];
+  p.threads = (int)d["threads"]; p.smem_bytes = (int)d["smem_bytes"];
+}
+
+struct TimexFwdParams : TimexTiling {
+  int groups_b;  // batch groups: ceil(B / (lanes_b * TM))
   int reverse;   // 1: read k and write out time-reversed (grad_k)
   float eps;
 };
 
 template <class Map> inline TimexFwdParams timex_fwd_params(int B, int C, int T, Map& d) {
   TimexFwdParams p;
-  p.B = B; p.C = C; p.T = T;
-  p.tile = (int)d["tile"]; p.lanes_b = (int)d["lanes_b"]; p.groups_b = (int)d["groups_b"];
-  p.ntiles = (int)d["ntiles"]; p.threads = (int)d["threads"]; p.smem_bytes = (int)d["smem_bytes"];
-  p.reverse = (int)d["reverse"]; p.eps = (float)d["eps"];
+  timex_read_tiling(p, B, C, T, d);
+  p.groups_b = (int)d["groups_b"]; p.reverse = (int)d["reverse"]; p.eps = (float)d["eps"];
   return p;
 }
 
@@ -198,23 +206,15 @@ TIMEX_FN void timex_fwd_store(const TimexFwdAcc<TM>& acc, T* out, const TimexFwd
 // One step = 4 v values: one 16-byte g load, one 16-byte k load (an 11-value window in registers), 32 FMAs.
 // At the end the lanes_b partial sums of each lag are added in lane order through shared memory.
 // ---------------------------------------------------------------------------------------------------------
-struct TimexGwParams {
-  int B, C, T;
-  int tile;              // s-tile = v-chunk length
-  int lanes_b;           // batch rows per group (= batch lanes)
-  int ntiles;            // ceil(T / tile)
+struct TimexGwParams : TimexTiling {
   int splits;            // batch splits (blocks per channel and s-tile)
   int groups_per_split;  // batch groups per split
-  int threads;           // = lanes_b * tile / 16
-  int smem_bytes;
 };
 
 template <class Map> inline TimexGwParams timex_gw_params(int B, int C, int T, Map& d) {
   TimexGwParams p;
-  p.B = B; p.C = C; p.T = T;
-  p.tile = (int)d["tile"]; p.lanes_b = (int)d["lanes_b"]; p.ntiles = (int)d["ntiles"];
+  timex_read_tiling(p, B, C, T, d);
   p.splits = (int)d["splits"]; p.groups_per_split = (int)d["groups_per_split"];
-  p.threads = (int)d["threads"]; p.smem_bytes = (int)d["smem_bytes"];
   return p;
 }
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import string
 import tempfile
 from pathlib import Path
@@ -55,6 +56,28 @@ def _digest(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
+# A snippet includes another snippet as `# include "name"` (the form jittor's include scan leaves to the compiler,
+# which finds the file beside the including one).
+_LOCAL_INCLUDE = re.compile(r'^# include "([\w.]+)"\n', re.M)
+
+
+@functools.lru_cache(maxsize=None)
+def depends(name: str) -> Tuple[Path, ...]:
+    """The files of snippet ``name``: those it includes (``# include "..."``, recursively, each once, included
+    ones first), then its own."""
+    paths = []
+    for dep in _LOCAL_INCLUDE.findall(snippet(name)):
+        paths.extend(depends(dep))
+    paths.append(snippet_path(name))
+    return tuple(dict.fromkeys(paths))
+
+
+@functools.lru_cache(maxsize=None)
+def snippet_digest(name: str) -> str:
+    """The content hash of snippet ``name`` and every snippet it includes: an edit of any changes it."""
+    return _digest("".join(snippet(p.name) for p in depends(name)))
+
+
 # jittor adds its float16/bfloat16 definitions after the last #include of a source that mentions float16; the
 # snippets' CPU code names jittor::float16/bfloat16, so the header includes them first itself.
 _FP16_INCLUDE = '#include "type/fp16_compute.h"'
@@ -71,7 +94,7 @@ def include(names: Tuple[str, ...], extra: Tuple[str, ...] = ()) -> str:
     :func:`generated`); each line carries its file's content hash, so the text changes when a file does."""
     lines = [_FP16_INCLUDE]
     for name in dict.fromkeys(names):
-        lines.append(_include_line(str(snippet_path(name)), _digest(snippet(name))))
+        lines.append(_include_line(str(snippet_path(name)), snippet_digest(name)))
     lines.extend(extra)
     return "\n".join(lines) + "\n"
 
@@ -79,10 +102,10 @@ def include(names: Tuple[str, ...], extra: Tuple[str, ...] = ()) -> str:
 @functools.lru_cache(maxsize=None)
 def cpu_include(name: str) -> str:
     """The CPU header of a family: one ``#include`` of its ``cuda_snippets/<name>``, which includes
-    ``cpu_common.h`` (and jittor's float16 definitions) itself, marked with the hash of both files. One line, not
+    ``cpu_common.h`` (and jittor's float16 definitions) itself, marked with the hash of all of them. One line, not
     three: jittor rebuilds and hashes the kernel key from the header on every run, and a 170-byte header cost
     ~0.07 us more a call than a 70-byte one in a loop of 4 us broadcasts (2-core CPU machine, 2026-11-27)."""
-    return _include_line(str(snippet_path(name)), _digest(snippet("cpu_common.h") + snippet(name))) + "\n"
+    return _include_line(str(snippet_path(name)), snippet_digest(name)) + "\n"
 
 
 def _generated_dir() -> Path:
@@ -135,12 +158,14 @@ class Menu:
 
 
 def header(names: Iterable[str]) -> str:
-    """The snippets concatenated in order, each once, for ``cuda_header``."""
+    """The snippets concatenated in order, each once, those they include (``# include``) inlined before them, for
+    a ``cuda_header`` or a test's compile: text that needs no include path."""
     seen, parts = set(), []
     for name in names:
-        if name not in seen:
-            seen.add(name)
-            parts.append(snippet(name))
+        for path in depends(name):
+            if path not in seen:
+                seen.add(path)
+                parts.append(_LOCAL_INCLUDE.sub("", snippet(path.name)))
     return "\n".join(parts)
 
 

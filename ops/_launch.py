@@ -18,6 +18,8 @@ needs (``jt.code`` with prebuilt arguments, a reshape at most).
 """
 from __future__ import annotations
 
+import math
+import numbers
 import os
 import re
 from typing import Callable, Dict, Optional, Sequence, Tuple
@@ -229,8 +231,9 @@ class Launch:
         self.shapes = tuple(shapes) if self.single else [tuple(s) for s in shapes]
         self.dtypes = dtypes if self.single else list(dtypes)
         self.options = None
-        if cuda and data and all(type(v) is int for v in data.values()) and switch(PACKED_SWITCH) == "1":
+        if cuda and data and not is_packed(data):
             data = pack_named(data)
+        if data and is_packed(data):
             src = _packed(src)
             grad_srcs = [_packed(g) for g in grad_srcs] if grad_srcs else grad_srcs
         if cuda and switch(HOST_OPT_SWITCH) == "1":
@@ -300,38 +303,51 @@ class Launch:
         return launch
 
 
-# ---- data: a launch's integer parameters in one entry -------------------------------------------------------
+# ---- data: a launch's named parameters in one entry (every CUDA launch; CPU launches that pack them) -----------
 
 NAMED_MARK = "$"
 PACKED_MAX = 48  # OpsData::kMax in common.cuh
-# OPS_CUDA_PACKED_DATA=0: the CUDA launches pass their parameters as an entry each (the A/B of the packing)
-PACKED_SWITCH = "OPS_CUDA_PACKED_DATA"
-register_switch(PACKED_SWITCH, ("1", "0"))
 # A CUDA source whose `data` is packed runs in a block where `data` is common.cuh's OpsData over the op's map
 # (jit_run is a CodeOp member: `this->data` is jittor's map, which the block's `data` hides).
 _PACKED_OPEN = "{ const OpsData data(this->data);\n"
 _PACKED_CLOSE = "\n}"
 
 
-def pack_named(data: Dict[str, int]) -> Dict[str, float]:
-    """A CUDA launch's integer parameters as one ``data`` key, ``$name=value,name=value,...`` (read by
-    ``OpsData`` of ``common.cuh``). jt.code builds and frees a map node per entry on every call: a permute's 17
-    entries cost 0.72 us of a 1.2 us ``jt.code`` on the 2-core CPU machine, one packed key 0.21 (2026-11-27); the
-    GPU machines' hosts pay several times that."""
+def _packed_value(key: str, value) -> str:
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, numbers.Real) and math.isfinite(value):
+        return repr(float(value))  # the shortest text that strtod reads back to the same double
+    raise TypeError(f"data[{key!r}] must be an integer or a finite float, got {value!r}")
+
+
+def pack_named(data: Dict[str, float]) -> Dict[str, float]:
+    """A CUDA launch's parameters as one ``data`` key, ``$name=value,name=value,...`` (read by ``OpsData`` of
+    ``common.cuh``, which fails naming a name the kernel reads and this key lacks). jt.code builds and frees a
+    map node per entry on every call: a permute's 17 entries cost 0.72 us of a 1.2 us ``jt.code`` on the 2-core
+    CPU machine, one packed key 0.21 (2026-11-27); the GPU machines' hosts pay several times that."""
     if len(data) > PACKED_MAX:
         raise ValueError(f"at most {PACKED_MAX} packed parameters (common.cuh: OpsData::kMax), got {len(data)}")
     for key in data:
         if not key or not all(c.isalnum() or c == "_" for c in key):
             raise ValueError(f"a packed parameter's name is letters, digits and '_': {key!r}")
-    return {NAMED_MARK + ",".join(f"{k}={int(v)}" for k, v in data.items()): 0.0}
+    return {NAMED_MARK + ",".join(f"{k}={_packed_value(k, v)}" for k, v in data.items()): 0.0}
 
 
-def unpack_named(data: Dict[str, float]) -> Dict[str, int]:
-    """The parameters :func:`pack_named` put in ``data`` (what OpsData reads)."""
+def is_packed(data: Dict[str, float]) -> bool:
+    """Whether ``data`` is :func:`pack_named`'s (a launch whose source then reads it through OpsData)."""
+    return any(key.startswith(NAMED_MARK) for key in data)
+
+
+def unpack_named(data: Dict[str, float]) -> Dict[str, float]:
+    """The parameters :func:`pack_named` put in ``data`` (what OpsData reads): ints, and floats where written
+    as floats."""
     out = {}
     for key in data:
         if key.startswith(NAMED_MARK):
-            out.update((k, int(v)) for k, v in (item.split("=") for item in key[1:].split(",") if item))
+            for item in key[1:].split(","):
+                name, text = item.split("=")
+                out[name] = int(text) if text.lstrip("-").isdigit() else float(text)
     return out
 
 

@@ -339,6 +339,7 @@ def forward_launch(cfg: KernelConfig, shape, dtype: str, eps: float, reverse: bo
     device = "cuda" if cuda else "cpu"
     menu = _FWD_CUDA_MENU if cuda else _FWD_CPU_MENU
     data = cfg.data(reverse=int(bool(reverse)), eps=float(eps), v=menu.index(_fwd_entry(cfg, device)))
+    data = _launch.pack_named(data)  # both devices read it by name (ops_data.h)
     return _launch.Launch(tuple(shape), dtype, cuda=cuda, src=_codegen.render(_FORWARD_SRC, IT=cfg.index_t),
                           header=_header(device), data=data)
 
@@ -348,7 +349,8 @@ def grad_w_launch(cfg: KernelConfig, shape, dtype: str, cuda: bool) -> _launch.L
     B, C, T = shape
     device = "cuda" if cuda else "cpu"
     return _launch.Launch([(C, T), (cfg.splits, C, T)], [dtype, "float32"], cuda=cuda,
-                          src=render_source(cfg, device), header=_header(device), data=cfg.data())
+                          src=render_source(cfg, device), header=_header(device),
+                          data=_launch.pack_named(cfg.data()))
 
 
 _DIRECT_SRC = "timex_fwd_direct<in0_type>(in0_p, in1_p, out0_p, in1_shape0, in1_shape1, in1_shape2, data);"

@@ -700,7 +700,7 @@ def _instantiations():
         for it in ("int", "long long"):
             body.append(f"ops_bcast_pass_menu<{src}, {dst}, {acc}, {it}>(0, ({src}*)0, ({dst}*)0, data);")
             body.append(f"ops_bcast_row_split<{src}, {dst}, {acc}, {it}>(({src}*)0, ({dst}*)0, ({acc}*)0, 1, 1, 1, 1);")
-    return "std::unordered_map<std::string, double> data;\n" + "\n".join(body)
+    return "std::unordered_map<std::string, double> map;\nconst OpsData data(map);\n" + "\n".join(body)
 
 
 @pytest.mark.nvcc

@@ -1089,7 +1089,8 @@ def test_nvcc_compiles_every_menu(op, dtype, index_types):
     header = ("#include <string>\n#include <unordered_map>\n#include <iostream>\n#define LOGf std::cerr\n"
               + _codegen.header(["common", "permute"]) + menu.render(head, op))
     args = "0, x, y, x, data" if op == "transpose_add" else "0, x, x, data"
-    body = (f"std::unordered_map<std::string, double> data;\n{ctype}* x = nullptr;\nconst {ctype}* y = nullptr;\n"
+    body = (f"std::unordered_map<std::string, double> map;\nconst OpsData data(map);\n{ctype}* x = nullptr;\n"
+            f"const {ctype}* y = nullptr;\n"
             + "\n".join(f"ops_{op}_menu<{ctype}, {it}>({args});" for it in index_types))
     ok, log = compile_check(header, body)
     assert ok, log[-4000:]
