@@ -1,6 +1,6 @@
 // permute.cuh: permute / transpose as a dtype-free byte mover, and the fused transpose + add.
 //
-// Contract (established in Python by ops/permute.py: simplify_permutation, plan_permute, select_config):
+// Contract (established in Python by ops/permutation.py: simplify_permutation, plan_permute, select_config):
 //  * The input is contiguous, seen as a simplified problem: size-1 dims dropped, dims that stay adjacent
 //    merged, elements grouped into chunks of C bytes (the "moved element"), C in {1, 2, 4, 8, 16}.
 //    jittor buffers are 256-byte aligned and every row start is a multiple of C, so chunk accesses are aligned.
@@ -18,7 +18,7 @@
 //    global read and the global write (the 2-byte pair / 1-byte quad path), or 4 elements of 2 bytes or 2 of 4
 //    bytes into an 8-byte word. LW (loose words): the same words in shared memory, but each global access
 //    moves their P elements one by one, for rows that do not start on a word (by the measured rule in
-//    ops/permute.py: 1-byte elements, and 4-byte ones in transpose_add).
+//    ops/permutation.py: 1-byte elements, and 4-byte ones in transpose_add).
 //  Both take an epilogue: OpsStoreEpi (plain permute) or OpsAddEpi<T> (transpose + add: out = x^T + y, y read
 //  with the same wide word as the store).
 #pragma once

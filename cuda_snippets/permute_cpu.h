@@ -1,7 +1,7 @@
-// permute_cpu.h: the permute / transpose_add CPU path (jt.code cpu_src of ops/permute.py). Includes cpu_common.h
+// permute_cpu.h: the permute / transpose_add CPU path (jt.code cpu_src of ops/permutation.py). Includes cpu_common.h
 // first.
 //
-// The plan (ops/permute.py: cpu_plan_data) is the simplified permutation in elements, in one of three forms:
+// The plan (ops/permutation.py: cpu_plan_data) is the simplified permutation in elements, in one of three forms:
 //   * flat (mode 0): the identity: one memcpy, or one elementwise sum for transpose_add;
 //   * rows (mode 1): the last dim stays: every output row of `row` elements is an input row; an odometer over
 //     the outer output dims (sizes, input strides) gives each row's start: one memcpy (or one sum) per row;
@@ -321,7 +321,7 @@ template <typename T> void transpose_add(const T* xt, const T* yt, T* outt, long
 
 }  // namespace permute_cpu
 
-// The jt.code sources of ops/permute.py, one short name each (broadcast_cpu.h says why): the forward, the
+// The jt.code sources of ops/permutation.py, one short name each (broadcast_cpu.h says why): the forward, the
 // gradient through the inverse plan ('_' keys), and transpose_add's gradient of y (dout itself).
 #define OPS_PERMUTE_FWD permute_cpu::permute(in0_p, out0_p, in0->num, permute_cpu::plan(data))
 #define OPS_TRANSPOSE_ADD_FWD permute_cpu::transpose_add(in0_p, in1_p, out0_p, in0->num, permute_cpu::plan(data))

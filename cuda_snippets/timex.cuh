@@ -4,7 +4,7 @@
 //   gk[b,c,u]   =       sum_{t>=u} w[c, T-1-(t-u)] * g[b,c,t]           (= fwd on time-reversed g, reversed)
 //   gw[c,T-1-s] = sum_b sum_{t>=s} g[b,c,t] * k[b,c,t-s]                (lag s; reduced over b in the op)
 //
-// Contract (ops/timex.py select_config builds the parameters; it is the only caller):
+// Contract (ops/time_mix.py select_config builds the parameters; it is the only caller):
 //   * any B, C, T >= 1; T is tiled, so there is no limit on T beyond int32 positions;
 //   * fwd: tile = 8 * threads / lanes_b and a multiple of 32; lanes_b in {1, 2, 4}; TM in {1, 2, 4};
 //   * grad_w: tile = 16 * threads / lanes_b and a multiple of 32; lanes_b in {1, 2, 4, 8};
@@ -21,7 +21,7 @@
 // of the source, so an #include inside an #if branch hides them from the other branch.
 #include <vector>
 
-// Launch bounds (ops/timex.py keeps every launch within them): the largest forward block is a 1024-long
+// Launch bounds (ops/time_mix.py keeps every launch within them): the largest forward block is a 1024-long
 // tile with 4 batch lanes (512 threads), the largest grad_w block a 512-long tile with 8 lanes (256 threads).
 // Tighter than 1024 so that ptxas may use up to 128 / 255 registers instead of 64.
 #define TIMEX_FWD_MAX_THREADS 512
@@ -58,7 +58,7 @@ TIMEX_FN timex_f4 timex_ld4(const float* p) { return *reinterpret_cast<const tim
 // G + 1 together, so all threads of a block finish together. One step = 4 u values: TM 16-byte k loads (the
 // lanes of a warp share them), one 16-byte w load (a 7-value sliding window in registers), 16 * TM FMAs.
 // ---------------------------------------------------------------------------------------------------------
-// The launch geometry both tiled kernels (forward, grad_w) take from `data` (ops/timex.py: KernelConfig.data).
+// The launch geometry both tiled kernels (forward, grad_w) take from `data` (ops/time_mix.py: KernelConfig.data).
 struct TimexTiling {
   int B, C, T;
   int tile;     // t-tile (forward: u-chunk length; grad_w: s-tile = v-chunk length)
