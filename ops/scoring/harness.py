@@ -418,7 +418,7 @@ class TorchImpl:
 
 # --- timing --------------------------------------------------------------------------------------------------
 
-def _profile(impl: JittorImpl, k: int, rerun: int) -> float:
+def profile_kernels(impl: JittorImpl, k: int, rerun: int) -> float:
     """Kernel time in ms of one call on set ``k`` (jittor's profiler re-runs each kernel 2^j times)."""
     prepared = impl.prepare(k)
     _jt_sync_all(True)
@@ -933,7 +933,7 @@ class Meter:
         if self.is_jittor:
             k = self._sets(1)[0]
             reps = max(1, min(MAX_RERUN, n))
-            return _profile(self.impl, k, (1 << (reps.bit_length() - 1)) - 1)
+            return profile_kernels(self.impl, k, (1 << (reps.bit_length() - 1)) - 1)
         if self.impl.on_gpu:
             torch = self.impl.torch
             ks = self._sets(n)
@@ -1033,9 +1033,9 @@ def time_jittor(builder: Callable[[], list], repeats: int = 5) -> float:
             return builder()
     built = _Built()
     jt.sync(builder(), device_sync=True)
-    estimate = _profile(built, 0, 0)
+    estimate = profile_kernels(built, 0, 0)
     reps = max(1, min(MAX_RERUN, int(TARGET_MS / max(estimate, 1e-4))))
-    return statistics.median(_profile(built, 0, (1 << (reps.bit_length() - 1)) - 1) for _ in range(repeats))
+    return statistics.median(profile_kernels(built, 0, (1 << (reps.bit_length() - 1)) - 1) for _ in range(repeats))
 
 
 class CaseRunner:
