@@ -33,7 +33,7 @@ WARM_BATCH_BYTES = {"cuda": 8 << 30, "cpu": 1 << 30}  # inputs held by one batch
 INTERRUPT_EXIT_S = 20.0
 
 
-def _matches(case_id: str, keyword: Optional[str]) -> bool:
+def keyword_matches(case_id: str, keyword: Optional[str]) -> bool:
     """-k: no filter, or any of the comma-separated substrings occurs in the case id."""
     return keyword is None or any(k and k in case_id for k in keyword.split(","))
 
@@ -339,7 +339,7 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
         ap.error("--device cuda, but jittor has no CUDA here")
     case_ops = getattr(args, "case_ops", {})
     items = [(f, c) for f in families for c in f.all_cases() if device in c.devices
-             and _matches(c.id, args.keyword) and (args.direction is None or c.direction == args.direction)
+             and keyword_matches(c.id, args.keyword) and (args.direction is None or c.direction == args.direction)
              and _case_op_selected(c, case_ops)]
     if args.list:
         print("\n".join(c.id for _, c in items))

@@ -19,6 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from . import budget, spare
+from .args import DEFAULT_REFERENCE_TIMEOUT_S, DEFAULT_TIMEOUT_S
 from .grading import WRONG_FLAG, CaseResult, Timing, result_from_json
 from .judging import judge_outputs
 from .logs import compile_error
@@ -26,8 +27,6 @@ from .prepare import Prepared, fresh_seed, prepare_case, scratch_root
 from .spec import Case, Family
 from .worker_proxy import ImplError, Worker, WorkerTimeout
 
-DEFAULT_TIMEOUT_S = 600.0  # per case: first-time kernel compiles and torch.compile are slow
-DEFAULT_REFERENCE_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 300.0  # a worker imports jittor, ops and the graded module, and measures the copy bandwidth
 # After a signal, judges of cases measured before it get this long (an interrupted run must end within 10 s of
 # the signal, its report written: the report takes ~1 s, a largest case's judge up to ~10 s on a GPU host).

@@ -37,19 +37,12 @@ def emit(kind: str, payload="") -> None:
 
 def measure_copy_gbps(jt) -> float:
     """Device-to-device (or host) copy bandwidth in GB/s, bytes read plus bytes written (kernel time)."""
-    from .harness import copy_bytes, profile_kernels
+    from .harness import Graph, copy_bytes, profile_kernels
 
     n = (1 << 28) if jt.flags.use_cuda else (1 << 25)  # 1 GiB on the GPU, 128 MiB on the host
     x = jt.ones((n,), "float32")
     x.sync()
-
-    class Copy:
-        def prepare(self, k):
-            return None
-
-        def call(self, k, _):
-            return [copy_bytes(x, "float32")]
-    copy = Copy()
+    copy = Graph(lambda: [copy_bytes(x, "float32")])
     profile_kernels(copy, 0, 0)
     ms = min(profile_kernels(copy, 0, 3) for _ in range(3))
     return 2 * 4 * n / (ms * 1e-3) / 1e9
@@ -76,6 +69,7 @@ def run_case(fam, case, api, cmd, pristine=None) -> None:
     from . import compile_pass, fresh
     from . import harness as H
     from .grading import TIER_FRACTION, WRONG_FLAG, Timing
+    from .spec import ReferenceSkipped
 
     try:  # the dispatcher's choice, asked where the case runs (the device decides it)
         emit("variant", fam.variant(case, api if cmd.get("ours_is_ops") else None))
@@ -137,7 +131,7 @@ def run_case(fam, case, api, cmd, pristine=None) -> None:
                 meter = H.Meter(name, impl, timed, fresh_inputs(impl, which), looks, guard)
                 meter.warm()
                 meters.append(meter)
-            except H.ReferenceSkipped as why:
+            except ReferenceSkipped as why:
                 failed = Timing(error=f"skipped: {why}")
             except Exception as err:
                 failed = Timing(error=H.short_error(err))
