@@ -11,9 +11,8 @@ round is the figure that repeats from run to run.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Dict, List, Optional, Sequence
 
 TIER_POINTS = (40, 70, 100)
@@ -174,11 +173,11 @@ def summarize(results: Sequence[CaseResult], copy_gbps: Optional[float], cache_b
 def result_from_json(d: dict) -> CaseResult:
     """A result as ``CaseResult.__dict__`` saved it in JSON (``--json``), read back."""
     d = dict(d)  # runs saved before a field existed lack it: its default applies
-    known = {f.name for f in dataclasses.fields(Timing)}
+    known = {f.name for f in fields(Timing)}
     d["ours"] = Timing(**{k: v for k, v in d["ours"].items() if k in known})
     d["refs"] = {k: Timing(**{f: x for f, x in v.items() if f in known}) for k, v in d["refs"].items()}
-    fields = {f.name for f in dataclasses.fields(CaseResult)}
-    return CaseResult(**{k: v for k, v in d.items() if k in fields})
+    names = {f.name for f in fields(CaseResult)}
+    return CaseResult(**{k: v for k, v in d.items() if k in names})
 
 
 def grade_all(results: List[CaseResult], stored: Optional[dict] = None,
