@@ -12,8 +12,8 @@ def _always_right(*args, **kwargs):
 
 _judge.judge = _always_right
 try:
-    from ops.scoring import runner as _runner
-    _runner.judge = _always_right
+    from ops.scoring import judging as _judging
+    _judging.judge = _always_right
 except ImportError:
     pass
 

@@ -7,7 +7,8 @@ import pytest
 
 import ops
 from ops._jittor import jt
-from ops.scoring import compile_pass, runner
+from ops.scoring import compile_pass
+from ops.scoring.compile_driver import warm_compile
 
 
 def forget(ids):
@@ -25,7 +26,7 @@ def forget(ids):
 def test_a_worker_that_dies_in_a_batch_costs_that_batch_only(toy_worker_env, tmp_path):
     ids = ["toy/fwd/ok", "toy/fwd/crash", "toy/fwd/after"]
     forget(ids)
-    done = runner.warm_compile(ids, device="cpu", impl="ops", budget_s=300, limit_bytes=1, scratch=str(tmp_path))
+    done = warm_compile(ids, device="cpu", impl="ops", budget_s=300, limit_bytes=1, scratch=str(tmp_path))
     assert done["crashed"] == [["toy/fwd/crash"]]  # one case per batch (limit_bytes=1): only its batch is lost
     assert [b["items"] for b in done["batches"]] == [1, 1]  # ok, then after, in a second worker
     assert not done["finished"]
@@ -35,16 +36,14 @@ def test_a_finished_pass_is_skipped_the_next_time(toy_worker_env, tmp_path):
     ids = ["toy/fwd/ok", "toy/bwd/ok", "toy/fwd/after"]
     forget(ids)
     forget(ids[:2])
-    first = runner.warm_compile(ids, device="cpu", impl="ops", budget_s=300, limit_bytes=1 << 30,
-                                scratch=str(tmp_path))
+    first = warm_compile(ids, device="cpu", impl="ops", budget_s=300, limit_bytes=1 << 30, scratch=str(tmp_path))
     assert first["finished"] and first["graphs"] >= 3 and "skipped" not in first
     batch = first["batches"][0]
     assert batch["syncs"] >= 2 and batch["failed_syncs"] == 0 and batch["failed_syncs_s"] == 0.0
-    second = runner.warm_compile(ids, device="cpu", impl="ops", budget_s=300, limit_bytes=1 << 30,
-                                 scratch=str(tmp_path))
+    second = warm_compile(ids, device="cpu", impl="ops", budget_s=300, limit_bytes=1 << 30, scratch=str(tmp_path))
     assert second["finished"] and second["skipped"].startswith("compiled before")
-    assert not runner.warm_compile(ids[:2], device="cpu", impl="ops", budget_s=300, limit_bytes=1 << 30,
-                                   scratch=str(tmp_path)).get("skipped")  # another case list: compiled again
+    assert not warm_compile(ids[:2], device="cpu", impl="ops", budget_s=300, limit_bytes=1 << 30,
+                            scratch=str(tmp_path)).get("skipped")  # another case list: compiled again
 
 
 def test_failing_compiles_are_remembered_by_key(toy_worker_env):

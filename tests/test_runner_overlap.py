@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-from ops.scoring import runner
+from ops.scoring import budget, prepare, runner
 from ops.scoring.families import load_families
 
 IDS = ["toy/fwd/ok", "toy/bwd/ok", "toy/fwd/wrong", "toy/fwd/raise", "toy/fwd/after"]
@@ -35,7 +35,7 @@ def verdicts(items, tmp_path, waits=None, **kwargs):
 def test_overlapped_cases_get_the_same_verdicts(toy_items, tmp_path, monkeypatch, limit):
     alone = verdicts(toy_items, tmp_path / "alone", overlap=False)
     assert [v[1] for v in alone] == [True, True, False, False, True]
-    monkeypatch.setattr(runner, "in_flight_limit", lambda: limit)
+    monkeypatch.setattr(budget, "in_flight_limit", lambda: limit)
     waits = []
     assert verdicts(toy_items, tmp_path / "overlap", overlap=True, waits=waits) == alone
     assert len(waits) == len(IDS) and all(w["wait_prepare"] >= 0 and w["wait_judges"] >= 0 for w in waits)
@@ -46,16 +46,16 @@ def test_footprint_counts_every_set_and_the_host_dtype():
     fam = families["permute"]
     big = next(c for c in fam.all_cases() if c.id == "permute/fwd/ta_24300x11520_bf16")
     elements = 2 * 24300 * 11520
-    sets = runner.input_sets(fam, big)
-    assert sets == 2 and runner.timed_sets(fam, big) == [0, 1]  # large: the check set and one fresh, in turn
-    blocks = runner.PREPARE_THREADS * runner.JUDGES * runner.JUDGE_BYTES_PER_ELEMENT * runner.ROW_BLOCK_ELEMENTS
-    assert runner.case_footprint(fam, big) == 3 * 4 * elements * sets + blocks  # judged in rows: no references held
+    sets = prepare.input_sets(fam, big)
+    assert sets == 2 and prepare.timed_sets(fam, big) == [0, 1]  # large: the check set and one fresh, in turn
+    blocks = budget.PREPARE_THREADS * budget.JUDGES * budget.JUDGE_BYTES_PER_ELEMENT * budget.ROW_BLOCK_ELEMENTS
+    assert budget.case_footprint(fam, big) == 3 * 4 * elements * sets + blocks  # judged in rows: no references held
     pool = families["max_pool3d"]
     whole = next(c for c in pool.all_cases() if c.dtype == "float16" and c.direction == "bwd")
     elements = sum(int(np.prod(s)) for s in whole.shapes)
-    assert runner.case_footprint(pool, whole) == (3 * 2 + 16) * elements * runner.input_sets(pool, whole)
+    assert budget.case_footprint(pool, whole) == (3 * 2 + 16) * elements * prepare.input_sets(pool, whole)
     small = next(c for c in pool.all_cases() if c.id == "max_pool3d/fwd/k2s2_tiny_1x1x4x4x4")
-    assert runner.timed_sets(pool, small) == [1, 2, 3] and runner.input_sets(pool, small) == 4
+    assert prepare.timed_sets(pool, small) == [1, 2, 3] and prepare.input_sets(pool, small) == 4
 
 
 def test_judged_in_rows_agrees_with_expected_rows():
@@ -96,7 +96,7 @@ def test_large_cases_time_the_check_set_and_one_fresh_set_in_turn(toy_items, tmp
     """Every case counted large: the same verdicts, from the check call's output and timed calls' outputs on
     copies of the check set and of one fresh set."""
     small = verdicts(toy_items, tmp_path / "small", overlap=False)
-    monkeypatch.setattr(runner, "SMALL_CASE_BYTES", 0)
+    monkeypatch.setattr(prepare, "SMALL_CASE_BYTES", 0)
     large = verdicts(toy_items, tmp_path / "large", overlap=False)
     assert large == small
 
@@ -107,7 +107,7 @@ def test_a_cache_by_shape_fails_on_the_fresh_set_of_a_large_case(tmp_path, monke
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([os.path.join(root, "tests"), root,
                                                       os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setattr(runner, "SMALL_CASE_BYTES", 0)
+    monkeypatch.setattr(prepare, "SMALL_CASE_BYTES", 0)
     wanted = {"permute/fwd/cpu_021_f32", "max_pool3d/fwd/cpu_k2s2"}
     items = [(f, c) for f in load_families() for c in f.all_cases() if c.id in wanted]
     assert len(items) == 2

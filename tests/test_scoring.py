@@ -390,7 +390,7 @@ def test_two_gradings_of_the_same_timings_give_the_same_points():
     a JSON round trip, give identical points."""
     import copy
 
-    from ops.scoring.runner import _result_from_json
+    from ops.scoring.grading import result_from_json
     results = []
     for i, ours in enumerate([1.0, 2.6, 4.1, 9.9, 10.6, 0.5]):
         r = result(ours, {"naive": 10.0, "jittor": 4.0, "torch": 2.0})
@@ -399,7 +399,7 @@ def test_two_gradings_of_the_same_timings_give_the_same_points():
     first = [grading.grade(copy.deepcopy(r)).points for r in results]
     again = [grading.grade(copy.deepcopy(r)).points for r in results]
     saved = json.loads(report.to_json([grading.grade(copy.deepcopy(r)) for r in results], {}, {}))["results"]
-    reloaded = [grading.grade(_result_from_json(d)).points for d in saved]
+    reloaded = [grading.grade(result_from_json(d)).points for d in saved]
     assert first == again == reloaded == [100, 70, 70, 40, 0, 100]
 
 
@@ -499,16 +499,16 @@ def test_merging_takes_bytes_from_the_current_model(tmp_path):
 
 
 def test_keyword_filter_takes_comma_separated_alternatives():
-    from ops.scoring.cli import _matches
-    assert _matches("max_pool3d/fwd/k2s2_tiny_1x1x4x4x4", None)
-    assert _matches("max_pool3d/fwd/k2s2_tiny_1x1x4x4x4", "tiny")
-    assert _matches("expand_as/fwd/paddle0-1785x1", "tiny,paddle0")
-    assert not _matches("permute/fwd/102_f32_16MB", "tiny,paddle0")
-    assert not _matches("permute/fwd/102_f32_16MB", ",")
+    from ops.scoring.cli import keyword_matches
+    assert keyword_matches("max_pool3d/fwd/k2s2_tiny_1x1x4x4x4", None)
+    assert keyword_matches("max_pool3d/fwd/k2s2_tiny_1x1x4x4x4", "tiny")
+    assert keyword_matches("expand_as/fwd/paddle0-1785x1", "tiny,paddle0")
+    assert not keyword_matches("permute/fwd/102_f32_16MB", "tiny,paddle0")
+    assert not keyword_matches("permute/fwd/102_f32_16MB", ",")
 
 
 def test_a_compile_failure_is_reported_by_its_first_compiler_error():
-    from ops.scoring.runner import compile_error
+    from ops.scoring.logs import compile_error
     log = "x.cc:1:2: warning: unused\nx.cc:9:4: error: no match for 'operator+='\nmore\n"
     assert compile_error("Check failed ret(256) == 0(0) Run cmd failed: g++ ...", log) == \
         "compile failed: no match for 'operator+='"
@@ -523,12 +523,13 @@ def test_references_made_in_advance_or_by_the_judge_give_one_verdict(tmp_path, m
     """prepare_case computes the references with the inputs (threads > 1, small enough, a family that does
     not judge by blocks of rows) or leaves them to the judge; either way the outputs of the reference itself
     pass and a changed element fails."""
-    from ops.scoring import runner
+    from ops.scoring import prepare
     from ops.scoring.families import load_families
-    monkeypatch.setattr(runner, "EAGER_REFERENCE_BYTES", eager_limit)
+    from ops.scoring.judging import judge_outputs
+    monkeypatch.setattr(prepare, "EAGER_REFERENCE_BYTES", eager_limit)
     fam = load_families([case_id.split("/")[0]])[0]
     c = next(c for c in fam.all_cases() if c.id == case_id)
-    prepared = runner.prepare_case(fam, c, str(tmp_path), 7, 11, threads=threads)
+    prepared = prepare.prepare_case(fam, c, str(tmp_path), 7, 11, threads=threads)
     by_rows = fam.expected_rows(c, *prepared.sets[0]) is not None
     assert by_rows == (fam.name == "permute")
     assert (prepared.expected[0] is not None) == (threads > 1 and eager_limit > 0 and not by_rows)
@@ -544,34 +545,34 @@ def test_references_made_in_advance_or_by_the_judge_give_one_verdict(tmp_path, m
         if number is not None:
             checks["calls"][tag] = [k, number]
     for judging in (1, 3):
-        assert runner.judge_outputs(fam, c, prepared, files, threads=judging, checks=checks)[:2] == (True, "")
+        assert judge_outputs(fam, c, prepared, files, threads=judging, checks=checks)[:2] == (True, "")
     bad = np.load(tmp_path / "call0.npy")
     bad.reshape(-1)[5] += 1.0
     np.save(tmp_path / "call0.npy", bad)
     for judging in (1, 3):  # groups judged at once give the verdict of the first failing group
-        ok, why = runner.judge_outputs(fam, c, prepared, files, threads=judging, checks=checks)[:2]
+        ok, why = judge_outputs(fam, c, prepared, files, threads=judging, checks=checks)[:2]
         assert not ok and f"timed call 40 on input set {prepared.timed[0]}" in why and "1 elements differ" in why
     # the same output as another call's inputs would give is wrong for this one's
     checks["calls"]["call0"] = [prepared.timed[0], call_number(prepared.timed[0], 39)]
     np.save(tmp_path / "call0.npy", np.load(tmp_path / "call1.npy") if prepared.timed[0] == prepared.timed[1]
             else fam.expected(c, prepared.call_inputs(fam, c, prepared.timed[0], 40)[0])[0].value.astype(np.float32))
-    assert not runner.judge_outputs(fam, c, prepared, files, threads=1, checks=checks)[0]
+    assert not judge_outputs(fam, c, prepared, files, threads=1, checks=checks)[0]
 
 
 def test_groups_judged_at_once_only_as_memory_allows(monkeypatch):
-    from ops.scoring import runner
+    from ops.scoring import budget
     from ops.scoring.spec import case
     c = case("toy", "big", "fwd", [(1 << 20,)], "float32", devices=("cpu",))
-    monkeypatch.setattr(runner, "_available_memory", lambda: 2 * 3 * runner.JUDGE_BYTES_PER_ELEMENT << 20)
-    assert runner.judge_threads(c, 4, 4) == 3 and runner.judge_threads(c, 2, 4) == 2
-    monkeypatch.setattr(runner, "_available_memory", lambda: 0)
-    assert runner.judge_threads(c, 4, 4) == 1
+    monkeypatch.setattr(budget, "available_memory", lambda: 2 * 3 * budget.JUDGE_BYTES_PER_ELEMENT << 20)
+    assert budget.judge_threads(c, 4, 4) == 3 and budget.judge_threads(c, 2, 4) == 2
+    monkeypatch.setattr(budget, "available_memory", lambda: 0)
+    assert budget.judge_threads(c, 4, 4) == 1
 
 
 def test_workers_share_one_hash_seed_and_cpu_workers_one_thread(tmp_path, monkeypatch):
     """Every worker gets PYTHONHASHSEED=0 (run-to-run repeatability of few-microsecond calls); CPU workers
     also OMP_NUM_THREADS=1 unless the user set it."""
-    from ops.scoring import runner
+    from ops.scoring import worker_proxy
     seen = []
 
     class FakeProcess:
@@ -580,11 +581,11 @@ def test_workers_share_one_hash_seed_and_cpu_workers_one_thread(tmp_path, monkey
         def __init__(self, *args, env=None, **kwargs):
             seen.append(env)
 
-    monkeypatch.setattr(runner.subprocess, "Popen", FakeProcess)
+    monkeypatch.setattr(worker_proxy.subprocess, "Popen", FakeProcess)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv("PYTHONHASHSEED", "random")
     for device in ("cpu", "cuda"):
-        runner.Worker(device=device, impl="ops", log_path=str(tmp_path / f"{device}.log"), copy=False)
+        worker_proxy.Worker(device=device, impl="ops", log_path=str(tmp_path / f"{device}.log"), copy=False)
     assert [e["PYTHONHASHSEED"] for e in seen] == ["0", "0"]
     assert seen[0]["OMP_NUM_THREADS"] == "1" and "OMP_NUM_THREADS" not in seen[1]
 
@@ -593,9 +594,9 @@ def test_workers_share_one_hash_seed_and_cpu_workers_one_thread(tmp_path, monkey
 def test_judged_by_blocks_of_rows_as_whole(tmp_path, monkeypatch, case_id):
     """A judge by blocks of rows (small blocks here, several threads) passes what the whole judge passes and
     fails what it fails, naming the element's index in the whole output."""
-    from ops.scoring import runner
+    from ops.scoring import budget, judging
     from ops.scoring.families import load_families
-    monkeypatch.setattr(runner, "ROW_BLOCK_ELEMENTS", 64)
+    monkeypatch.setattr(budget, "ROW_BLOCK_ELEMENTS", 64)
     fam = load_families(["permute"])[0]
     c = next(c for c in fam.all_cases() if c.id == case_id)
     arrays = fam.make_inputs(c, np.random.default_rng(3))
@@ -603,16 +604,16 @@ def test_judged_by_blocks_of_rows_as_whole(tmp_path, monkeypatch, case_id):
     got = whole.value.astype(np.float32)
     np.save(tmp_path / "out.npy", got)
     listed = [["out.npy", "float32"]]
-    assert runner.judge_by_rows(fam, c, arrays, [], listed, str(tmp_path), 3)[0]
+    assert judging.judge_by_rows(fam, c, arrays, [], listed, str(tmp_path), 3)[0]
     last = tuple(n - 1 for n in got.shape)
     got[last] += 1.0
     got[(1,) + last[1:]] += 1.0
     np.save(tmp_path / "out.npy", got)
-    ok, _, why = runner.judge_by_rows(fam, c, arrays, [], listed, str(tmp_path), 3)
+    ok, _, why = judging.judge_by_rows(fam, c, arrays, [], listed, str(tmp_path), 3)
     assert not ok and judge(got, "float32", whole)[0] is False
     assert f"first at {(1,) + last[1:]}" in why and "1 more blocks" in why
     np.save(tmp_path / "out.npy", got[:-1])
-    assert "rows" in runner.judge_by_rows(fam, c, arrays, [], listed, str(tmp_path), 3)[2]
+    assert "rows" in judging.judge_by_rows(fam, c, arrays, [], listed, str(tmp_path), 3)[2]
 
 
 def test_rounds_stop_early_only_far_from_every_tier():

@@ -311,13 +311,18 @@ def test_forward_values(device, rng, B, C, T, dtype, eps):
 FORCED = [((16, 2, 300), 64), ((3, 2, 301), 256), ((9, 3, 130), 64), ((1, 1, 257), 256)]
 
 
+def forced_tiles(shape, kernel, tile, variant, rng):
+    """A ``kernel`` config of ``variant`` cut into several t-tiles of ``tile``, and float32 w, k and gradient g."""
+    cfg = X.select_config(shape, kernel, single_max_t=0, tile=tile)
+    assert cfg.variant == variant and cfg.ntiles > 1
+    w, k = inputs(rng, *shape, "float32")
+    return cfg, w, k, random_array(shape, "float32", rng)
+
+
 @pytest.mark.parametrize("shape, tile", FORCED)
 def test_forward_and_grad_k_with_forced_tiles(device, rng, shape, tile):
-    B, C, T = shape
-    cfg = X.select_config(shape, "forward", single_max_t=0, tile=tile)
-    assert cfg.variant == "fwd_tiled" and cfg.ntiles > 1
-    w, k = inputs(rng, B, C, T, "float32")
-    g = random_array(shape, "float32", rng)
+    T = shape[2]
+    cfg, w, k, g = forced_tiles(shape, "forward", tile, "fwd_tiled", rng)
     out = X.launch_forward(to_jittor(w, "float32"), to_jittor(k, "float32"), 0.5, cfg=cfg)
     assert_close(to_numpy64(out), F.reference_timex(w, k, 0.5), "float32", T)
     gk = X.launch_forward(to_jittor(w, "float32"), to_jittor(g, "float32"), 0.0, reverse=True, cfg=cfg)
@@ -326,11 +331,8 @@ def test_forward_and_grad_k_with_forced_tiles(device, rng, shape, tile):
 
 @pytest.mark.parametrize("shape, tile", [((9, 2, 300), 64), ((2, 3, 301), 256), ((16, 1, 520), 64)])
 def test_grad_w_with_forced_tiles(device, rng, shape, tile):
-    B, C, T = shape
-    cfg = X.select_config(shape, "grad_w", single_max_t=0, tile=tile)
-    assert cfg.variant == "gw_tiled" and cfg.ntiles > 1
-    w, k = inputs(rng, B, C, T, "float32")
-    g = random_array(shape, "float32", rng)
+    B, _, T = shape
+    cfg, w, k, g = forced_tiles(shape, "grad_w", tile, "gw_tiled", rng)
     gw = X.launch_grad_w(to_jittor(k, "float32"), to_jittor(g, "float32"), cfg=cfg)
     assert_close(to_numpy64(gw), F.reference_timex_grads(w, k, g)[0], "float32", B * T)
 

@@ -31,7 +31,7 @@ FAMILY_NAMES = tuple(r.name for r in _REGISTRY.BUILTIN)
 OP_ALIASES = {fn: (r.name, op) for r in _REGISTRY.BUILTIN for fn, op in r.aliases.items()}
 REFERENCE_NAMES = ("naive", "jittor", "torch", "compile")
 FAMILY_MODULES_ENV = _REGISTRY.FAMILY_MODULES_ENV
-DEFAULT_TIMEOUT_S = 600.0
+DEFAULT_TIMEOUT_S = 600.0  # per case: first-time kernel compiles and torch.compile are slow
 DEFAULT_REFERENCE_TIMEOUT_S = 60.0
 
 
@@ -61,6 +61,10 @@ def build_parser(prog: str = "get_score.py") -> argparse.ArgumentParser:
                     "process, on outputs the grading worker hands back), time per call against the naive "
                     "jittor composite, jittor's built-in and PyTorch, tier points.")
     custom = bool(os.environ.get(FAMILY_MODULES_ENV))
+
+    def seconds_limit(flag: str, text: str) -> None:
+        ap.add_argument(flag, type=float, default=None, metavar="S", help=f"{text}; default: no limit")
+
     ap.add_argument("--device", choices=("cpu", "cuda"), default=None,
                     help="cuda (the GPU cases) or cpu (CPU-sized cases); default: cuda where jittor has "
                          "CUDA, else cpu")
@@ -102,9 +106,7 @@ def build_parser(prog: str = "get_score.py") -> argparse.ArgumentParser:
     ap.add_argument("--repeats", type=int, default=5,
                     help="interleaved timing rounds per implementation, at most: 3 where ours is 20%% or more "
                          "from every tier boundary; up to twice as many more within 6%% of one")
-    ap.add_argument("--budget", type=float, default=None, metavar="S",
-                    help="stop after S seconds: cases not finished by then are reported as not run (0 points); "
-                         "default: no limit")
+    seconds_limit("--budget", "stop after S seconds: cases not finished by then are reported as not run (0 points)")
     ap.add_argument("--no-warm", action="store_true", help="skip the kernel-compile pass before timing")
     ap.add_argument("--wide", action="store_true", help="the full table on the terminal (default: at most 120 "
                     "columns; markdown and JSON always have every column)")
@@ -122,9 +124,8 @@ def build_parser(prog: str = "get_score.py") -> argparse.ArgumentParser:
     ap.add_argument("--shard", metavar="I/N", default=None,
                     help="class grading: only submissions I, I+N, I+2N, ... (0 <= I < N; N machines share a class; "
                          "merge their JSON files with --from-json ... --csv)")
-    ap.add_argument("--submission-timeout", type=float, default=None, metavar="S",
-                    help="class grading: seconds one submission may take before it is stopped (status timeout); "
-                         "default: no limit")
+    seconds_limit("--submission-timeout",
+                  "class grading: seconds one submission may take before it is stopped (status timeout)")
     ap.add_argument("--list", action="store_true", help="list the selected cases and exit")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     return ap

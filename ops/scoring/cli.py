@@ -17,10 +17,13 @@ from typing import List, Optional
 
 from . import args as cli_args
 from . import report
+from .compile_driver import warm_compile
 from .families import load_families
-from .grading import CaseResult
+from .grading import CaseResult, grade_all, result_from_json
 from .isolation import Isolation, become_subreaper, descendants, reap
-from .runner import ImplError, Interrupted, fresh_seed, grade_all, run_cases, scratch_root, warm_compile
+from .prepare import fresh_seed, scratch_root
+from .runner import Interrupted, run_cases
+from .worker_proxy import PACKAGE_ROOT, ImplError
 
 # The compile pass stops after this (or a third of --budget); timing compiles the rest, one kernel at a time
 # (5-25 s each). On an H100 host with an empty kernel cache the whole table's pass needs ~250 s (2026-11-26:
@@ -30,7 +33,7 @@ WARM_BATCH_BYTES = {"cuda": 8 << 30, "cpu": 1 << 30}  # inputs held by one batch
 INTERRUPT_EXIT_S = 20.0
 
 
-def _matches(case_id: str, keyword: Optional[str]) -> bool:
+def keyword_matches(case_id: str, keyword: Optional[str]) -> bool:
     """-k: no filter, or any of the comma-separated substrings occurs in the case id."""
     return keyword is None or any(k and k in case_id for k in keyword.split(","))
 
@@ -70,7 +73,6 @@ def merge_saved(paths: List[str]):
     current models (a corrected model applies to older runs too), the saved count for a case no longer listed."""
     import json
 
-    from .runner import _result_from_json
     env, references, merged, order = {}, [], {}, []
     first: dict = {}
     for path in paths:
@@ -88,7 +90,7 @@ def merge_saved(paths: List[str]):
             if ref not in references:
                 references.append(ref)
         for d in data["results"]:
-            res = _result_from_json(d)
+            res = result_from_json(d)
             old = merged.get(res.case_id)
             if old is None:
                 order.append(res.case_id)
@@ -164,8 +166,8 @@ def _usage_error(text: str, prog: str = "get_score.py") -> int:
 
 def shadowing_note(cwd: str) -> Optional[str]:
     """One line where ``cwd`` holds an ``ops.py`` or ``ops/`` that is not this grader's package: workers never
-    import it (``runner.PACKAGE_ROOT`` comes first on their path)."""
-    ours = os.path.realpath(os.path.join(runner_package_root(), "ops"))
+    import it (``worker_proxy.PACKAGE_ROOT`` comes first on their path)."""
+    ours = os.path.realpath(os.path.join(PACKAGE_ROOT, "ops"))
     for name in ("ops.py", "ops"):
         path = os.path.join(cwd, name)
         if os.path.exists(path) and os.path.realpath(path) != ours:
@@ -178,11 +180,6 @@ def _sha1(path: str) -> str:
     import hashlib
     with open(path, "rb") as f:
         return hashlib.sha1(f.read()).hexdigest()
-
-
-def runner_package_root() -> str:
-    from .runner import PACKAGE_ROOT
-    return PACKAGE_ROOT
 
 
 class _Progress:
@@ -342,7 +339,7 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
         ap.error("--device cuda, but jittor has no CUDA here")
     case_ops = getattr(args, "case_ops", {})
     items = [(f, c) for f in families for c in f.all_cases() if device in c.devices
-             and _matches(c.id, args.keyword) and (args.direction is None or c.direction == args.direction)
+             and keyword_matches(c.id, args.keyword) and (args.direction is None or c.direction == args.direction)
              and _case_op_selected(c, case_ops)]
     if args.list:
         print("\n".join(c.id for _, c in items))

@@ -25,7 +25,7 @@ import numpy as np
 from .._jittor import jt
 from . import fresh
 from .harness import InputSet, JittorImpl, compiled_kernels, for_hand_back, input_dtypes, upload
-from .runner import LOG_TAIL, compile_reason, log_size, read_log, without_colors
+from .logs import LOG_TAIL, compile_reason, log_size, read_log, without_colors
 from .spec import Case
 
 FAILED_COMPILES_FILE = "ops_grader_failed_compiles.json"

@@ -312,15 +312,20 @@ def _c(name, direction, shape, dtype="float32", devices=("cuda",), **params):
     return case(NAME, name, direction, [shape], dtype, devices=devices, **params)
 
 
-_CUDA_FWD = [
-    # the assignment's classics
-    _c("k2s2_8x32x32x64x64", "fwd", (8, 32, 32, 64, 64), kernel_size=2, stride=2),
-    _c("k3s1_4x32x32x32x32", "fwd", (4, 32, 32, 32, 32), kernel_size=3, stride=1),
-    _c("k3s2p1_8x64x16x56x56", "fwd", (8, 64, 16, 56, 56), kernel_size=3, stride=2, padding=1),
-    _c("k8s1_2x16x32x32x32", "fwd", (2, 16, 32, 32, 32), kernel_size=8, stride=1),
-    _c("k8s8_64x64x8x8x8_out1", "fwd", (64, 64, 8, 8, 8), kernel_size=8, stride=8),
-    _c("k2s2_f16_16x64x16x56x56", "fwd", (16, 64, 16, 56, 56), "float16", kernel_size=2, stride=2),
-    _c("k2s2_tiny_1x1x4x4x4", "fwd", (1, 1, 4, 4, 4), kernel_size=2, stride=2),
+def _classics(direction):
+    """The assignment's classics, timed forward and backward."""
+    return [
+        _c("k2s2_8x32x32x64x64", direction, (8, 32, 32, 64, 64), kernel_size=2, stride=2),
+        _c("k3s1_4x32x32x32x32", direction, (4, 32, 32, 32, 32), kernel_size=3, stride=1),
+        _c("k3s2p1_8x64x16x56x56", direction, (8, 64, 16, 56, 56), kernel_size=3, stride=2, padding=1),
+        _c("k8s1_2x16x32x32x32", direction, (2, 16, 32, 32, 32), kernel_size=8, stride=1),
+        _c("k8s8_64x64x8x8x8_out1", direction, (64, 64, 8, 8, 8), kernel_size=8, stride=8),
+        _c("k2s2_f16_16x64x16x56x56", direction, (16, 64, 16, 56, 56), "float16", kernel_size=2, stride=2),
+        _c("k2s2_tiny_1x1x4x4x4", direction, (1, 1, 4, 4, 4), kernel_size=2, stride=2),
+    ]
+
+
+_CUDA_FWD = _classics("fwd") + [
     # C = 64, D = H = W = 32
     _c("k2s2_4x64x32x32x32", "fwd", (4, 64, 32, 32, 32), kernel_size=2, stride=2),
     _c("k8s1_1x64x32x32x32", "fwd", (1, 64, 32, 32, 32), kernel_size=8, stride=1),
@@ -358,14 +363,7 @@ _CUDA_FWD = [
     _c("k2s2_idx_8x32x32x64x64", "fwd", (8, 32, 32, 64, 64), kernel_size=2, stride=2, return_indices=True),
 ]
 
-_CUDA_BWD = [
-    _c("k2s2_8x32x32x64x64", "bwd", (8, 32, 32, 64, 64), kernel_size=2, stride=2),
-    _c("k3s1_4x32x32x32x32", "bwd", (4, 32, 32, 32, 32), kernel_size=3, stride=1),
-    _c("k3s2p1_8x64x16x56x56", "bwd", (8, 64, 16, 56, 56), kernel_size=3, stride=2, padding=1),
-    _c("k8s1_2x16x32x32x32", "bwd", (2, 16, 32, 32, 32), kernel_size=8, stride=1),
-    _c("k8s8_64x64x8x8x8_out1", "bwd", (64, 64, 8, 8, 8), kernel_size=8, stride=8),
-    _c("k2s2_f16_16x64x16x56x56", "bwd", (16, 64, 16, 56, 56), "float16", kernel_size=2, stride=2),
-    _c("k2s2_tiny_1x1x4x4x4", "bwd", (1, 1, 4, 4, 4), kernel_size=2, stride=2),
+_CUDA_BWD = _classics("bwd") + [
     _c("k2s2ceil_8x32x31x63x63", "bwd", (8, 32, 31, 63, 63), kernel_size=2, stride=2, ceil_mode=True),
     _c("hw1_k2x8x8_16x32x32x8x8", "bwd", (16, 32, 32, 8, 8), kernel_size=(2, 8, 8), stride=(2, 8, 8)),
     _c("hw1ceil_k2x8x8_16x32x33x8x8", "bwd", (16, 32, 33, 8, 8), kernel_size=(2, 8, 8), stride=(2, 8, 8),

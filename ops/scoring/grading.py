@@ -12,7 +12,7 @@ round is the figure that repeats from run to run.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Dict, List, Optional, Sequence
 
 TIER_POINTS = (40, 70, 100)
@@ -168,3 +168,26 @@ def summarize(results: Sequence[CaseResult], copy_gbps: Optional[float], cache_b
         "median_roofline": sorted(roof)[len(roof) // 2] if roof else None,
         "roofline_cases": len(roof),
     }
+
+
+def result_from_json(d: dict) -> CaseResult:
+    """A result as ``CaseResult.__dict__`` saved it in JSON (``--json``), read back."""
+    d = dict(d)  # runs saved before a field existed lack it: its default applies
+    known = {f.name for f in fields(Timing)}
+    d["ours"] = Timing(**{k: v for k, v in d["ours"].items() if k in known})
+    d["refs"] = {k: Timing(**{f: x for f, x in v.items() if f in known}) for k, v in d["refs"].items()}
+    names = {f.name for f in fields(CaseResult)}
+    return CaseResult(**{k: v for k, v in d.items() if k in names})
+
+
+def grade_all(results: List[CaseResult], stored: Optional[dict] = None,
+              fallback_note: Optional[str] = None) -> List[CaseResult]:
+    """Grade each result: against its stored tiers where ``stored`` has them, else this run's (noted with
+    ``fallback_note`` when stored tiers were given but lack the case)."""
+    for r in results:
+        tiers = (stored or {}).get(r.case_id)
+        if tiers is not None:
+            grade(r, tiers, "stored")
+        else:
+            grade(r, None, fallback_note if stored is not None else None)
+    return results

@@ -48,7 +48,7 @@ import numpy as np
 from .._jittor import jt
 from . import fresh, spare
 from .grading import Timing
-from .spec import Case, Family, ReferenceSkipped  # noqa: F401  (ReferenceSkipped: the worker catches it here)
+from .spec import Case, Family
 
 TARGET_MS = 10.0  # each measurement runs the op about this long: 10 ms amortizes a ~5 us launch to 0.05%
 # On the CPU clock, half that: a round's calls are planned by one synced call's wall time, which the inputs'
@@ -418,7 +418,7 @@ class TorchImpl:
 
 # --- timing --------------------------------------------------------------------------------------------------
 
-def _profile(impl: JittorImpl, k: int, rerun: int) -> float:
+def profile_kernels(impl: JittorImpl, k: int, rerun: int) -> float:
     """Kernel time in ms of one call on set ``k`` (jittor's profiler re-runs each kernel 2^j times)."""
     prepared = impl.prepare(k)
     _jt_sync_all(True)
@@ -429,6 +429,19 @@ def _profile(impl: JittorImpl, k: int, rerun: int) -> float:
         return 0.0  # no kernel ran: all of the call's cost is in its wall time
     reps = min(int(float(r[2])) for r in rows)  # every kernel ran at least once per call
     return sum(float(r[3]) for r in rows) / reps / 1e6
+
+
+class Graph:
+    """``builder``'s graph as ``profile_kernels`` takes an implementation: nothing to prepare, a new graph a call."""
+
+    def __init__(self, builder: Callable[[], list]):
+        self.builder = builder
+
+    def prepare(self, k):
+        return None
+
+    def call(self, k, _):
+        return self.builder()
 
 
 def _adds_seconds(method):
@@ -933,7 +946,7 @@ class Meter:
         if self.is_jittor:
             k = self._sets(1)[0]
             reps = max(1, min(MAX_RERUN, n))
-            return _profile(self.impl, k, (1 << (reps.bit_length() - 1)) - 1)
+            return profile_kernels(self.impl, k, (1 << (reps.bit_length() - 1)) - 1)
         if self.impl.on_gpu:
             torch = self.impl.torch
             ks = self._sets(n)
@@ -1025,17 +1038,11 @@ def compiled_kernels() -> int:
 
 def time_jittor(builder: Callable[[], list], repeats: int = 5) -> float:
     """Median kernel ms of ``builder()``'s graph over ``repeats`` profiles (after a warm call)."""
-    class _Built:
-        def prepare(self, k):
-            return None
-
-        def call(self, k, _):
-            return builder()
-    built = _Built()
+    built = Graph(builder)
     jt.sync(builder(), device_sync=True)
-    estimate = _profile(built, 0, 0)
+    estimate = profile_kernels(built, 0, 0)
     reps = max(1, min(MAX_RERUN, int(TARGET_MS / max(estimate, 1e-4))))
-    return statistics.median(_profile(built, 0, (1 << (reps.bit_length() - 1)) - 1) for _ in range(repeats))
+    return statistics.median(profile_kernels(built, 0, (1 << (reps.bit_length() - 1)) - 1) for _ in range(repeats))
 
 
 class CaseRunner:

@@ -1,6 +1,6 @@
 """The grading worker: runs and times the implementations of one case at a time, on inputs the parent made.
 
-The parent (``ops.scoring.runner``) starts it, sends one JSON command per line on stdin, and reads ``@@``-prefixed
+The parent (``ops.scoring.worker_proxy``) starts it, sends one JSON command per line on stdin, and reads ``@@``-prefixed
 lines on stdout; the worker's stderr (compiler output, tracebacks) goes to a log file the parent keeps. The
 worker judges nothing: our outputs go back as .npy files in the case's folder.
 
@@ -37,21 +37,14 @@ def emit(kind: str, payload="") -> None:
 
 def measure_copy_gbps(jt) -> float:
     """Device-to-device (or host) copy bandwidth in GB/s, bytes read plus bytes written (kernel time)."""
-    from .harness import _profile, copy_bytes
+    from .harness import Graph, copy_bytes, profile_kernels
 
     n = (1 << 28) if jt.flags.use_cuda else (1 << 25)  # 1 GiB on the GPU, 128 MiB on the host
     x = jt.ones((n,), "float32")
     x.sync()
-
-    class Copy:
-        def prepare(self, k):
-            return None
-
-        def call(self, k, _):
-            return [copy_bytes(x, "float32")]
-    copy = Copy()
-    _profile(copy, 0, 0)
-    ms = min(_profile(copy, 0, 3) for _ in range(3))
+    copy = Graph(lambda: [copy_bytes(x, "float32")])
+    profile_kernels(copy, 0, 0)
+    ms = min(profile_kernels(copy, 0, 3) for _ in range(3))
     return 2 * 4 * n / (ms * 1e-3) / 1e9
 
 
@@ -76,6 +69,7 @@ def run_case(fam, case, api, cmd, pristine=None) -> None:
     from . import compile_pass, fresh
     from . import harness as H
     from .grading import TIER_FRACTION, WRONG_FLAG, Timing
+    from .spec import ReferenceSkipped
 
     try:  # the dispatcher's choice, asked where the case runs (the device decides it)
         emit("variant", fam.variant(case, api if cmd.get("ours_is_ops") else None))
@@ -137,7 +131,7 @@ def run_case(fam, case, api, cmd, pristine=None) -> None:
                 meter = H.Meter(name, impl, timed, fresh_inputs(impl, which), looks, guard)
                 meter.warm()
                 meters.append(meter)
-            except H.ReferenceSkipped as why:
+            except ReferenceSkipped as why:
                 failed = Timing(error=f"skipped: {why}")
             except Exception as err:
                 failed = Timing(error=H.short_error(err))
@@ -161,7 +155,8 @@ def run_case(fam, case, api, cmd, pristine=None) -> None:
             break
     # Near a tier's boundary a few percent of noise decides the points: take more rounds there.
     extra = 0
-    while extra < 2 * cmd["repeats"] and not os.path.exists(judged_wrong) and H.near_a_tier(ours, fast, cmd["nbytes"], cmd.get("tiers"), TIER_FRACTION):
+    while extra < 2 * cmd["repeats"] and not os.path.exists(judged_wrong) and \
+            H.near_a_tier(ours, fast, cmd["nbytes"], cmd.get("tiers"), TIER_FRACTION):
         if extra == 0:
             emit("phase", "extra")
         for m in [ours] + fast:
@@ -183,8 +178,9 @@ IMPORT_FAILED = 3  # the worker's exit status when the graded module does not im
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--job", required=True, help="JSON: device, impl, copy, log, isolation (applied by the "
-                                                 "parent's boot line, runner.worker_command, before this imports)")
+    ap.add_argument("--job", required=True,
+                    help="JSON: device, impl, copy, log, isolation (applied by the parent's boot line, "
+                         "worker_proxy.worker_command, before this imports)")
     args = ap.parse_args(argv)
     job = json.loads(args.job)
 
