@@ -73,11 +73,17 @@ template <class Shape, class Map> inline Params groups(const Shape& x_shape, con
   return p;
 }
 
-template <int SIZE> struct Word;
-template <> struct Word<1> { typedef uint8_t type; };
-template <> struct Word<2> { typedef uint16_t type; };
-template <> struct Word<4> { typedef uint32_t type; };
-template <> struct Word<8> { typedef uint64_t type; };
+using ops_cpu::Word;
+
+// The odometer over the first nd groups: idx to the next position, off (the x offset) with it.
+inline void next_position(long long* idx, const long long* dims, const long long* strides, int nd, long long& off) {
+  for (int i = nd - 1; i >= 0; --i) {
+    off += strides[i];
+    if (++idx[i] < dims[i]) return;
+    off -= dims[i] * strides[i];
+    idx[i] = 0;
+  }
+}
 
 // A run of n copies of v from `out` on. Runs of 1 MB and more are stored with `rep stos`, which this size writes
 // without reading each line first: a 1 MB float fill 6.89 -> 6.36 us, 4 MB 40.4 -> 32.1, against the vectorized
@@ -121,12 +127,7 @@ inline void forward_runs(const E* x, E* out, int nd, const long long* dims, cons
         for (long long k = 0; k < inner; ++k) out[k] = src[k];
       }
     }
-    for (int i = outer_nd - 1; i >= 0; --i) {
-      off += strides[i];
-      if (++idx[i] < dims[i]) break;
-      off -= dims[i] * strides[i];
-      idx[i] = 0;
-    }
+    next_position(idx, dims, strides, outer_nd, off);
   }
 }
 
@@ -285,12 +286,7 @@ template <typename D, typename T> void backward(const D* dout, T* dx, long long 
     } else {
       for (long long k = 0; k < inner; ++k) a[k * inner_stride] += (double)ops_cpu::to_acc(dout[k]);
     }
-    for (int i = walk - 1; i >= 0; --i) {
-      off += strides[i];
-      if (++idx[i] < dims[i]) break;
-      off -= dims[i] * strides[i];
-      idx[i] = 0;
-    }
+    next_position(idx, dims, strides, walk, off);
   }
   typedef typename ops_cpu::Acc<T>::type A;
   for (long long i = 0; i < x_count; ++i) dx[i] = ops_cpu::from_acc<T>((A)acc[i]);

@@ -68,8 +68,17 @@ template <class Map> inline Fields read_fields(const Map& data, char prefix = 0)
   return f;
 }
 
+// The unsigned integer elements of SIZE bytes move as (a kernel touches its buffers only through these, so
+// reading, say, floats as uint32_t reorders nothing; GCC drops a may_alias attribute on template arguments).
+template <int SIZE> struct Word;
+template <> struct Word<1> { typedef uint8_t type; };
+template <> struct Word<2> { typedef uint16_t type; };
+template <> struct Word<4> { typedef uint32_t type; };
+template <> struct Word<8> { typedef uint64_t type; };
+
 inline float float_of_bits(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline uint32_t bits_of_float(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+inline uint64_t bits_of_double(double d) { uint64_t u; std::memcpy(&u, &d, 8); return u; }
 
 // float16 bits -> float, exact. Subnormal halves are renormalized by one float subtraction whose operands and
 // result are normal floats (so flush-to-zero modes leave it exact); infinities and NaN keep their class.
@@ -112,15 +121,16 @@ inline double to_acc(double v) { return v; }
 inline float to_acc(jittor::float16 v) { return half_bits_to_float(v.x); }
 inline float to_acc(jittor::bfloat16 v) { return bfloat_bits_to_float(v.x); }
 template <typename T> inline T from_acc(typename Acc<T>::type v) { return (T)v; }
-template <> inline jittor::float16 from_acc<jittor::float16>(float v) {
-  jittor::float16 r(0.0f);
-  r.x = float_to_half_bits(v);
+template <typename H> inline H of_bits(uint16_t bits) {  // a float16 or bfloat16 holding these bits
+  H r(0.0f);
+  r.x = bits;
   return r;
 }
+template <> inline jittor::float16 from_acc<jittor::float16>(float v) {
+  return of_bits<jittor::float16>(float_to_half_bits(v));
+}
 template <> inline jittor::bfloat16 from_acc<jittor::bfloat16>(float v) {
-  jittor::bfloat16 r(0.0f);
-  r.x = float_to_bfloat_bits(v);
-  return r;
+  return of_bits<jittor::bfloat16>(float_to_bfloat_bits(v));
 }
 
 // A per-thread buffer of at least n elements of T, kept between calls (no allocation per call once it has
@@ -133,21 +143,9 @@ template <typename T, int SLOT> inline T* scratch(size_t n) {
 
 }  // namespace ops_cpu
 
-static inline bool ops_isnan_bits(float v) {
-  uint32_t b;
-  std::memcpy(&b, &v, 4);
-  return (b << 1) > 0xff000000u;
-}
-static inline bool ops_isnan_bits(double v) {
-  uint64_t b;
-  std::memcpy(&b, &v, 8);
-  return (b << 1) > 0xffe0000000000000ull;
-}
-static inline bool ops_isfinite_bits(float v) {
-  uint32_t b;
-  std::memcpy(&b, &v, 4);
-  return (b & 0x7f800000u) != 0x7f800000u;
-}
+static inline bool ops_isnan_bits(float v) { return (ops_cpu::bits_of_float(v) << 1) > 0xff000000u; }
+static inline bool ops_isnan_bits(double v) { return (ops_cpu::bits_of_double(v) << 1) > 0xffe0000000000000ull; }
+static inline bool ops_isfinite_bits(float v) { return (ops_cpu::bits_of_float(v) & 0x7f800000u) != 0x7f800000u; }
 
 // float -> bfloat16 rounded to nearest even, as the GPU's __float2bfloat16_rn. A NaN stays a (quiet) NaN
 // whatever its payload.

@@ -183,13 +183,7 @@ template <> struct Block<uint64_t> {  // 4 x 4 eight-byte elements: 32-byte rows
 };
 #endif
 
-// The unsigned integer elements of SIZE bytes move as (a kernel touches its buffers only through these, so
-// reading, say, floats as uint32_t reorders nothing; GCC drops a may_alias attribute on template arguments).
-template <int SIZE> struct Word;
-template <> struct Word<1> { typedef uint8_t type; };
-template <> struct Word<2> { typedef uint16_t type; };
-template <> struct Word<4> { typedef uint32_t type; };
-template <> struct Word<8> { typedef uint64_t type; };
+using ops_cpu::Word;
 
 // out[a * osa + b] = in[b * isb + a] for a < na, b < nb.
 template <typename E> inline void move_tile(const E* in, long long isb, E* out, long long osa, int na, int nb) {

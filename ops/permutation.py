@@ -370,6 +370,7 @@ def select_config(shape: Sequence[int], perm: Sequence[int], dtype: str, op: str
     count, rank = plan.count, plan.rank
     params = {"count": count, "rank": rank, "chunk": plan.chunk, "bytes": count * plan.chunk}
     batch_rank, block, grid = 0, (), 0  # copy: cudaMemcpyAsync, no launch geometry
+    batch = ()  # the tiled variants' output dims outside the tile plane
 
     out_dims = plan.out_dims
     in_strides, out_strides = _strides(plan.in_dims), _strides(out_dims)
@@ -390,10 +391,6 @@ def select_config(shape: Sequence[int], perm: Sequence[int], dtype: str, op: str
         params.update(A=plan.in_dims[a_dim], B=plan.in_dims[b_dim], isb=in_strides[b_dim],
                       osa=out_strides[a_pos], tiles_a=tiles_a, tiles_b=tiles_b, batch_rank=batch_rank,
                       group=group, b_fast=0)
-        for i, k in enumerate(batch):
-            params[f"bd{i}"] = out_dims[k]
-            params[f"bi{i}"] = in_strides[plan.perm[k]]
-            params[f"bo{i}"] = out_strides[k]
     elif variant in ("tiled", "tiled_packed"):
         a_dim, b_dims = rank - 1, _tile_b_dims(plan)
         b_dim, b_size = b_dims[-1], math.prod(plan.in_dims[k] for k in b_dims)
@@ -412,10 +409,10 @@ def select_config(shape: Sequence[int], perm: Sequence[int], dtype: str, op: str
                       b_fast=int(_b_fast()), align=align, split_b=int(len(b_dims) == 2), loose=int(loose))
         if len(b_dims) == 2:  # row b of the plane: input offset (b // bl) * isbh + (b % bl) * isb
             params.update(bl=plan.in_dims[b_dim], isbh=in_strides[b_dims[0]])
-        for i, k in enumerate(batch):
-            params[f"bd{i}"] = out_dims[k]
-            params[f"bi{i}"] = in_strides[plan.perm[k]]
-            params[f"bo{i}"] = out_strides[k]
+    for i, k in enumerate(batch):
+        params[f"bd{i}"] = out_dims[k]
+        params[f"bi{i}"] = in_strides[plan.perm[k]]
+        params[f"bo{i}"] = out_strides[k]
     if variant != "fallback":
         params["grid"] = grid
     return KernelConfig(op=op, variant=variant, dtype=dtype, rank=rank, chunk=plan.chunk, pack=pack,

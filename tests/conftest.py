@@ -68,6 +68,14 @@ def rng(request):
     return np.random.default_rng(seed)
 
 
+@pytest.fixture
+def on_gpu():
+    """The test runs with jittor on the GPU (for files of ``cuda`` tests: ``usefixtures("on_gpu")``)."""
+    jt.flags.use_cuda = 1
+    yield
+    jt.flags.use_cuda = 0
+
+
 @pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
 def device(request):
     """Runs a test once on the CPU path and once (marked ``cuda``) on the GPU path."""

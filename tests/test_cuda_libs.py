@@ -32,6 +32,13 @@ def nccl_tree(root, version=(2, 27, 7)):
     return root
 
 
+def wheel_site(site):
+    """A site-packages folder ``site`` with the cuDNN and NCCL wheels' trees under nvidia/."""
+    cudnn_tree(site / "nvidia" / "cudnn")
+    nccl_tree(site / "nvidia" / "nccl")
+    return site
+
+
 def snapshot(root):
     """Every path below root with its kind and content (links by target), to see what a call wrote."""
     seen = {}
@@ -51,9 +58,7 @@ def test_version_from_header_defines():
 
 
 def test_wheel_layout_is_found_on_the_search_path(tmp_path):
-    site = tmp_path / "site"
-    cudnn_tree(site / "nvidia" / "cudnn")
-    nccl_tree(site / "nvidia" / "nccl")
+    site = wheel_site(tmp_path / "site")
     found = cl.find_cudnn({}, [str(tmp_path / "elsewhere"), str(site)], includes=(), libs=())
     assert found == cl.Library("cudnn", (9, 19, 0), str(site / "nvidia/cudnn/include"),
                                str(site / "nvidia/cudnn/lib"), str(site / "nvidia/cudnn/lib/libcudnn.so.9"), "wheel")
@@ -129,9 +134,7 @@ def test_plan_gives_jittor_the_nccl_it_found(tmp_path):
 
 
 def test_what_is_looked_for_follows_switches_and_user_settings(tmp_path):
-    site = tmp_path / "site"
-    cudnn_tree(site / "nvidia" / "cudnn")
-    nccl_tree(site / "nvidia" / "nccl")
+    site = wheel_site(tmp_path / "site")
     path = [str(site)]
     libs = boot.find_cuda_libs({}, CUDA13, path)
     assert libs.cudnn and libs.nccl and libs.cudnn_wanted
@@ -147,9 +150,7 @@ def test_what_is_looked_for_follows_switches_and_user_settings(tmp_path):
 
 
 def test_bootstrap_writes_links_in_jittors_cache_only(tmp_path, monkeypatch, capsys):
-    site, cache = tmp_path / "site", tmp_path / "cache"
-    cudnn_tree(site / "nvidia" / "cudnn")
-    nccl_tree(site / "nvidia" / "nccl")
+    site, cache = wheel_site(tmp_path / "site"), tmp_path / "cache"
     cache.mkdir()
     monkeypatch.setattr(boot, "probe_machine", lambda env: CUDA13)
     monkeypatch.setattr(boot, "_jittor_dir", lambda: None)

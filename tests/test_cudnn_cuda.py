@@ -5,16 +5,9 @@ import pytest
 from ops import _jittor as boot
 from ops._jittor import jt
 
-pytestmark = pytest.mark.cuda
+pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("on_gpu")]
 
 needs_cudnn = pytest.mark.skipif(boot.LIBS.cudnn is None, reason="no cuDNN 9 on this machine")
-
-
-@pytest.fixture(autouse=True)
-def on_gpu():
-    jt.flags.use_cuda = 1
-    yield
-    jt.flags.use_cuda = 0
 
 
 def _torch():

@@ -68,20 +68,23 @@ def test_the_toy_bench_rows_compute_what_jittor_computes(monkeypatch):
     np.testing.assert_array_equal(ours().numpy(), theirs().numpy())
 
 
+def use_family_module(tmp_path, monkeypatch, name, text):
+    """The family modules are one module ``name`` of source ``text``, written under tmp_path."""
+    (tmp_path / f"{name}.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(registry.FAMILY_MODULES_ENV, name)
+
+
 def test_a_grader_only_module_is_graded_but_has_no_bench_rows(tmp_path, monkeypatch):
     """A course's own cases (a module with FAMILY and no RECORD) still grade; they bring no bench rows."""
-    (tmp_path / "course_cases.py").write_text("from toy_family import FAMILY\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv(registry.FAMILY_MODULES_ENV, "course_cases")
+    use_family_module(tmp_path, monkeypatch, "course_cases", "from toy_family import FAMILY\n")
     (record,) = registry.families()
     assert (record.name, record.grader, record.functions, record.bench) == ("toy", "course_cases", (), "")
     assert [f.name for f in load_families()] == ["toy"] and bench_names() == []
 
 
 def test_a_module_with_neither_record_nor_family_is_refused(tmp_path, monkeypatch):
-    (tmp_path / "not_a_family.py").write_text("X = 1\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv(registry.FAMILY_MODULES_ENV, "not_a_family")
+    use_family_module(tmp_path, monkeypatch, "not_a_family", "X = 1\n")
     with pytest.raises(ValueError, match="not_a_family defines neither RECORD nor FAMILY"):
         registry.families()
 

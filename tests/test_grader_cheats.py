@@ -43,6 +43,13 @@ def assert_all_zero(results, why):
         assert (why.search(r["why"]) if isinstance(why, re.Pattern) else why in r["why"]), (case_id, r["why"])
 
 
+def plain_cases(results):
+    """The results less the edge cases (at least one is left)."""
+    plain = {k: v for k, v in results.items() if "edge" not in k}
+    assert plain
+    return plain
+
+
 def test_cached_outputs_fail_on_the_timed_calls(tmp_path):
     results = grade("cheat_cache", "-k", "cpu_k2s2,cpu_10_int8,paddle0-1785x1-to-1785x128-float32", "--direction",
                     "fwd", tmp_path=tmp_path)
@@ -53,16 +60,21 @@ def test_cached_outputs_fail_on_the_timed_calls(tmp_path):
 REPLAY_ENV = {"OPS_GRADER_ISOLATION": "none"}
 
 
-def test_replayed_answers_of_a_seeded_run_fail_on_the_fresh_timed_inputs(tmp_path):
+def check_replayed_answers_fail(tmp_path, cases, *record_flags, **where):
+    """cheat_replay run twice with one seed on ``cases``: the first run records its answers (``record_flags``
+    added to it), the second replays them and must still earn nothing on the timed calls."""
     store = tmp_path / "answers"
     store.mkdir()
-    args = ("-k", "cpu_k2s2_f16,cpu_odd_f16", "--direction", "fwd", "--seed", "5")
-    grade("cheat_replay", *args, env_extra={"CHEAT_REPLAY_DIR": str(store), **REPLAY_ENV}, tmp_path=tmp_path)
+    args = ("-k", cases, "--direction", "fwd", "--seed", "5")
+    env = {"CHEAT_REPLAY_DIR": str(store), **REPLAY_ENV}
+    grade("cheat_replay", *args, *record_flags, env_extra=env, tmp_path=tmp_path, **where)
     assert list(store.iterdir())  # the first run recorded its answers (and failed the timed calls)
-    results = grade("cheat_replay", *args, env_extra={"CHEAT_REPLAY_DIR": str(store), **REPLAY_ENV},
-                    tmp_path=tmp_path)
-    plain = {k: v for k, v in results.items() if "edge" not in k}
-    assert_all_zero(plain, TIMED_CALL)  # the seeded checked call itself was answered right
+    results = grade("cheat_replay", *args, env_extra=env, tmp_path=tmp_path, **where)
+    assert_all_zero(plain_cases(results), TIMED_CALL)  # the seeded checked call itself was answered right
+
+
+def test_replayed_answers_of_a_seeded_run_fail_on_the_fresh_timed_inputs(tmp_path):
+    check_replayed_answers_fail(tmp_path, "cpu_k2s2_f16,cpu_odd_f16")
 
 
 def test_a_module_that_patches_the_judge_in_its_process_is_still_judged(tmp_path):
@@ -243,7 +255,7 @@ def test_caches_and_skipped_calls_score_zero_on_the_gpu(impl, variant, tmp_path)
     results = grade(impl, "--direction", "fwd", "-k", "k2s2_tiny,k2s2_8x32x32x64x64,021_f32_16MB,021_f32_128MB,"
                     "paddle1-5x1x1-to-5x128x128-float32", "--op", "permute", "--op", "max_pool3d", "--op", "expand_as",
                     env_extra=GPU_NEW_CHEATS[(impl, variant)], tmp_path=tmp_path, device="cuda")
-    plain = {k: v for k, v in results.items() if "edge" not in k}
+    plain = plain_cases(results)
     assert len(plain) >= 4
     assert_all_zero(plain, TIMED_CALL)
 
@@ -252,9 +264,7 @@ def test_caches_and_skipped_calls_score_zero_on_the_gpu(impl, variant, tmp_path)
 def test_patched_clocks_do_not_reach_the_timing_on_the_gpu(tmp_path):
     results = grade("cheat_clock", "--op", "permute", "--direction", "fwd", "-k", "021_f32_16MB,10_int64",
                     tmp_path=tmp_path, device="cuda", status=0)
-    plain = {k: v for k, v in results.items() if "edge" not in k}
-    assert plain
-    for case_id, r in plain.items():
+    for case_id, r in plain_cases(results).items():
         assert r["correct"] and r["ours"]["ms"] >= 2.0 and r["points"] == 0, (case_id, r["ours"], r["points"])
 
 
@@ -273,18 +283,9 @@ def test_a_process_left_behind_is_killed_on_the_gpu(tmp_path):
 
 @pytest.mark.cuda
 def test_replayed_answers_fail_on_the_gpu(tmp_path):
-    store = tmp_path / "answers"
-    store.mkdir()
-    args = ("-k", "k2s2_tiny,021_int8", "--direction", "fwd", "--seed", "5")
     # The recording run skips the compile pass: the pass calls the module on uninitialized inputs first, and the
     # cheat would record those answers instead of the seeded checked call's.
-    grade("cheat_replay", *args, "--no-warm", env_extra={"CHEAT_REPLAY_DIR": str(store), **REPLAY_ENV},
-          tmp_path=tmp_path, device="cuda")
-    assert list(store.iterdir())
-    results = grade("cheat_replay", *args, env_extra={"CHEAT_REPLAY_DIR": str(store), **REPLAY_ENV},
-                    tmp_path=tmp_path, device="cuda")
-    plain = {k: v for k, v in results.items() if "edge" not in k}
-    assert_all_zero(plain, TIMED_CALL)  # the seeded checked call itself was answered right
+    check_replayed_answers_fail(tmp_path, "k2s2_tiny,021_int8", "--no-warm", device="cuda")
 
 
 @pytest.mark.cuda
@@ -293,9 +294,7 @@ def test_work_outside_the_gpu_kernels_earns_no_points_on_the_gpu(impl, tmp_path)
     cases = "k2s2_8x32x32x64x64,021_f32_16MB,ta_batched_f32" if impl == "cheat_host" else "021_f32_16MB,10_int64"
     results = grade(impl, "-k", cases, "--direction", "fwd", "--op", "max_pool3d", "--op", "permute",
                     tmp_path=tmp_path, device="cuda", status=0)
-    plain = {k: v for k, v in results.items() if "edge" not in k}
-    assert plain
-    for case_id, r in plain.items():
+    for case_id, r in plain_cases(results).items():
         ours = r["ours"]
         assert r["correct"], (case_id, r["why"])
         refs = {name: t["error"] or t["ms"] for name, t in r["refs"].items()}

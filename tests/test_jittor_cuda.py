@@ -5,14 +5,7 @@ import pytest
 from ops import _codegen
 from ops._jittor import jt
 
-pytestmark = pytest.mark.cuda
-
-
-@pytest.fixture(autouse=True)
-def on_gpu():
-    jt.flags.use_cuda = 1
-    yield
-    jt.flags.use_cuda = 0
+pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("on_gpu")]
 
 
 def test_code_op_with_snippet_header(rng):

@@ -954,6 +954,19 @@ def check_on_gpu(shape, perm, dtype, op, rng):
         np.testing.assert_array_equal(to_np(ops.permute(to_var(x, dtype), perm)), want)
 
 
+def check_forced_on_gpu(monkeypatch, switch, mode, holds, shape, perm, dtype, op, rng):
+    """``check_on_gpu`` with the module switch ``switch`` set to ``mode``; ``holds(cfg)`` checks that
+    the plan took it."""
+    monkeypatch.setattr(P, switch, mode)
+    ops._launch.reload_switches()  # forget the plans made under the default
+    jt.flags.use_cuda = 1
+    try:
+        assert holds(P.select_config(shape, perm, dtype, op))
+        check_on_gpu(shape, perm, dtype, op, rng)
+    finally:
+        jt.flags.use_cuda = 0
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("shape, perm, dtype, op", [
     ((32, 1024, 1024), (0, 2, 1), "float16", "permute"),
@@ -966,14 +979,8 @@ def check_on_gpu(shape, perm, dtype, op, rng):
 def test_cuda_eight_byte_words(shape, perm, dtype, op, rng, monkeypatch):
     """8-byte words forced (PACK_WORD = "8"; the default takes them by the measured rule): 2-byte
     elements moved 4 to a word, 4-byte elements 2."""
-    monkeypatch.setattr(P, "PACK_WORD", "8")
-    ops._launch.reload_switches()  # forget the plans made under the default
-    jt.flags.use_cuda = 1
-    try:
-        assert P.select_config(shape, perm, dtype, op).pack == 8 // _codegen.ITEMSIZE[dtype]
-        check_on_gpu(shape, perm, dtype, op, rng)
-    finally:
-        jt.flags.use_cuda = 0
+    check_forced_on_gpu(monkeypatch, "PACK_WORD", "8", lambda cfg: cfg.pack == 8 // _codegen.ITEMSIZE[dtype],
+                        shape, perm, dtype, op, rng)
 
 
 @pytest.mark.cuda
@@ -991,14 +998,8 @@ def test_cuda_eight_byte_words(shape, perm, dtype, op, rng, monkeypatch):
 def test_cuda_loose_words(shape, perm, dtype, op, mode, rng, monkeypatch):
     """Loose words (forced by LOOSE_WORD, or by its default rule) on rows that do not start on a
     word."""
-    monkeypatch.setattr(P, "LOOSE_WORD", mode)
-    ops._launch.reload_switches()  # forget the plans made under the default
-    jt.flags.use_cuda = 1
-    try:
-        assert P.select_config(shape, perm, dtype, op).data["loose"] == 1
-        check_on_gpu(shape, perm, dtype, op, rng)
-    finally:
-        jt.flags.use_cuda = 0
+    check_forced_on_gpu(monkeypatch, "LOOSE_WORD", mode, lambda cfg: cfg.data["loose"] == 1,
+                        shape, perm, dtype, op, rng)
 
 
 @pytest.mark.cuda
@@ -1012,14 +1013,8 @@ def test_cuda_loose_words(shape, perm, dtype, op, mode, rng, monkeypatch):
 ])
 def test_cuda_shifted_tile(shape, perm, dtype, op, mode, rng, monkeypatch):
     """The shifted tile forced to each unit (ALIGN_OUT; "0" is the plain tile) on misaligned rows."""
-    monkeypatch.setattr(P, "ALIGN_OUT", mode)
-    ops._launch.reload_switches()  # forget the plans made under the default
-    jt.flags.use_cuda = 1
-    try:
-        assert P.select_config(shape, perm, dtype, op).variant.startswith("tiled")
-        check_on_gpu(shape, perm, dtype, op, rng)
-    finally:
-        jt.flags.use_cuda = 0
+    check_forced_on_gpu(monkeypatch, "ALIGN_OUT", mode, lambda cfg: cfg.variant.startswith("tiled"),
+                        shape, perm, dtype, op, rng)
 
 
 @pytest.mark.cuda

@@ -228,6 +228,18 @@ def _max_nan(a, b):
     return b if (math.isnan(b) or b > a) else a
 
 
+def _taps(start, kernel, dilation, n, nopad):
+    """The indices a window from ``start`` reads along one dim that lie inside [0, n): the kernels skip the
+    others, or (``nopad``, a geometry without padding) have none to skip."""
+    for i in range(kernel):
+        at = start + i * dilation
+        if nopad:
+            assert 0 <= at < n
+        elif not 0 <= at < n:
+            continue
+        yield at
+
+
 def _emulate_rows(x, cfg, params):
     """pool3d_fwd_rows, line for line, on a (P, D, H, W) float64 array (asserts every chunk it loads is aligned
     and inside its row)."""
@@ -249,16 +261,8 @@ def _emulate_rows(x, cfg, params):
         w0 = og * vec * sw
         c0 = w0 - lead
         col = [-math.inf] * (nch * vec)
-        for i in range(kd):
-            d = od * sd - pd + i * dd
-            if not cfg.nopad and not 0 <= d < D:
-                continue
-            assert 0 <= d < D
-            for j in range(kh):
-                h = oh * sh - ph + j * dh
-                if not cfg.nopad and not 0 <= h < H:
-                    continue
-                assert 0 <= h < H
+        for d in _taps(od * sd - pd, kd, dd, D, cfg.nopad):
+            for h in _taps(oh * sh - ph, kh, dh, H, cfg.nopad):
                 row = plane * D * H * W + (d * H + h) * W
                 for c in range(nch):
                     cw = c0 + c * vec
@@ -284,14 +288,8 @@ def _emulate_rows(x, cfg, params):
 def _first_zero(plane, start, kernel, dilation, nopad):
     """pool3d_first_zero of pool3d.cuh on one (D, H, W) plane."""
     D, H, W = plane.shape
-    for i in range(kernel[0]):
-        d = start[0] + i * dilation[0]
-        if not nopad and not 0 <= d < D:
-            continue
-        for j in range(kernel[1]):
-            h = start[1] + j * dilation[1]
-            if not nopad and not 0 <= h < H:
-                continue
+    for d in _taps(start[0], kernel[0], dilation[0], D, nopad):
+        for h in _taps(start[1], kernel[1], dilation[1], H, nopad):
             for k in range(kernel[2]):
                 w = start[2] + k
                 if 0 <= w < W and plane[d, h, w] == 0:

@@ -38,6 +38,16 @@ def run_grads(w_np, k_np, g_np, dtype, eps=0.0):
     return to_numpy64(gw), to_numpy64(gk)
 
 
+def check_forward_then_grads(rng, B, C, T, dtype):
+    """The forward at eps 0.01 checked against the reference on random inputs; returns the inputs, the output
+    gradient and (grad_w, grad_k) for the caller to check."""
+    w, k = inputs(rng, B, C, T, dtype)
+    g = random_array((B, C, T), dtype, rng)
+    out = ops.timex(to_jittor(w, dtype), to_jittor(k, dtype), 0.01)
+    assert_close(to_numpy64(out), F.reference_timex(w, k, 0.01), dtype, T)
+    return w, k, g, run_grads(w, k, g, dtype)
+
+
 # ---- references -------------------------------------------------------------------------------------------
 
 def _direct(w, k, g, eps):
@@ -241,10 +251,11 @@ def test_config_invariants(kernel):
             assert 16 * cfg.threads <= cfg.smem_bytes // 4  # the lane-reduction buffer fits
 
 
-def test_python_launch_limits_match_the_kernels():
-    text = ops._codegen.snippet("timex")
-    assert f"#define TIMEX_FWD_MAX_THREADS {X.FWD_MAX_THREADS}" in text
-    assert f"#define TIMEX_GW_MAX_THREADS {X.GW_MAX_THREADS}" in text
+@pytest.mark.parametrize("macro, value", [
+    ("TIMEX_FWD_MAX_THREADS", X.FWD_MAX_THREADS), ("TIMEX_GW_MAX_THREADS", X.GW_MAX_THREADS),
+    ("TIMEX_MMA_TILE", X.MMA_TILE), ("TIMEX_MMA_THREADS", X.MMA_THREADS)])
+def test_python_launch_constants_match_the_kernels(macro, value):
+    assert f"#define {macro} {value}" in ops._codegen.snippet("timex")
 
 
 def test_cpu_plans_run_the_direct_sums_and_a_given_config_the_gpu_emulation():
@@ -274,12 +285,6 @@ def test_render_source_carries_only_code_changing_values():
         X.render_source(mma, "cpu")
     mma3 = X.select_config((32, 768, 768), tensor_cores=X.TC_MMA3)
     assert "timex_fwd_mma3_launch<in0_type, 4, int>" in X.render_source(mma3, "cuda")
-
-
-def test_mma_launch_constants_match_the_kernel():
-    text = ops._codegen.snippet("timex")
-    assert f"#define TIMEX_MMA_TILE {X.MMA_TILE}" in text
-    assert f"#define TIMEX_MMA_THREADS {X.MMA_THREADS}" in text
 
 
 # ---- values -----------------------------------------------------------------------------------------------
@@ -706,11 +711,7 @@ def test_gpu_sized_values_and_gradients(rng, monkeypatch, B, C, T, dtype, varian
             variant = "fwd_single" if T <= X.FWD_SINGLE_MAX_T else "fwd_tiled"
         cfg = X.select_config((B, C, T), tensor_cores=X.tensor_cores_available(), dtype=dtype)
         assert cfg.variant == variant  # the default forward (and grad_k) on this GPU
-        w, k = inputs(rng, B, C, T, dtype)
-        g = random_array((B, C, T), dtype, rng)
-        out = ops.timex(to_jittor(w, dtype), to_jittor(k, dtype), 0.01)
-        assert_close(to_numpy64(out), F.reference_timex(w, k, 0.01), dtype, T)
-        gw, gk = run_grads(w, k, g, dtype)
+        w, k, g, (gw, gk) = check_forward_then_grads(rng, B, C, T, dtype)
         rgw, rgk = F.reference_timex_grads(w, k, g)
         assert_close(gw, rgw, dtype, B * T, "grad_w")
         assert_close(gk, rgk, dtype, T, "grad_k")
@@ -738,11 +739,7 @@ def test_gpu_switched_forward_and_grad_k(rng, monkeypatch, switch, B, C, T, dtyp
         variant = X.select_config((B, C, T), tensor_cores=X.tensor_cores_available(), dtype=dtype).variant
         assert variant == {"0": "fwd_single" if T <= X.FWD_SINGLE_MAX_T else "fwd_tiled", "1": "fwd_mma",
                            "3": "fwd_mma3"}[switch]
-        w, k = inputs(rng, B, C, T, dtype)
-        g = random_array((B, C, T), dtype, rng)
-        out = ops.timex(to_jittor(w, dtype), to_jittor(k, dtype), 0.01)
-        assert_close(to_numpy64(out), F.reference_timex(w, k, 0.01), dtype, T)
-        _, gk = run_grads(w, k, g, dtype)
+        w, k, g, (_, gk) = check_forward_then_grads(rng, B, C, T, dtype)
         assert_close(gk, F.reference_timex_grads(w, k, g)[1], dtype, T, "grad_k")
         assert np.array_equal(gk, run_grads(w, k, g, dtype)[1])
 

@@ -159,6 +159,19 @@ def exit_status(results, fail_under: Optional[float]) -> int:
     return 0
 
 
+def _stop_on_signals(cleanup) -> None:
+    """The first SIGTERM or SIGINT runs ``cleanup`` and raises :class:`Interrupted`; later ones are ignored
+    (a second Ctrl-C must not lose the report being written)."""
+    def stop(signum, _frame):
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, signal.SIG_IGN)
+        cleanup()
+        raise Interrupted(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+
 def _usage_error(text: str, prog: str = "get_score.py") -> int:
     print(f"{prog}: error: {text}", file=sys.stderr, flush=True)
     return EXIT_USAGE
@@ -257,14 +270,7 @@ def run_class(ap, args, argv_shown) -> int:
                                                      f"{r.correct}/{r.cases} correct ({r.seconds:.0f} s)",
                                                      file=sys.stderr, flush=True))
 
-    def stop(signum, _frame):
-        for s in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(s, signal.SIG_IGN)
-        grader.stop_all()
-        raise Interrupted(signal.Signals(signum).name)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    _stop_on_signals(grader.stop_all)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # jittor's handler would end this process when a child is killed
     tiers = args.tiers
     try:
@@ -380,18 +386,14 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
     # `timeout` (or Ctrl-C) stops the run, not the report: the cases measured so far are written out and the
     # rest are marked not run. Only the first signal interrupts; later ones are ignored while the report is
     # written (a second Ctrl-C must not lose it).
-    def stop(signum, _frame):
-        for s in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(s, signal.SIG_IGN)
+    def start_watchdog():
         # Whatever the cleanup meets (a worker stuck in a driver call, say), the process ends within
         # INTERRUPT_EXIT_S of the signal; the report is written long before in every case we know of.
         watchdog = threading.Timer(INTERRUPT_EXIT_S, os._exit, (EXIT_INTERRUPTED,))
         watchdog.daemon = True
         watchdog.start()
-        raise Interrupted(signal.Signals(signum).name)
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    _stop_on_signals(start_watchdog)
     started = time.monotonic()
     deadline = started + args.budget if args.budget is not None else None
     progress = _Progress(len(items), not args.no_progress)

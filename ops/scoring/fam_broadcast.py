@@ -135,9 +135,7 @@ class ExpandAsFamily(Family):
         return broadcast.select_grad_config(x_shape, out, case.dtype).variant
 
     def cuda_launches(self, case: Case):
-        """The kernels a GPU case compiles (counted by tests/test_compiles.py): (launch, its inputs' (dtype,
-        rank), whether its grad sources run too), the forward under no_grad for a forward case as the grader
-        times it, and for a backward case the forward with grad and every launch of the backward."""
+        """See ``Family.cuda_launches``."""
         from .. import broadcast
         x_shape, out, dt = tuple(case.shapes[0]), tuple(case.p["out"]), case.dtype
         bwd = case.direction == "bwd"

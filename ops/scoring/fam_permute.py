@@ -188,9 +188,7 @@ class PermuteFamily(Family):
         return f"{cfg.variant}{extra} r{cfg.rank} {cfg.chunk}B"
 
     def cuda_launches(self, c):
-        """The kernels a GPU case compiles (counted by tests/test_compiles.py): (launch, its inputs' (dtype,
-        rank), whether its grad sources run too), the forward under no_grad for a forward case as the grader
-        times it, and for a backward case the forward with grad and every launch of the backward."""
+        """See ``Family.cuda_launches``."""
         impl, dt = _impl(), c.dtype
         if self._is_add(c):
             p = impl._transpose_add_plan(tuple(c.shapes[0]), dt, _perm(c), c.direction == "bwd", True)

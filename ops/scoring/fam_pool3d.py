@@ -143,6 +143,14 @@ def reference_grad(x_shape, arg: np.ndarray, dy: np.ndarray) -> np.ndarray:
     return np.bincount(flat, weights=g[keep], minlength=planes * plane).reshape(x_shape)
 
 
+def _spatial_out(c: Case) -> Tuple[int, int, int]:
+    """The case's output (Do, Ho, Wo)."""
+    kp = case_params(c)
+    k, p, dl = _triple(kp["kernel_size"]), _triple(kp["padding"]), _triple(kp["dilation"])
+    s = k if kp["stride"] is None else _triple(kp["stride"])
+    return tuple(_out_size(n, *a, kp["ceil_mode"]) for n, a in zip(c.shapes[0][-3:], zip(k, s, p, dl)))
+
+
 def windows_per_input(c: Case) -> int:
     """The most windows one input element can belong to: along a dimension, window o holds input i when
     o * s - p + j * d == i for some 0 <= j < k, and the j that fit step by s / gcd(s, d)."""
@@ -165,11 +173,7 @@ class MaxPool3dFamily(Family):
         return rtol, atol + 4 * unit * windows_per_input(c)
 
     def output_shapes(self, c):
-        shape = c.shapes[0]
-        kp = case_params(c)
-        k, p, dl = _triple(kp["kernel_size"]), _triple(kp["padding"]), _triple(kp["dilation"])
-        s = k if kp["stride"] is None else _triple(kp["stride"])
-        out = tuple(shape[:-3]) + tuple(_out_size(n, *a, kp["ceil_mode"]) for n, a in zip(shape[-3:], zip(k, s, p, dl)))
+        out = tuple(c.shapes[0][:-3]) + _spatial_out(c)
         return [out, out] if returns_indices(c) else [out]
 
     def expected(self, c, arrays, grads_out=None):
@@ -275,10 +279,7 @@ class MaxPool3dFamily(Family):
 
     def bytes_moved(self, c):
         shape = c.shapes[0]
-        kp = case_params(c)
-        k, p, dl = _triple(kp["kernel_size"]), _triple(kp["padding"]), _triple(kp["dilation"])
-        s = k if kp["stride"] is None else _triple(kp["stride"])
-        out = tuple(_out_size(n, *a, kp["ceil_mode"]) for n, a in zip(shape[-3:], zip(k, s, p, dl)))
+        out = _spatial_out(c)
         n_in = int(np.prod(shape))
         n_out = int(np.prod(shape[:-3])) * int(np.prod(out))
         size = _ITEMSIZE[c.dtype]
@@ -298,9 +299,7 @@ class MaxPool3dFamily(Family):
         return select_config(c.shapes[0], c.dtype, params, "bwd").name
 
     def cuda_launches(self, c):
-        """The kernels a GPU case compiles (counted by tests/test_compiles.py): (launch, its inputs' (dtype,
-        rank), whether its grad sources run too), the forward under no_grad for a forward case as the grader
-        times it, and for a backward case the forward with grad and every launch of the backward."""
+        """See ``Family.cuda_launches``."""
         from .. import pool3d
         bwd = c.direction == "bwd"
         params = pool3d.normalize_params(**case_params(c))

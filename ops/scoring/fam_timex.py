@@ -235,9 +235,7 @@ class TimexFamily(Family):
         return f"{name}+{select_config(c.shapes[1], 'grad_w').variant}"
 
     def cuda_launches(self, c):
-        """The kernels a GPU case compiles (counted by tests/test_compiles.py): (launch, its inputs' (dtype,
-        rank), whether its grad sources run too), the forward under no_grad for a forward case as the grader
-        times it, and for a backward case the forward with grad and every launch of the backward."""
+        """See ``Family.cuda_launches``."""
         impl, dt, shape = _impl(), c.dtype, tuple(c.shapes[1])
         cfg = impl.select_config(shape, "forward", tensor_cores=impl.TC_AUTO, dtype=dt)
         launches = [(impl.forward_launch(cfg, shape, dt, 0.0, False, True), [(dt, 2), (dt, 3)], False)]

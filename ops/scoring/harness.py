@@ -169,17 +169,24 @@ def upload(arr: np.ndarray, dtype: str):
     return _arrived(flat.reshape(tuple(arr.shape)), dtype)
 
 
+def _probe(what: str, fallback: str, check) -> bool:
+    """``check()``'s verdict, or False where it raises (the worker's log then says ``what`` failed and the
+    ``fallback`` taken)."""
+    try:
+        return bool(check())
+    except Exception as err:
+        print(f"{what} failed ({short_error(err)}): {fallback}", file=sys.stderr)
+        return False
+
+
 def direct_upload_works() -> bool:
     """Does ``upload`` give back what it was given here (checked once a process, on 1 MB of distinct values)?
     Where it does not, inputs go through jt.array, and the worker's log says so."""
     global _direct_upload_works
     if _direct_upload_works is None:
         probe = np.arange(1 << 18, dtype=np.float32)
-        try:
-            _direct_upload_works = bool(np.array_equal(upload(probe, "float32").numpy(), probe))
-        except Exception as err:
-            print(f"direct upload failed ({short_error(err)}): inputs go through jt.array", file=sys.stderr)
-            _direct_upload_works = False
+        _direct_upload_works = _probe("direct upload", "inputs go through jt.array",
+                                      lambda: np.array_equal(upload(probe, "float32").numpy(), probe))
     return _direct_upload_works
 
 
@@ -213,13 +220,13 @@ def bfloat16_bits_work() -> bool:
         bits = np.arange(1 << 16, dtype=np.uint16)
         values = (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
         numbers = ~np.isnan(values)  # (a cast into bfloat16 may make NaN payloads its own)
-        try:
+
+        def copies_bits():
             got = copy_bytes(to_jittor(values, "bfloat16"), "uint16").numpy()
             back = (got.astype(np.uint32) << np.uint32(16)).view(np.float32)
-            _bits_work = bool(np.array_equal(got[numbers], bits[numbers]) and np.isnan(back[~numbers]).all())
-        except Exception as err:
-            print(f"bfloat16 bit copy failed ({short_error(err)}): float32 casts instead", file=sys.stderr)
-            _bits_work = False
+            return np.array_equal(got[numbers], bits[numbers]) and np.isnan(back[~numbers]).all()
+
+        _bits_work = _probe("bfloat16 bit copy", "float32 casts instead", copies_bits)
     return _bits_work
 
 

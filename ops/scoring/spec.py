@@ -305,6 +305,12 @@ class Family:
         """The kernel variant ``api``'s dispatcher picks for this case ('-' when it cannot say)."""
         return "-"
 
+    # A family with CUDA cases defines ``cuda_launches(case)``: the kernels a GPU case compiles (counted by
+    # tests/test_compiles.py) as (launch, its inputs' (dtype, rank), whether its grad sources run too), the
+    # forward under no_grad for a forward case as the grader times it, and for a backward case the forward with
+    # grad and every launch of the backward.
+    cuda_launches = None
+
 
 def family_cases(families: Sequence[Family], device: Optional[str] = None) -> List[Case]:
     out = []
