@@ -35,3 +35,16 @@ def test_a_costly_case_checks_one_drawn_call_and_its_fastest_window():
     drawn = {numbers[1] // 40 for numbers in draws}  # the round each drawn call was in
     assert len(drawn) > 1  # not always the same round
 
+
+
+def test_a_checked_call_judged_already_is_not_judged_again():
+    """The parent judges a class child's checked call while the worker times (a wrong one ends the rounds); the
+    case's judging takes that verdict instead of reading and judging the files again."""
+    from ops.scoring.families import load_families
+    from ops.scoring.judging import judge_outputs
+    fam = next(f for f in load_families() if f.name == "permute")
+    case = fam.all_cases()[0]
+    wrong = (False, "checked call, output 0: 3 of 8 differ", 1.0, 1)
+    files = {"check": [("no_such_file.npy", "float32")]}  # (never read)
+    assert judge_outputs(fam, case, None, files, known={"check": wrong}) == wrong
+    assert judge_outputs(fam, case, None, files, known={"check": (True, "", 0.0, 1)}) == (True, "", 0.0, 1)

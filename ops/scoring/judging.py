@@ -45,14 +45,16 @@ def judge_by_rows(fam: Family, case: Case, arrays, grads, listed: list, folder: 
 
 
 def judge_outputs(fam: Family, case: Case, prepared: Prepared, files: Dict[str, list], threads: int = 1,
-                  checks: Optional[dict] = None) -> Tuple[bool, str, Optional[float], int]:
+                  checks: Optional[dict] = None,
+                  known: Optional[Dict[str, tuple]] = None) -> Tuple[bool, str, Optional[float], int]:
     """(correct, why, max error, outputs checked) over every output group the worker wrote: ``check`` (set 0, the
     checked call) and ``call<i>`` (a timed call: ``checks["calls"]`` gives its set and number, whose inputs the
     judge recomputes), then samples of drawn timed calls (``checks["samples"]``) and of pairs of timed calls whose
     samples agreed (``checks["repeats"]``), each on its calls' references. With
     ``threads`` > 1 the groups are judged that many at a time where memory allows (NumPy releases the GIL in its
     loops: the references the judge computes itself are most of its time); the verdict is that of the first
-    failing group in this order either way."""
+    failing group in this order either way. ``known``: tag -> verdict of groups judged already (the checked call,
+    judged while the worker timed), taken as they are."""
     if "check" not in files:
         return False, "no output of the checked call", None, 0
     checks = checks or {}
@@ -72,6 +74,8 @@ def judge_outputs(fam: Family, case: Case, prepared: Prepared, files: Dict[str, 
 
     def judge_group(tag):
         """(ok, why, max error, outputs checked) of one group."""
+        if known and tag in known:
+            return known[tag]
         listed = files[tag]
         k, (arrays, grads), expected = inputs_of(tag)
         if expected is None:

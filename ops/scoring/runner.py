@@ -120,16 +120,17 @@ class Runner:
         files: Optional[Dict[str, list]] = None
         checks: dict = {}
         early: List[threading.Thread] = []
+        known: Dict[str, tuple] = {}  # the checked call's verdict where it was judged while the worker timed
 
         def judge_check(check_files: list) -> None:
             """Where no reference is timed (stored tiers), a wrong checked call ends our rounds early: its case
             earns nothing whatever its time, and a class's wrong submissions cost their GPU less."""
             def run():
                 try:
-                    ok = judge_outputs(fam, case, prepared, {"check": check_files})[0]
+                    known["check"] = judge_outputs(fam, case, prepared, {"check": check_files})
                 except Exception:
                     return
-                if not ok:
+                if not known["check"][0]:
                     with open(os.path.join(folder, WRONG_FLAG), "w"):
                         pass
             early.append(threading.Thread(target=run, daemon=True))
@@ -143,7 +144,7 @@ class Runner:
                     judging = time.monotonic()  # the check call's references were computed in advance
                     result.correct, result.why, result.max_error, result.checked = judge_outputs(
                         fam, case, prepared, files, threads=budget.PREPARE_THREADS if self.device == "cuda" else 1,
-                        checks=checks)
+                        checks=checks, known=known)
                     result.phases["judge"] = round(time.monotonic() - judging, 3)
                     if result.correct and not result.ours.ok:
                         result.correct, result.why = False, f"raised: {result.ours.error}"
