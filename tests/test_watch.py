@@ -48,3 +48,27 @@ def test_a_checked_call_judged_already_is_not_judged_again():
     files = {"check": [("no_such_file.npy", "float32")]}  # (never read)
     assert judge_outputs(fam, case, None, files, known={"check": wrong}) == wrong
     assert judge_outputs(fam, case, None, files, known={"check": (True, "", 0.0, 1)}) == (True, "", 0.0, 1)
+
+
+def repeats_after_two_calls(samples, input_bytes):
+    """The pairs a Watch reports after two calls on different inputs whose samples are both ``samples``."""
+    watch = H.Watch(np.random.default_rng(3), lambda tag, outs: [tag])
+    outs = [jt.zeros((4096,), "float32")]
+    watch.prime(outs, on_device=False, input_bytes=input_bytes)
+    raw = [np.asarray(samples, dtype=np.float32).tobytes()]
+    watch.see(1, 10, raw, outs)
+    watch.see(1, 11, raw, outs)
+    return watch.repeats
+
+
+def test_a_costly_case_compares_calls_only_on_samples_that_carry_bits():
+    """A fresh call flips signs, so a sparse gradient's samples (mostly zeros) agree honestly among thousands of
+    calls: a costly case's pair goes to the parent only where enough sampled elements are nonzero; a cheap
+    case's always (its references cost little)."""
+    costly = H.SAMPLE_CHECK_BYTES
+    dense = np.arange(1, 65)
+    sparse = np.where(np.arange(64) % 8 == 0, dense, 0)  # 8 nonzero: 8 sign bits
+    assert len(repeats_after_two_calls(dense, costly)) == 1
+    assert repeats_after_two_calls(sparse, costly) == []
+    assert len(repeats_after_two_calls(sparse, 1024)) == 1
+    assert H.REPEAT_MIN_NONZERO > np.count_nonzero(sparse)

@@ -9,8 +9,9 @@ folder forgets it too:
   the same way for every case of their family, implementation, dtype and direction, in every run of this
   jittor and compiler; each retry costs seconds of nvcc, and one failure inside a batch stops jittor's
   parallel compile of the whole batch (``FAILED_COMPILES_FILE``; delete it to try them again);
-* compile passes that finished, by a fingerprint of the case list and of the code that builds the graphs: a
-  second run of the same command skips the pass (``COMPILED_FILE``).
+* the cases whose graphs a finished pass built, under a fingerprint of the code that builds them: a later run
+  builds only the cases it has not built yet (``COMPILED_FILE``), and none where a run of the same or more
+  cases came before.
 """
 from __future__ import annotations
 
@@ -85,15 +86,15 @@ def remember_failed_compile(key: str, case_id: str, error: str) -> None:
     _add(FAILED_COMPILES_FILE, key, {"case": case_id, "reason": compile_reason(log) or error, "log": log})
 
 
-def fingerprint(api, case_ids: Sequence[str]) -> str:
-    """The case list, jittor's version and every source file of the graded module, of this package and of its
-    snippets: what decides which kernels the pass compiles."""
+def fingerprint(api) -> str:
+    """jittor's version and every source file of the graded module, of this package and of its snippets: what
+    decides which kernels a case's graphs compile."""
     from .. import _codegen
     roots = {os.path.dirname(os.path.dirname(os.path.abspath(__file__))), str(_codegen.snippet_dir())}
     module_file = os.path.abspath(getattr(api, "__file__", "") or "")
     if module_file:
         roots.add(os.path.dirname(module_file) if module_file.endswith("__init__.py") else module_file)
-    h = hashlib.sha256(f"{jt.__version__}\n{getattr(api, '__name__', '')}\n".encode() + "\n".join(case_ids).encode())
+    h = hashlib.sha256(f"{jt.__version__}\n{getattr(api, '__name__', '')}\n".encode())
     for root in sorted(roots):
         files = [root] if os.path.isfile(root) else sorted(
             os.path.join(d, f) for d, _, names in os.walk(root) for f in names if f.endswith((".py", ".cuh", ".h")))
@@ -104,12 +105,15 @@ def fingerprint(api, case_ids: Sequence[str]) -> str:
     return h.hexdigest()[:24]
 
 
-def already_compiled(key: str) -> bool:
-    return key in _load(COMPILED_FILE)
+def compiled_cases(code: str) -> set:
+    """Ids of the cases whose graphs a finished pass built under the code fingerprint ``code``."""
+    kept = _load(COMPILED_FILE).get(code)
+    return set(kept["cases"]) if isinstance(kept, dict) and isinstance(kept.get("cases"), list) else set()
 
 
-def remember_compiled(key: str) -> None:
-    _add(COMPILED_FILE, key, time.strftime("%Y-%m-%d %H:%M"))
+def remember_compiled(code: str, case_ids: Sequence[str]) -> None:
+    _add(COMPILED_FILE, code, {"cases": sorted(compiled_cases(code) | set(case_ids)),
+                               "date": time.strftime("%Y-%m-%d %H:%M")})
 
 
 def handed_back(outs) -> list:

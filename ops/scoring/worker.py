@@ -14,8 +14,8 @@ calls'), ``@@checks {"calls": {tag: [set, call number]}, "repeats": [...], "samp
 the case's seed (its calls' keys and the draws of checked calls), "spares": the folder of spare files
 (``spare``), "references": [...], "nbytes": n, "tiers": [GB/s x3] or null, "repeats": r, "ours_is_ops": bool}.
 A ``{"warm": [ids...], "limit_bytes": n, "whole": bool}`` command compiles instead (``compile_pass``):
-``@@warmstart {...}`` before each batch's syncs, ``@@warmbatch {...}`` after, ``@@warmed {...}`` at the end (at
-once when ``whole`` and the same list and code were compiled before).
+``@@warmstart {...}`` before each batch's syncs, ``@@warmbatch {...}`` after, ``@@warmed {...}`` at the end; only
+the cases not built before under the same code, and their record kept where ``whole`` (no worker crashed before).
 """
 from __future__ import annotations
 
@@ -221,14 +221,16 @@ def main(argv=None) -> int:
         cmd = json.loads(line)
         if "warm" in cmd:
             started = time.monotonic()
-            done = compile_pass.fingerprint(api, cmd["warm"]) if cmd.get("whole") else None
-            if done and compile_pass.already_compiled(done):
+            code = compile_pass.fingerprint(api)
+            built_before = compile_pass.compiled_cases(code)
+            todo = [c for c in cmd["warm"] if c not in built_before]
+            if not todo:
                 emit("warmed", {"graphs": 0, "skipped": f"compiled before ({compile_pass.COMPILED_FILE})"})
             else:
-                built = compile_pass.warm_graphs([by_id[c] for c in cmd["warm"]], api, cmd["limit_bytes"],
+                built = compile_pass.warm_graphs([by_id[c] for c in todo], api, cmd["limit_bytes"],
                                                  report=lambda kind, figures: emit("warm" + kind, figures))
-                if done:
-                    compile_pass.remember_compiled(done)
+                if cmd.get("whole"):  # a pass after a crash is not known to have built every graph it was given
+                    compile_pass.remember_compiled(code, todo)
                 emit("warmed", {"graphs": built, "seconds": round(time.monotonic() - started, 1)})
         else:
             fam, case = by_id[cmd["case"]]
