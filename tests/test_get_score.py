@@ -234,6 +234,19 @@ def test_a_usage_error_is_one_line(tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--repeats must be at least 1" in proc.stderr
 
 
+@pytest.mark.parametrize("content", [None, "", "[1, 2]", '{"tiers_gbps": {"toy/fwd/ok": [1, 2]}}'])
+@pytest.mark.parametrize("impls", [["ops"], ["ops", "class_broken"]])
+def test_a_tiers_file_that_cannot_be_read_is_a_usage_error(tmp_path, content, impls):
+    """Before any worker starts, a class's children included: not a traceback per submission."""
+    tiers = tmp_path / "tiers.json"
+    if content is not None:
+        tiers.write_text(content)
+    proc = subprocess.run([sys.executable, GET_SCORE, "--device", "cpu", "--tiers", str(tiers), "--impl", *impls,
+                           "--class-dir", str(tmp_path / "class")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and f"--tiers {tiers}" in proc.stderr, proc.stderr
+    assert not (tmp_path / "class").exists()
+
+
 def test_an_ops_module_in_the_working_directory_is_ignored_in_one_line(tmp_path):
     """A file ops.py where the grader runs would shadow the grader's own package in its workers: it is ignored
     (and said so), the cases run as ever."""

@@ -316,6 +316,11 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
         if why_not:
             ap.error(why_not)
     argv_shown = sys.argv[1:] if argv is None else argv
+    if args.tiers:
+        try:
+            report.load_tiers(args.tiers)  # before any worker starts, a class's children included
+        except ValueError as err:
+            return _usage_error(str(err), ap.prog)
     if args.class_mode:
         return run_class(ap, args, argv_shown)
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")

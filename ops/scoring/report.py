@@ -233,8 +233,11 @@ def save_tiers(path: str, results: List[CaseResult], env: dict) -> None:
 
 def load_tiers(path: str) -> Tuple[dict, Optional[str]]:
     """(tiers by case id, the device they were measured on, or None when the file does not say)."""
-    with open(path) as f:
-        data = json.load(f)
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"--tiers {path}: not a file written by --save-tiers ({err})") from None
     if not isinstance(data, dict):
         raise ValueError(f"--tiers {path}: expected a JSON object written by --save-tiers")
     tiers = data.get("tiers_gbps", data)
