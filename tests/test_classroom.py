@@ -112,6 +112,46 @@ def test_children_get_the_class_options(tmp_path):
     assert "--references" not in C.child_argv(args, "ops", None, str(tmp_path), save_tiers="t.json")
 
 
+def test_cpu_lists_parse_and_split_by_physical_core(monkeypatch):
+    from ops.scoring import args as A
+    assert A.parse_cpus(f"{A.allowed_cpus()[0]}") == [A.allowed_cpus()[0]]
+    for bad in ("a", "3-1", "0,,1", str(max(A.allowed_cpus()) + 1)):
+        with pytest.raises(ValueError, match="--cpus"):
+            A.parse_cpus(bad)
+    assert A.format_cpus([0, 1, 2, 3, 8, 10, 11]) == "0-3,8,10-11"
+    # 8 hardware threads of 4 cores, numbered as Linux numbers them (core i's second thread is i + 4)
+    monkeypatch.setattr(A, "_siblings", lambda cpu: f"{cpu % 4},{cpu % 4 + 4}")
+    assert A.split_cpus(range(8), 2) == [[0, 1, 4, 5], [2, 3, 6, 7]]  # never one core's two threads apart
+    assert A.split_cpus(range(8), 3) == [[0, 1, 4, 5], [2, 6], [3, 7]]
+    assert A.split_cpus(range(8), 9) == [[0, 4], [1, 5], [2, 6], [3, 7]]  # no empty share
+
+
+def test_cpus_pins_the_run_and_the_processes_it_starts():
+    import subprocess
+    import sys
+    from ops.scoring import args as A
+    one = A.allowed_cpus()[-1]
+    code = ("import os, subprocess, sys; from ops.scoring.args import parse_args; parse_args(['--cpus', sys.argv[1]]);"
+            "print(sorted(os.sched_getaffinity(0)), subprocess.run([sys.executable, '-c', 'import os; "
+            "print(sorted(os.sched_getaffinity(0)))'], capture_output=True, text=True).stdout.strip())")
+    out = subprocess.run([sys.executable, "-c", code, str(one)], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == [f"[{one}]", f"[{one}]"], out.stderr
+
+
+def test_a_class_on_several_gpus_gives_each_child_its_share_of_the_cores(tmp_path, monkeypatch):
+    import argparse
+    from ops.scoring import args as A
+    monkeypatch.setattr(C, "allowed_cpus", lambda: list(range(8)))
+    monkeypatch.setattr(A, "_siblings", lambda cpu: str(cpu))
+    grader = C.Grader(argparse.Namespace(), str(tmp_path), [0, 1], None)
+    assert grader.cpu_shares == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert C.Grader(argparse.Namespace(), str(tmp_path), [0], None).cpu_shares == []  # one GPU: the whole host
+    args = argparse.Namespace(device="cuda", references=None)
+    argv = C.child_argv(args, "m", "t.json", str(tmp_path), cpus=grader.cpu_shares[1])
+    assert argv[argv.index("--cpus") + 1] == "4-7"
+    assert "--cpus" not in C.child_argv(args, "m", "t.json", str(tmp_path))
+
+
 def _run_class(tmp_path, *argv):
     import os
     import subprocess
@@ -184,3 +224,11 @@ def test_a_class_on_the_cpu(tmp_path):
         with open(out / f"{impl}.json") as f:
             return sum(len(r["ours"]["rounds"]) for r in json.load(f)["results"])
     assert 0 < rounds("class_wrong") < rounds("ops")  # a case judged wrong stops timing early
+
+
+def test_the_parents_threads_scale_with_the_cores_it_may_use(monkeypatch):
+    from ops.scoring import budget
+    for cores, want in ((32, 3), (16, 3), (8, 1), (1, 1)):
+        monkeypatch.setattr(budget.os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
+        assert budget.scaled(budget.JUDGES) == want
+    assert budget.scaled(16) == 1  # (1 core)

@@ -116,6 +116,9 @@ def build_parser(prog: str = "get_score.py") -> argparse.ArgumentParser:
     ap.add_argument("--gpus", metavar="LIST", default=None,
                     help="class grading: the GPUs to grade on, one submission at a time on each (e.g. 0,1); "
                          "default: every GPU")
+    ap.add_argument("--cpus", metavar="LIST", default=None,
+                    help="the CPU cores this run and its workers may use (e.g. 0-15,32-47); a class on several GPUs "
+                         "gives each submission's run an equal share of this process's cores")
     ap.add_argument("--csv", metavar="F", help="class grading: one row per submission (impl, points, max_points, "
                     "correct, cases, seconds, status) to F")
     ap.add_argument("--class-dir", metavar="DIR", default=None,
@@ -169,6 +172,12 @@ def parse_args(argv=None, prog: str = "get_score.py"):
         ap.error("--budget must not be negative")
     if args.submission_timeout is not None and args.submission_timeout <= 0:
         ap.error("--submission-timeout must be positive")
+    if args.cpus is not None:
+        try:
+            args.cpus = parse_cpus(args.cpus)
+        except ValueError as err:
+            ap.error(str(err))
+        pin_to(args.cpus)
     args.impls = list(dict.fromkeys(args.impl))  # each module once, in the order given
     args.impl = args.impls[0]
     args.class_mode = (len(args.impls) > 1 or any(getattr(args, k) is not None for k in
@@ -176,3 +185,84 @@ def parse_args(argv=None, prog: str = "get_score.py"):
     if args.class_mode and args.save_tiers:
         ap.error("--save-tiers grades one module; a class is graded against --tiers (or tiers measured once)")
     return ap, args
+
+
+def allowed_cpus() -> list:
+    """The CPU cores this process may run on, in order."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return list(range(os.cpu_count() or 1))
+
+
+def parse_cpus(text: str) -> list:
+    """``--cpus 0-3,8`` -> [0, 1, 2, 3, 8]; ValueError naming --cpus where it is malformed or names a core this
+    process may not use."""
+    cpus = set()
+    for part in text.split(","):
+        low, _, high = part.strip().partition("-")
+        try:
+            first, last = int(low), int(high or low)
+        except ValueError:
+            raise ValueError(f"--cpus must be core numbers and ranges separated by commas (0-15,32), got {text!r}") \
+                from None
+        if first > last:
+            raise ValueError(f"--cpus {text!r}: the range {part.strip()} is empty")
+        cpus.update(range(first, last + 1))
+    outside = sorted(cpus - set(allowed_cpus()))
+    if outside:
+        raise ValueError(f"--cpus {text!r}: this process may not run on core(s) {', '.join(map(str, outside[:8]))}")
+    return sorted(cpus)
+
+
+def format_cpus(cpus) -> str:
+    """[0, 1, 2, 3, 8] -> '0-3,8'."""
+    parts, cpus = [], sorted(cpus)
+    start = prev = cpus[0]
+    for c in cpus[1:] + [None]:
+        if c is not None and c == prev + 1:
+            prev = c
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = c
+    return ",".join(parts)
+
+
+def pin_to(cpus) -> None:
+    """Every thread of this process (and so every process and thread it starts later) on ``cpus``."""
+    try:
+        threads = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        threads = [0]
+    for tid in threads:
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except (AttributeError, OSError):
+            pass
+
+
+def _siblings(cpu: int) -> str:
+    """The hardware threads of ``cpu``'s physical core ('0,32', '0-1'), or the cpu alone where the system does not
+    say."""
+    try:
+        with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as f:
+            return f.read().strip()
+    except OSError:
+        return str(cpu)
+
+
+def split_cpus(cpus, parts: int) -> list:
+    """``cpus`` in ``parts`` shares of whole physical cores (hardware threads of one core stay together), of
+    equal size where they divide, none empty (fewer shares where there are fewer cores)."""
+    cores: dict = {}
+    for cpu in sorted(cpus):
+        cores.setdefault(_siblings(cpu), []).append(cpu)
+    groups = list(cores.values())
+    parts = max(1, min(parts, len(groups)))
+    size, extra = divmod(len(groups), parts)
+    shares, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        shares.append(sorted(c for g in groups[start:end] for c in g))
+        start = end
+    return shares

@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
+from .args import allowed_cpus, format_cpus, split_cpus
+
 CSV_COLUMNS = ("impl", "points", "max_points", "correct", "cases", "seconds", "status")
 STATUSES = ("ok", "wrong", "crashed", "import error", "timeout")
 IMPORT_ERROR_EXIT = 2  # the grader's exit status for a usage error or an --impl it cannot import
@@ -162,12 +164,15 @@ def safe_name(impl: str) -> str:
 
 
 def child_argv(args, impl: str, tiers: Optional[str], out_dir: str, save_tiers: Optional[str] = None,
-               name: Optional[str] = None) -> List[str]:
-    """The grader command line of one submission (its reports named ``name``, default the module's)."""
+               name: Optional[str] = None, cpus: Optional[Sequence[int]] = None) -> List[str]:
+    """The grader command line of one submission (its reports named ``name``, default the module's; on ``cpus``
+    where given)."""
     name = name or safe_name(impl)
     argv = [sys.executable, "-c", "import sys; from ops.scoring.cli import main; sys.exit(main(sys.argv[1:]))",
             "--impl", impl, "--json", os.path.join(out_dir, name + ".json"),
             "--markdown", os.path.join(out_dir, name + ".md"), "--no-progress"]
+    if cpus:
+        argv += ["--cpus", format_cpus(cpus)]
     if tiers and getattr(args, "references", None) is None:
         # the tiers grade every submission: timing the references again would double a child's time
         argv += ["--tiers", tiers, "--references", ""]
@@ -194,11 +199,14 @@ def child_argv(args, impl: str, tiers: Optional[str], out_dir: str, save_tiers: 
 
 
 class Grader:
-    """Runs the children: one slot per GPU (or one on the CPU), each slot takes the next submission."""
+    """Runs the children: one slot per GPU (or one on the CPU), each slot takes the next submission. With several
+    slots each child runs on its slot's share of the host's cores (``split_cpus``): the parent's preparers and
+    judges of one child do not preempt another child's timed calls."""
 
     def __init__(self, args, out_dir: str, slots: Sequence[Optional[int]], submission_timeout: Optional[float],
                  on_row=None):
         self.args, self.out_dir, self.slots = args, out_dir, list(slots)
+        self.cpu_shares = split_cpus(allowed_cpus(), len(self.slots)) if len(self.slots) > 1 else []
         self.timeout, self.on_row = submission_timeout, on_row
         self._lock = threading.Lock()
         self._running: Dict[int, subprocess.Popen] = {}
@@ -218,7 +226,10 @@ class Grader:
         started = time.monotonic()
         timed_out = False
         with open(log_path, "w") as log:
-            proc = subprocess.Popen(child_argv(self.args, impl, tiers, self.out_dir, save_tiers, name), stdout=log,
+            cpus = None  # the tiers' run has the host to itself
+            if self.cpu_shares and index is not None:
+                cpus = self.cpu_shares[self.slots.index(gpu) % len(self.cpu_shares)]
+            proc = subprocess.Popen(child_argv(self.args, impl, tiers, self.out_dir, save_tiers, name, cpus), stdout=log,
                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
             with self._lock:
                 self._running[proc.pid] = proc

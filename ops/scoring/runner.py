@@ -48,6 +48,7 @@ class Runner:
         self.timeout_s, self.reference_timeout_s, self.repeats = timeout_s, reference_timeout_s, repeats
         self.scratch, self.stored, self.deadline = scratch, stored_tiers or {}, deadline
         self.isolation, self.on_ready = isolation, on_ready
+        self.threads = budget.scaled(budget.PREPARE_THREADS) if device == "cuda" else 1  # per preparer and judge
         self.env: dict = {}
         self.worker: Optional[Worker] = None
         self.start_failure: Optional[str] = None
@@ -103,7 +104,7 @@ class Runner:
         shutil.rmtree(folder, ignore_errors=True)
         started = time.monotonic()
         prepared = prepare_case(fam, case, folder, self.seed, self.seed + 1 + index,
-                                threads=budget.PREPARE_THREADS if self.device == "cuda" else 1, spares=self.spares)
+                                threads=self.threads, spares=self.spares)
         prepared.seconds = time.monotonic() - started
         return prepared
 
@@ -143,7 +144,7 @@ class Runner:
                 if files is not None:
                     judging = time.monotonic()  # the check call's references were computed in advance
                     result.correct, result.why, result.max_error, result.checked = judge_outputs(
-                        fam, case, prepared, files, threads=budget.PREPARE_THREADS if self.device == "cuda" else 1,
+                        fam, case, prepared, files, threads=self.threads,
                         checks=checks, known=known)
                     result.phases["judge"] = round(time.monotonic() - judging, 3)
                     if result.correct and not result.ours.ok:
@@ -284,8 +285,8 @@ def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, r
     # runs this one, as far as memory allows; on the CPU that would slow the timed calls down, and each case
     # runs alone.
     overlap = device == "cuda" if overlap is None else overlap
-    ahead = ThreadPoolExecutor(budget.PREPARERS) if overlap else None
-    judging = ThreadPoolExecutor(budget.JUDGES) if overlap else None
+    ahead = ThreadPoolExecutor(budget.scaled(budget.PREPARERS)) if overlap else None
+    judging = ThreadPoolExecutor(budget.scaled(budget.JUDGES)) if overlap else None
     upcoming: Deque[Tuple[int, Future, int]] = collections.deque()  # (index, prepared, footprint)
     judged: Deque[Tuple[Future, int]] = collections.deque()  # (finished result, footprint), oldest first
     limit = budget.in_flight_limit()
@@ -344,7 +345,7 @@ def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, r
             res.phases["wait_prepare"] = round(waited, 3)
             settle(block=False)
             waiting = time.monotonic()
-            while len(judged) >= budget.JUDGES:
+            while len(judged) >= budget.scaled(budget.JUDGES):
                 settle(block=True)
             res.phases["wait_judges"] = round(time.monotonic() - waiting, 3)
             judged.append((judging.submit(finish), footprint))
