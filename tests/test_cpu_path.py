@@ -11,7 +11,7 @@ from ops import permutation as PM
 from ops import pool3d as P
 from ops._jittor import jt
 from ops.scoring import fam_pool3d as F
-from ops.scoring.harness import _InjectGrad, to_numpy64
+from ops.scoring.harness import InjectGrad, to_numpy64
 from ops.scoring.harness import to_jittor as _to_jittor
 from ops.scoring.spec import random_array, round_to_bfloat16
 
@@ -245,10 +245,10 @@ def test_backward_from_indices_is_the_gather_bit_for_bit(dtype, rng):
         x = to_jittor(random_array(shape, dtype, rng), dtype)
         y, idx = ops.max_pool3d(x, return_indices=True, **kw)
         dy = to_jittor(random_array(tuple(y.shape), dtype, rng), dtype)
-        got = jt.grad(_InjectGrad.apply(ops.max_pool3d(x, **kw), dy).sum(), x)
+        got = jt.grad(InjectGrad.apply(ops.max_pool3d(x, **kw), dy).sum(), x)
         want = _gather_on_cpu(x, dy, idx, P.normalize_params(**kw))
         assert got.numpy().tobytes() == want.numpy().tobytes(), (shape, kw)
-        again = jt.grad(_InjectGrad.apply(ops.max_pool3d(x, **kw), dy).sum(), x)
+        again = jt.grad(InjectGrad.apply(ops.max_pool3d(x, **kw), dy).sum(), x)
         assert again.numpy().tobytes() == got.numpy().tobytes(), (shape, kw)
 
 
@@ -396,8 +396,8 @@ def test_broadcast_grad_sums_rows_of_every_length(dtype, rng):
         x = to_jittor(random_array(x_shape, dtype, rng), dtype)
         dy_np = random_array(out, dtype, rng)
         y = ops.broadcast_to(x, out)
-        dx = jt.grad(_InjectGrad.apply(y, to_jittor(dy_np, dtype)).sum(), x)
-        again = jt.grad(_InjectGrad.apply(ops.broadcast_to(x, out), to_jittor(dy_np, dtype)).sum(), x)
+        dx = jt.grad(InjectGrad.apply(y, to_jittor(dy_np, dtype)).sum(), x)
+        again = jt.grad(InjectGrad.apply(ops.broadcast_to(x, out), to_jittor(dy_np, dtype)).sum(), x)
         assert dx.numpy().tobytes() == again.numpy().tobytes()
         axes = tuple(d for d in range(len(out)) if (len(x_shape) < len(out) and d < len(out) - len(x_shape))
                      or (x_shape[d - (len(out) - len(x_shape))] == 1 and out[d] != 1))

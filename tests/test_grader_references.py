@@ -7,7 +7,7 @@ import pytest
 import ops
 from ops._jittor import jt
 from ops.scoring import fam_broadcast, fam_permute, fam_pool3d, fam_timex, harness
-from ops.scoring.harness import _InjectGrad, to_jittor, to_numpy
+from ops.scoring.harness import InjectGrad, to_jittor, to_numpy
 from ops.scoring.judge import judge
 from ops.scoring.spec import ReferenceSkipped
 
@@ -54,7 +54,7 @@ def _grade_in_process(fam, c, rng):
         outs, expected = fam.forward(c, ops, xs), fam.expected(c, arrays)
     else:
         ys, grads = fam.forward(c, ops, xs), fam.make_grads(c, rng)
-        loss = sum(_InjectGrad.apply(y, to_jittor(g, c.dtype)).sum() for y, g in zip(ys, grads))
+        loss = sum(InjectGrad.apply(y, to_jittor(g, c.dtype)).sum() for y, g in zip(ys, grads))
         outs, expected = jt.grad(loss, [xs[i] for i in c.grad_of]), fam.expected(c, arrays, grads)
     assert len(outs) == len(expected)
     return [judge(to_numpy(o), str(o.dtype), e) for o, e in zip(outs, expected)]

@@ -11,7 +11,7 @@ import ops
 from ops import pool3d as P
 from ops._jittor import jt
 from ops.scoring import fam_pool3d as F
-from ops.scoring.harness import _InjectGrad, to_numpy64
+from ops.scoring.harness import InjectGrad, to_numpy64
 from ops.scoring.harness import to_jittor as _to_jittor
 from ops.scoring.spec import DEFAULT_TOLERANCE, random_array
 
@@ -33,7 +33,7 @@ def grad(x_np, dy_np, dtype, **kw):
     """dx of max_pool3d with the output gradient dy (only our backward kernels run)."""
     x = to_jittor(x_np, dtype)
     y = ops.max_pool3d(x, **kw)
-    loss = _InjectGrad.apply(y, to_jittor(dy_np, dtype)).sum()
+    loss = InjectGrad.apply(y, to_jittor(dy_np, dtype)).sum()
     return jt.grad(loss, x)
 
 
@@ -673,7 +673,7 @@ def test_gradient_with_returned_indices(device, rng):
         x = jt.array(x_np)
         y, idx = ops.max_pool3d(x, return_indices=True, **kw)
         dy = random_array(tuple(y.shape), "float32", rng)
-        got = jt.grad(_InjectGrad.apply(y, jt.array(dy)).sum(), x).numpy()
+        got = jt.grad(InjectGrad.apply(y, jt.array(dy)).sum(), x).numpy()
         assert_grad_close(got, F.reference_grad(x_np.shape, F.reference_pool(x_np, **kw)[1], dy), "float32")
 
 
@@ -787,7 +787,7 @@ def _check_cpu_cases(rng):
         else:
             y = F.FAMILY.forward(c, ops, xs)[0]
             dy = random_array(tuple(y.shape), c.dtype, rng)
-            got = to_numpy64(jt.grad(_InjectGrad.apply(y, to_jittor(dy, c.dtype)).sum(), xs[0]))
+            got = to_numpy64(jt.grad(InjectGrad.apply(y, to_jittor(dy, c.dtype)).sum(), xs[0]))
             want = F.FAMILY.reference_backward(c, arrays, [dy])[0]
             np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=c.id)
 
@@ -884,7 +884,7 @@ def test_grad_source_is_the_backward_kernel_bit_for_bit(device, kw, rng):
     x = to_jittor(random_array((2, 3, 9, 10, 12), "float32", rng), "float32")
     y = ops.max_pool3d(x, **kw)
     dy = to_jittor(random_array(tuple(y.shape), "float32", rng), "float32")
-    got = jt.grad(_InjectGrad.apply(y, dy).sum(), x)
+    got = jt.grad(InjectGrad.apply(y, dy).sum(), x)
     plan = P.plan(tuple(x.shape), "float32", P.normalize_params(**kw), False, True, device == "cuda")
     launch = plan.launch
     kwargs = {k.replace("grad_src", "src"): (v[0] if k.endswith("grad_src") else v)

@@ -14,7 +14,7 @@ from ops._jittor import jt
 from ops import time_mix as X  # noqa: E402
 
 from ops.scoring import fam_timex as F  # noqa: E402
-from ops.scoring.harness import _InjectGrad, to_jittor, to_numpy64  # noqa: E402
+from ops.scoring.harness import InjectGrad, to_jittor, to_numpy64  # noqa: E402
 from ops.scoring.spec import ReferenceSkipped, random_array, round_to_bfloat16  # noqa: E402
 
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -33,7 +33,7 @@ def run_grads(w_np, k_np, g_np, dtype, eps=0.0):
     """(grad_w, grad_k) as float64 arrays, with the output gradient g injected as is."""
     w, k = to_jittor(w_np, dtype), to_jittor(k_np, dtype)
     out = ops.timex(w, k, eps)
-    loss = _InjectGrad.apply(out, to_jittor(g_np, dtype)).sum()
+    loss = InjectGrad.apply(out, to_jittor(g_np, dtype)).sum()
     gw, gk = jt.grad(loss, [w, k])
     return to_numpy64(gw), to_numpy64(gk)
 
@@ -587,7 +587,7 @@ def test_bfloat16_gradients_of_a_float32_output_gradient_are_rounded(device):
     w = to_jittor(np.ones((1, 2)), "bfloat16")
     k = to_jittor(np.ones((1, 1, 2)), "bfloat16")
     g = jt.array(np.array([[[1.005859375, 0.0]]], np.float32))
-    gw, gk = jt.grad(_InjectGrad.apply(ops.timex(w, k), g).sum(), [w, k])
+    gw, gk = jt.grad(InjectGrad.apply(ops.timex(w, k), g).sum(), [w, k])
     assert to_numpy64(gk).tolist() == [[[1.0078125, 0.0]]] and to_numpy64(gw).tolist() == [[0.0, 1.0078125]]
 
 

@@ -28,7 +28,7 @@ time per call, and ``ms = wall_ms``. A round in which jittor compiled a kernel (
 is discarded and run again. The clocks and syncs are bound at import, before the worker imports the graded
 module.
 Backward cases time only the backward: the forward outputs of each set are computed first, and the output
-gradient is injected (``_InjectGrad``) so that the op's own gradient code is all that runs.
+gradient is injected (``InjectGrad``) so that the op's own gradient code is all that runs.
 """
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def cpu_clock() -> bool:
     return not jt.flags.use_cuda and os.environ.get("OMP_NUM_THREADS") == "1"
 
 
-class _InjectGrad(jt.Function):
+class InjectGrad(jt.Function):
     """Identity whose gradient is a given tensor: the op upstream receives exactly ``dy``."""
 
     def execute(self, y, dy):
@@ -369,7 +369,7 @@ class JittorImpl:
             with jt.no_grad():
                 return list(self.forward(self.case, prepared))
         s = self.sets[k]
-        loss = sum(_InjectGrad.apply(o, d).sum() for o, d in zip(self._fwd_outs[k], prepared))
+        loss = sum(InjectGrad.apply(o, d).sum() for o, d in zip(self._fwd_outs[k], prepared))
         return list(jt.grad(loss, [s.xs[i] for i in self.case.grad_of]))
 
 
