@@ -50,25 +50,28 @@ def test_a_checked_call_judged_already_is_not_judged_again():
     assert judge_outputs(fam, case, None, files, known={"check": (True, "", 0.0, 1)}) == (True, "", 0.0, 1)
 
 
-def repeats_after_two_calls(samples, input_bytes):
-    """The pairs a Watch reports after two calls on different inputs whose samples are both ``samples``."""
-    watch = H.Watch(np.random.default_rng(3), lambda tag, outs: [tag])
-    outs = [jt.zeros((4096,), "float32")]
-    watch.prime(outs, on_device=False, input_bytes=input_bytes)
-    raw = [np.asarray(samples, dtype=np.float32).tobytes()]
-    watch.see(1, 10, raw, outs)
-    watch.see(1, 11, raw, outs)
-    return watch.repeats
 
-
-def test_a_costly_case_compares_calls_only_on_samples_that_carry_bits():
+def test_agreeing_samples_are_judged_unless_sparse_where_the_output_is_sparse():
     """A fresh call flips signs, so a sparse gradient's samples (mostly zeros) agree honestly among thousands of
-    calls: a costly case's pair goes to the parent only where enough sampled elements are nonzero; a cheap
-    case's always (its references cost little)."""
-    costly = H.SAMPLE_CHECK_BYTES
-    dense = np.arange(1, 65)
-    sparse = np.where(np.arange(64) % 8 == 0, dense, 0)  # 8 nonzero: 8 sign bits
-    assert len(repeats_after_two_calls(dense, costly)) == 1
-    assert repeats_after_two_calls(sparse, costly) == []
-    assert len(repeats_after_two_calls(sparse, 1024)) == 1
-    assert H.REPEAT_MIN_NONZERO > np.count_nonzero(sparse)
+    calls: such a pair is not judged where the checked call's reference is as sparse at those positions; samples
+    sparse where it is dense (memory nobody wrote) are, and so is every pair of dense samples."""
+    from types import SimpleNamespace
+    from ops.scoring.judge import Expected
+    from ops.scoring.judging import REPEAT_MIN_NONZERO, sparse_agreement
+    positions = list(range(0, 128, 2))
+    dense_values = np.arange(1.0, 129.0)
+    sparse_values = np.where(np.arange(128) % 16 == 0, dense_values, 0.0)  # 8 of the 64 sampled are nonzero
+
+    def pair(values):
+        sampled = np.asarray(values, dtype=np.float32)[positions]
+        return {"calls": [[1, 10], [1, 11]], "dtypes": ["float32"], "positions": [positions],
+                "samples": [sampled.tobytes().hex()]}
+
+    def case_with(reference):
+        return SimpleNamespace(expected=[[Expected(np.asarray(reference, dtype=np.float64), ("float32",))]])
+
+    assert np.count_nonzero(sparse_values[positions]) < REPEAT_MIN_NONZERO
+    assert sparse_agreement(case_with(sparse_values), pair(sparse_values))
+    assert not sparse_agreement(case_with(dense_values), pair(np.zeros(128)))
+    assert not sparse_agreement(case_with(sparse_values), pair(dense_values))
+    assert not sparse_agreement(SimpleNamespace(expected=[None]), pair(sparse_values))  # no reference kept: judged

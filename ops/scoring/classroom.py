@@ -229,8 +229,8 @@ class Grader:
             cpus = None  # the tiers' run has the host to itself
             if self.cpu_shares and index is not None:
                 cpus = self.cpu_shares[self.slots.index(gpu) % len(self.cpu_shares)]
-            proc = subprocess.Popen(child_argv(self.args, impl, tiers, self.out_dir, save_tiers, name, cpus), stdout=log,
-                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            proc = subprocess.Popen(child_argv(self.args, impl, tiers, self.out_dir, save_tiers, name, cpus),
+                                    stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
             with self._lock:
                 self._running[proc.pid] = proc
             try:

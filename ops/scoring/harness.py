@@ -551,11 +551,6 @@ LARGE_OUTPUT_BYTES = 64 << 20
 SAMPLED_EVERY_CPU = 8
 SAMPLED_MIN_CPU = 2
 MAX_REPEATS_REPORTED = 3  # pairs of calls with the same samples sent to the parent per case
-# A costly case's pair of calls is compared only where this many of its sampled elements are nonzero: a fresh call
-# flips signs, so samples carry about a bit per nonzero element, and a sparse gradient's (max_pool3d backward: 1 in
-# 8 nonzero, fewer where windows overlap) agree honestly among thousands of calls. Judging such pairs cost 6 of the
-# 8-9 references of each large max_pool3d backward, 2 s each (H100 table, 2026-11-27).
-REPEAT_MIN_NONZERO = 32
 # Sampled calls per round whose samples the parent judges on their call's reference, where a call's outputs hold at
 # most SAMPLE_CHECK_BYTES (every CPU case; its reference takes ~1 ms): a module that answers some calls with
 # memory it never wrote is found here (on a GPU every call is sampled, and compared with the case's earlier ones).
@@ -676,8 +671,6 @@ class Watch:
         if self.save is None:
             return
         key = b"".join(samples)
-        if not self.sample_checked and _nonzero_elements(samples, outs) < REPEAT_MIN_NONZERO:
-            return
         before = self.seen.setdefault(key, (k, number))
         if before != (k, number) and len(self.repeats) < MAX_REPEATS_REPORTED:
             self.repeats.append(self._entry([before, (k, number)], samples, outs))
@@ -717,12 +710,6 @@ class Watch:
 
 
 _SAMPLE_VIEW = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
-def _nonzero_elements(samples: List[bytes], outs) -> int:
-    """How many of the sampled elements (``samples``: the bytes of each output's) have a bit set."""
-    return sum(int(np.count_nonzero(np.frombuffer(b, _SAMPLE_VIEW[_itemsize(str(o.dtype))])))
-               for b, o in zip(samples, outs))
 
 
 class _Span:
