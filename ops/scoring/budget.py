@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from .args import allowed_cpus
 from .prepare import input_sets
 from .spec import Case, Family
 
@@ -23,20 +24,16 @@ PREPARERS = 3
 AHEAD = 8
 JUDGES = 3  # on a GPU host: finished cases judged at once while the worker runs the next
 DESIGN_CORES = 16  # the host the counts above were set on: fewer cores (a class child's share) scale them down
-
-
-def scaled(count: int) -> int:
-    """``count`` threads of a DESIGN_CORES host, in proportion on a process allowed fewer cores (at least 1)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return max(1, count * min(cores, DESIGN_CORES) // DESIGN_CORES)
 SPARE_BYTES = 8 << 30  # at most (and at most 1/16 of the free memory): judged cases' files kept as spares
 
 # Bytes a judge of one set holds per input element (float64 reference values and bounds, the verdict's float64
 # temporaries): what decides how many sets are judged at once.
 JUDGE_BYTES_PER_ELEMENT = 48
+
+
+def scaled(count: int) -> int:
+    """``count`` threads of a DESIGN_CORES host, in proportion on a process allowed fewer cores (at least 1)."""
+    return max(1, count * min(len(allowed_cpus()), DESIGN_CORES) // DESIGN_CORES)
 
 
 def available_memory() -> int:

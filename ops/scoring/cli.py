@@ -316,9 +316,10 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
         if why_not:
             ap.error(why_not)
     argv_shown = sys.argv[1:] if argv is None else argv
+    stored, tiers_device = None, None
     if args.tiers:
         try:
-            report.load_tiers(args.tiers)  # before any worker starts, a class's children included
+            stored, tiers_device = report.load_tiers(args.tiers)  # before any worker starts, a class's children's too
         except ValueError as err:
             return _usage_error(str(err), ap.prog)
     if args.class_mode:
@@ -329,7 +330,6 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
             env, references, results, module = merge_saved(args.from_json)
         except ValueError as err:
             return _usage_error(str(err))
-        stored = report.load_tiers(args.tiers)[0] if args.tiers else None
         grade_all(results, stored, "this run (missing in --tiers)")
         meta = {"date": stamp, "argv": argv_shown, "seed": "as saved", "impl": module, "references": references,
                 "tiers": args.tiers or "as measured", "merged_from": args.from_json}
@@ -341,7 +341,6 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
         families = load_families(args.op)
     except ValueError as err:
         ap.error(str(err))
-    stored, tiers_device = report.load_tiers(args.tiers) if args.tiers else (None, None)
 
     from .. import has_cuda
     from .worker import device_name

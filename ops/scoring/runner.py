@@ -286,7 +286,8 @@ def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, r
     # runs alone.
     overlap = device == "cuda" if overlap is None else overlap
     ahead = ThreadPoolExecutor(budget.scaled(budget.PREPARERS)) if overlap else None
-    judging = ThreadPoolExecutor(budget.scaled(budget.JUDGES)) if overlap else None
+    judges = budget.scaled(budget.JUDGES)
+    judging = ThreadPoolExecutor(judges) if overlap else None
     upcoming: Deque[Tuple[int, Future, int]] = collections.deque()  # (index, prepared, footprint)
     judged: Deque[Tuple[Future, int]] = collections.deque()  # (finished result, footprint), oldest first
     limit = budget.in_flight_limit()
@@ -345,7 +346,7 @@ def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, r
             res.phases["wait_prepare"] = round(waited, 3)
             settle(block=False)
             waiting = time.monotonic()
-            while len(judged) >= budget.scaled(budget.JUDGES):
+            while len(judged) >= judges:
                 settle(block=True)
             res.phases["wait_judges"] = round(time.monotonic() - waiting, 3)
             judged.append((judging.submit(finish), footprint))
