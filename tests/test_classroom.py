@@ -173,7 +173,7 @@ def test_an_interrupted_class_reports_the_submissions_it_finished(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.path.join(root, "tests"),
                                                        os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen([sys.executable, os.path.join(root, "get_score.py"), "--device", "cpu", "--op", "permute",
-                             "-k", "f16", "--direction", "fwd", "--no-torch", "--impl", "ops", "class_hang", "--csv",
+                             "-k", "f16", "--direction", "fwd", "--no-torch", "--impl", "ops", "class_hang", "class_slow", "--csv",
                              str(tmp_path / "c.csv"), "--class-dir", str(tmp_path / "class")],
                             env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -188,6 +188,7 @@ def test_an_interrupted_class_reports_the_submissions_it_finished(tmp_path):
     with open(tmp_path / "c.csv") as f:
         assert [r["impl"] for r in csv.DictReader(f)] == ["ops"]
     assert "interrupted" in (tmp_path / "class" / "class.md").read_text()
+    assert not (tmp_path / "class" / "class_slow.log").exists()  # nothing starts after the signal
 
 
 def test_a_hanging_submission_times_out_alone(tmp_path):

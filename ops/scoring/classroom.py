@@ -32,6 +32,7 @@ CSV_COLUMNS = ("impl", "points", "max_points", "correct", "cases", "seconds", "s
 STATUSES = ("ok", "wrong", "crashed", "import error", "timeout")
 IMPORT_ERROR_EXIT = 2  # the grader's exit status for a usage error or an --impl it cannot import
 TIERS_FILE = "tiers.json"
+STOP_GRACE_S = 30.0  # a stopped child's time to write its partial report before SIGKILL
 CLASS_MARKDOWN = "class.md"
 # The options of the class run that each child gets as they are (the rest: --impl, --tiers and the outputs are
 # the child's own).
@@ -233,11 +234,14 @@ class Grader:
                                     stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
             with self._lock:
                 self._running[proc.pid] = proc
+                late = self.stopped  # started while stop_all ran: it did not see this child
+            if late:
+                self._stop_group([proc])
             try:
                 proc.wait(timeout=self.timeout if timeout == -1.0 else timeout)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                self._stop(proc)
+                self._stop_group([proc])
             finally:
                 with self._lock:
                     self._running.pop(proc.pid, None)
@@ -250,26 +254,31 @@ class Grader:
         return row
 
     @staticmethod
-    def _stop(proc: subprocess.Popen) -> None:
-        """SIGTERM the child's session (the grader writes its partial report and exits), SIGKILL after 30 s."""
+    def _stop_group(procs: Sequence[subprocess.Popen], grace: float = STOP_GRACE_S) -> None:
+        """SIGTERM every child's session at once (each grader writes its partial report and exits), SIGKILL what
+        is left after ``grace`` seconds."""
         import signal
-        for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+            for proc in procs:
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + wait
+            for proc in procs:
+                try:
+                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
+            if all(proc.poll() is not None for proc in procs):
                 return
-            try:
-                proc.wait(timeout=wait)
-                return
-            except subprocess.TimeoutExpired:
-                continue
 
     def stop_all(self) -> None:
+        """No submission starts after this; the running ones are stopped together."""
         with self._lock:
             self.stopped = True
             running = list(self._running.values())
-        for proc in running:
-            self._stop(proc)
+        self._stop_group(running)
 
     def measure_tiers(self, impl: str = "ops") -> Row:
         """Tiers measured once, on the first slot, by grading ``impl`` with --save-tiers."""
@@ -285,7 +294,7 @@ class Grader:
         def work(gpu):
             while True:
                 with lock:
-                    if not queue:
+                    if not queue or self.stopped:
                         return
                     i, impl = queue.pop(0)
                 rows[i] = self._run(impl, gpu, tiers, index=i)

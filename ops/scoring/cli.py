@@ -270,7 +270,15 @@ def run_class(ap, args, argv_shown) -> int:
                                                      f"{r.correct}/{r.cases} correct ({r.seconds:.0f} s)",
                                                      file=sys.stderr, flush=True))
 
-    _stop_on_signals(grader.stop_all)
+    def stop_class():
+        # As a single run's watchdog: the process ends even where exiting hangs (seen on a 2-GPU host, cause
+        # not found), after the children's grace and the report.
+        watchdog = threading.Timer(classroom.STOP_GRACE_S + 10 + INTERRUPT_EXIT_S, os._exit, (EXIT_INTERRUPTED,))
+        watchdog.daemon = True
+        watchdog.start()
+        grader.stop_all()
+
+    _stop_on_signals(stop_class)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # jittor's handler would end this process when a child is killed
     tiers = args.tiers
     try:

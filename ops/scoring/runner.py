@@ -128,7 +128,8 @@ class Runner:
             earns nothing whatever its time, and a class's wrong submissions cost their GPU less."""
             def run():
                 try:
-                    known["check"] = judge_outputs(fam, case, prepared, {"check": check_files})
+                    known["check"] = judge_outputs(fam, case, prepared, {"check": check_files},
+                                                   threads=self.threads)
                 except Exception:
                     return
                 if not known["check"][0]:
