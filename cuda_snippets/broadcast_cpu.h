@@ -43,7 +43,6 @@ template <class Map> inline Params params(Map& data) { return ops_cpu::read_fiel
 template <class Shape, class Map> inline Params groups(const Shape& x_shape, const Shape& out_shape, Map& data) {
   if (!data.empty()) return params(data);
   Params p;
-  for (int i = 0; i < 128; ++i) p.v[i] = 0;
   const int rank = (int)out_shape.size(), lead = rank - (int)x_shape.size();
   long long dims[MAX_GROUPS];
   bool bcast[MAX_GROUPS];
@@ -65,11 +64,11 @@ template <class Shape, class Map> inline Params groups(const Shape& x_shape, con
   }
   long long run = 1;
   for (int i = n - 1; i >= 0; --i) {
-    p.v['A' + i] = (double)dims[i];
-    p.v['a' + i] = bcast[i] ? 0.0 : (double)run;
+    p.set('A' + i, (double)dims[i]);
+    p.set('a' + i, bcast[i] ? 0.0 : (double)run);
     if (!bcast[i]) run *= dims[i];
   }
-  p.v['n'] = n;
+  p.set('n', n);
   return p;
 }
 
@@ -133,11 +132,11 @@ inline void forward_runs(const E* x, E* out, int nd, const long long* dims, cons
 
 template <typename E> void forward_words(const E* x, E* out, long long numel, const Params& p) {
   (void)numel;
-  const int nd = (int)p.v['n'];
+  const int nd = (int)p['n'];
   long long dims[MAX_GROUPS], strides[MAX_GROUPS];
   for (int i = 0; i < nd; ++i) {
-    dims[i] = (long long)p.v['A' + i];
-    strides[i] = (long long)p.v['a' + i];
+    dims[i] = (long long)p['A' + i];
+    strides[i] = (long long)p['a' + i];
   }
   if (strides[nd - 1] == 0) return forward_runs<E, true>(x, out, nd, dims, strides);
   forward_runs<E, false>(x, out, nd, dims, strides);
@@ -166,7 +165,7 @@ template <typename A, int W = LANES, typename T> inline A sum_run(const T* x, lo
 }
 
 template <typename A, typename T, typename O> void row_reduce(const T* x, O* out, const Params& p) {
-  const long long R = (long long)p.v['R'], C = (long long)p.v['C'], S = (long long)p.v['S'], L = (long long)p.v['L'];
+  const long long R = (long long)p['R'], C = (long long)p['C'], S = (long long)p['S'], L = (long long)p['L'];
   for (long long r = 0; r < R; ++r)
     for (long long s = 0; s < S; ++s) {
       const long long lo = s * L, hi = lo + L < C ? lo + L : C;
@@ -175,7 +174,7 @@ template <typename A, typename T, typename O> void row_reduce(const T* x, O* out
 }
 
 template <typename A, typename T, typename O> void row_split_reduce(const T* x, O* out, A* partial, const Params& p) {
-  const long long R = (long long)p.v['R'], C = (long long)p.v['C'], S = (long long)p.v['S'], L = (long long)p.v['L'];
+  const long long R = (long long)p['R'], C = (long long)p['C'], S = (long long)p['S'], L = (long long)p['L'];
   for (long long r = 0; r < R; ++r) {
     A total = A(0);
     for (long long s = 0; s < S; ++s) {
@@ -219,8 +218,8 @@ template <typename A, typename T> inline void sum_columns(const T* x, long long 
 }
 
 template <typename A, typename T, typename O> void col_reduce(const T* x, O* out, const Params& p) {
-  const long long N = (long long)p.v['N'], M = (long long)p.v['M'], J = (long long)p.v['J'];
-  const long long S = (long long)p.v['S'], T_rows = (long long)p.v['T'];
+  const long long N = (long long)p['N'], M = (long long)p['M'], J = (long long)p['J'];
+  const long long S = (long long)p['S'], T_rows = (long long)p['T'];
   A* sums = ops_cpu::scratch<A, 1>(J);
   for (long long n = 0; n < N; ++n)
     for (long long s = 0; s < S; ++s) {
@@ -259,11 +258,11 @@ template <typename D> inline void add_block(double* a, const D* dout, long long 
 }
 
 template <typename D, typename T> void backward(const D* dout, T* dx, long long x_count, const Params& p) {
-  const int nd = (int)p.v['n'];
+  const int nd = (int)p['n'];
   long long dims[MAX_GROUPS], strides[MAX_GROUPS], idx[MAX_GROUPS];
   for (int i = 0; i < nd; ++i) {
-    dims[i] = (long long)p.v['A' + i];
-    strides[i] = (long long)p.v['a' + i];
+    dims[i] = (long long)p['A' + i];
+    strides[i] = (long long)p['a' + i];
     idx[i] = 0;
   }
   double* acc = ops_cpu::scratch<double, 0>(x_count);

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace ops_cpu {
@@ -35,15 +36,35 @@ typedef float __attribute__((may_alias)) alias_f32;
 // ("#m2a56b30"; the prefix '_' marks a backward's fields): jt.code builds and frees a map node per `data` entry
 // on every call, ~40 ns each on the 2-core CPU machine, so six fields in one key save ~0.2 us a call.
 // Entries of one character after the prefix (a value that is not an integer) are read too. (The CUDA launches
-// pack theirs by name, common.cuh's OpsData: their launchers read names as they read jittor's map.)
+// pack theirs by name, common.cuh's OpsData: their launchers read names as they read jittor's map.) A field the
+// launch did not pass is a fatal error naming it, not a 0.
 struct Fields {
   double v[128];
-  double operator[](int c) const { return v[c & 127]; }
+  uint64_t given[2] = {0, 0};
+  Fields() { std::memset(v, 0, sizeof(v)); }
+  void set(int c, double value) {
+    c &= 127;
+    v[c] = value;
+    given[c >> 6] |= 1ull << (c & 63);
+  }
+  double operator[](int c) const {
+    c &= 127;
+    if (!((given[c >> 6] >> (c & 63)) & 1))
+      LOGf << std::string("ops: the CPU kernel reads field '") + (char)c + "', which its launch did not pass";
+    return v[c];
+  }
 };
+
+// data[key] of jittor's map, or a fatal error naming the key (the map would read 0).
+template <class Map> inline double need(const Map& data, const char* key) {
+  const auto it = data.find(key);
+  if (it == data.end())  // one string: jittor's log puts blanks between the operands of <<
+    LOGf << std::string("ops: the CPU kernel reads data[\"") + key + "\"], which its launch did not pass";
+  return it->second;
+}
 
 template <class Map> inline Fields read_fields(const Map& data, char prefix = 0) {
   Fields f;
-  for (int i = 0; i < 128; ++i) f.v[i] = 0;
   for (const auto& kv : data) {
     const char* key = kv.first.data();
     const size_t n = kv.first.size();
@@ -53,7 +74,7 @@ template <class Map> inline Fields read_fields(const Map& data, char prefix = 0)
       i = 1;
     }
     if (n == i + 1) {
-      f.v[(unsigned char)key[i] & 127] = kv.second;
+      f.set((unsigned char)key[i], kv.second);
     } else if (i < n && key[i] == '#') {
       for (++i; i < n;) {
         const int c = (unsigned char)key[i++] & 127;
@@ -61,7 +82,7 @@ template <class Map> inline Fields read_fields(const Map& data, char prefix = 0)
         i += negative;
         long long value = 0;
         for (; i < n && key[i] >= '0' && key[i] <= '9'; ++i) value = value * 10 + (key[i] - '0');
-        f.v[c] = (double)(negative ? -value : value);
+        f.set(c, (double)(negative ? -value : value));
       }
     }
   }

@@ -56,7 +56,8 @@ struct OpsData {
     const int k = (int)std::strlen(key);
     for (int i = 0; i < n; ++i)
       if (len[i] == k && std::memcmp(name[i], key, k) == 0) return value[i];
-    LOGf << "ops: the kernel reads data[\"" << key << "\"], which its launch did not pass";
+    // one operand: jittor's log puts blanks between the operands of <<
+    LOGf << std::string("ops: the kernel reads data[\"") + key + "\"], which its launch did not pass";
     return 0.0;
   }
   double operator[](const std::string& key) const { return (*this)[key.c_str()]; }

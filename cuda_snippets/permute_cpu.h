@@ -44,18 +44,22 @@ struct Plan {
 // front (the grad source gets the forward's `data`).
 template <class Map> inline Plan plan(Map& data, bool grad = false) {
   const ops_cpu::Fields v = ops_cpu::read_fields(data, grad ? '_' : 0);
-  Plan p;
+  Plan p = Plan();
   p.mode = (int)v['m'];
+  if (p.mode == 0) return p;
   p.rank = (int)v['k'];
-  p.row = (long long)v['r'];
-  p.A = (long long)v['a'];
-  p.B = (long long)v['b'];
-  p.isb = (long long)v['i'];
-  p.osa = (long long)v['o'];
-  for (int k = 0; k < MAX_DIMS; ++k) {
+  if (p.mode == 1) {
+    p.row = (long long)v['r'];
+  } else {
+    p.A = (long long)v['a'];
+    p.B = (long long)v['b'];
+    p.isb = (long long)v['i'];
+    p.osa = (long long)v['o'];
+  }
+  for (int k = 0; k < p.rank && k < MAX_DIMS; ++k) {
     p.dim[k] = (long long)v['A' + k];
     p.in_stride[k] = (long long)v['I' + k];
-    p.out_stride[k] = (long long)v['Q' + k];
+    if (p.mode == 2) p.out_stride[k] = (long long)v['Q' + k];
   }
   return p;
 }

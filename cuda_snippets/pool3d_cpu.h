@@ -51,7 +51,8 @@ inline Geom geom(long long D, long long H, long long W, long long Do, long long 
   g.D = (int)D; g.H = (int)H; g.W = (int)W; g.Do = (int)Do; g.Ho = (int)Ho; g.Wo = (int)Wo;
   // A CPU launch's data is {"g"} alone unless a parameter is 16 or more; a one-entry map is read without
   // building and hashing the key (~200 instructions, a sixth of a tiny pooling's call).
-  const double packed = data.size() == 1 ? data.begin()->second : data["g"];
+  const auto first = data.begin();
+  const double packed = data.size() == 1 && first->first == "g" ? first->second : ops_cpu::need(data, "g");
   if (packed >= 0) {
     const long long v = (long long)packed;
     unpack3(v, 4, g.kd, g.kh, g.kw);
@@ -59,10 +60,10 @@ inline Geom geom(long long D, long long H, long long W, long long Do, long long 
     unpack3(v >> 24, 4, g.pd, g.ph, g.pw);
     unpack3(v >> 36, 4, g.dd, g.dh, g.dw);
   } else {
-    unpack3((long long)data["gk"], 17, g.kd, g.kh, g.kw);
-    unpack3((long long)data["gs"], 17, g.sd, g.sh, g.sw);
-    unpack3((long long)data["gp"], 17, g.pd, g.ph, g.pw);
-    unpack3((long long)data["gd"], 17, g.dd, g.dh, g.dw);
+    unpack3((long long)ops_cpu::need(data, "gk"), 17, g.kd, g.kh, g.kw);
+    unpack3((long long)ops_cpu::need(data, "gs"), 17, g.sd, g.sh, g.sw);
+    unpack3((long long)ops_cpu::need(data, "gp"), 17, g.pd, g.ph, g.pw);
+    unpack3((long long)ops_cpu::need(data, "gd"), 17, g.dd, g.dh, g.dw);
   }
   return g;
 }

@@ -229,7 +229,7 @@ def test_a_class_on_the_cpu(tmp_path):
 
 def test_the_parents_threads_scale_with_the_cores_it_may_use(monkeypatch):
     from ops.scoring import budget
-    for cores, want in ((32, 3), (16, 3), (8, 1), (1, 1)):
+    for cores, want in ((32, 5), (16, 5), (8, 2), (1, 1)):
         monkeypatch.setattr(budget.os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
         assert budget.scaled(budget.JUDGES) == want
     assert budget.scaled(16) == 1  # (1 core)

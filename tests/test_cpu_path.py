@@ -2,6 +2,8 @@
 each max_pool3d CPU code path (separable passes, compile-time W windows, flat and per-row H pass, stack and
 thread scratch, packed and wide geometry) against the float64 reference with ties, signed zeros and NaN, and
 the backward from saved indices against the GPU's gather index math run on the CPU, bit for bit."""
+import re
+
 import numpy as np
 import pytest
 
@@ -276,11 +278,26 @@ def test_fields_travel_in_one_data_entry_and_read_back():
             pack_fields({bad: 1})
     header = _codegen.include(("cpu_common.h",))
     src = ("auto f = ops_cpu::read_fields(data); auto g = ops_cpu::read_fields(data, '_');\n"
-           "const char keys[] = {'m', 'a', 'o', 'A', 'e', 'r'};\n"
-           "for (int i = 0; i < 6; ++i) { out0_p[i] = f[keys[i]]; out0_p[6 + i] = g[keys[i]]; }")
-    got = jt.code((12,), "float64", [jt.array(np.zeros(1, np.float32))], cpu_src=src, cpu_header=header,
+           "const char keys[] = {'m', 'a', 'o', 'A', 'e'};\n"
+           "for (int i = 0; i < 5; ++i) out0_p[i] = f[keys[i]];\n"
+           "out0_p[5] = g['m']; out0_p[6] = g['r'];")
+    got = jt.code((7,), "float64", [jt.array(np.zeros(1, np.float32))], cpu_src=src, cpu_header=header,
                   data=data).numpy()
-    np.testing.assert_array_equal(got, [2, 56, -30, 2 ** 40, 0.5, 0, 1, 0, 0, 0, 0, 16])
+    np.testing.assert_array_equal(got, [2, 56, -30, 2 ** 40, 0.5, 1, 16])
+
+
+@pytest.mark.parametrize("src, data, name", [
+    ("out0_p[0] = ops_cpu::read_fields(data)['m'] + ops_cpu::read_fields(data)['z'];", {"m": 2}, "field 'z'"),
+    ("out0_p[0] = ops_cpu::read_fields(data, '_')['m'];", {"m": 2}, "field 'm'"),  # not under the prefix
+    ('out0_p[0] = ops_cpu::need(data, "gk");', {"g": -1, "gs": 3}, 'data["gk"]'),
+])
+def test_a_field_the_launch_did_not_pass_is_an_error_naming_it(src, data, name):
+    """The CPU readers (cpu_common.h: read_fields, need) end the op naming what is missing, never read a 0."""
+    from ops._launch import pack_fields
+    packed = pack_fields(data) if "need" not in src else data
+    with pytest.raises(RuntimeError, match=re.escape(name) + ", which its launch did not pass"):
+        jt.code((1,), "float64", [jt.array(np.zeros(1, np.float32))], cpu_src=src,
+                cpu_header=_codegen.include(("cpu_common.h",)), data=packed).numpy()
 
 
 # Shapes for the tiles (blocks of 8 and 4, remainders, several tiles, batch dims), the rows (64-, 32-, 16-,
