@@ -17,7 +17,8 @@ jittor 1.3.11 needs help on two kinds of machine this package runs on:
   NumPy 2 every array crossing into or out of jittor is silently garbage (seen on an H100, 2026-11-22).
   The bootstrap refuses to go on rather than return wrong numbers.
 
-``plan_defaults`` decides which jittor environment variables to set (never one the user set), and
+``plan_defaults`` decides which jittor environment variables to set (never one the user set; those a parent
+process's bootstrap set, listed in ``OPS_JITTOR_SET``, are not the user's: ``users_env``), and
 ``patch_helper_cuda`` rewrites the two removed reads in jittor's own header, once, keeping the original
 beside it. ``OPS_JITTOR_BOOTSTRAP=0`` turns all of this off; ``OPS_PATCH_JITTOR_CUDA13=0`` only the patch,
 ``OPS_JITTOR_CUDNN=0`` only the cuDNN 9 build, ``OPS_JITTOR_NCCL=0`` only NCCL. A ``conv_opt`` or ``use_nccl``
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -50,6 +52,7 @@ PATCH_SWITCH = "OPS_PATCH_JITTOR_CUDA13"
 CUDNN_SWITCH = "OPS_JITTOR_CUDNN"
 NCCL_SWITCH = "OPS_JITTOR_NCCL"
 NCCL_VARS = ("use_nccl", "nccl_include_path", "nccl_lib_path")
+SET_MARK = "OPS_JITTOR_SET"  # JSON {name: value} of the variables the bootstrap set (children inherit them)
 
 # Each of these makes jittor download something at import when left at its default.
 OFFLINE_DEFAULTS = {"use_mkl": "0", "use_cutt": "0", "use_cutlass": "0", "use_nccl": "0"}
@@ -259,32 +262,56 @@ def link_nccl(libs: CudaLibs, cache_path: Optional[str]) -> Tuple[CudaLibs, str]
     return CudaLibs(cudnn=libs.cudnn, nccl=libs.nccl, nccl_links=folder, cudnn_wanted=libs.cudnn_wanted), ""
 
 
+def users_env(env: Mapping[str, str]) -> dict:
+    """``env`` as its user set it: without the variables an ancestor process's bootstrap set (``SET_MARK``) and
+    nobody changed since. A child inherits its parent's ``conv_opt=1``, which is no user's choice: taken as one,
+    it would keep the child's jittor (a pytest worker's, a grader worker's) off cuDNN."""
+    view = dict(env)
+    try:
+        inherited = json.loads(env.get(SET_MARK, "{}"))
+    except ValueError:
+        inherited = {}
+    if isinstance(inherited, dict):
+        for name, value in inherited.items():
+            if view.get(name) == value:
+                del view[name]
+    view.pop(SET_MARK, None)
+    return view
+
+
 def bootstrap(env=os.environ) -> Machine:
-    """Set jittor's defaults in ``env`` and apply the CUDA 13 fix where needed; call before importing jittor."""
+    """Set jittor's defaults in ``env`` and apply the CUDA 13 fix where needed; call before importing jittor.
+    The decisions read the user's variables only (``users_env``); ``SET_MARK`` records what this one set."""
     global LIBS
-    machine = probe_machine(env)
-    libs = find_cuda_libs(env, machine)
+    user = users_env(env)
+    machine = probe_machine(user)
+    libs = find_cuda_libs(user, machine)
     if libs.nccl is not None:
         libs, message = link_nccl(libs, _jittor_cache_path())
         if message:
             print(message, file=sys.stderr)
-    elif machine.gpu_count and "OMPI_COMM_WORLD_SIZE" in env and nccl_wanted(env):
+    elif machine.gpu_count and "OMPI_COMM_WORLD_SIZE" in user and nccl_wanted(user):
         print(NO_NCCL_MESSAGE, file=sys.stderr)
     LIBS = libs
-    env.update(plan_defaults(env, machine, libs))
+    ours = plan_defaults(user, machine, libs)
     jittor_dir = _jittor_dir()
-    if jittor_dir is not None and should_patch(env, machine):
+    if jittor_dir is not None and should_patch(user, machine):
         try:
             message = patch_helper_cuda(jittor_dir)
         except OSError as err:
             message = (f"ops: jittor's {jittor_dir}/extern/cuda/inc/helper_cuda.h needs a CUDA 13 fix but cannot "
                        f"be written ({err}); running jittor on the CPU. Reinstall jittor somewhere writable, "
                        f"or set nvcc_path to force a CUDA build.")
-            if "nvcc_path" not in env:  # a user-set nvcc_path wins, even here
-                env["nvcc_path"] = ""
+            if "nvcc_path" not in user:  # a user-set nvcc_path wins, even here
+                ours["nvcc_path"] = ""
         if message:
             print(message, file=sys.stderr)
-    if _switch_on(env, BOOTSTRAP_SWITCH):
+    if _switch_on(user, BOOTSTRAP_SWITCH):
+        for name in set(env) - set(user) - set(ours) - {SET_MARK}:  # an ancestor's choice not made here
+            del env[name]
+        env.update(ours)
+        env[SET_MARK] = json.dumps(ours, sort_keys=True)
+    if _switch_on(user, BOOTSTRAP_SWITCH):
         cache_path = _jittor_cache_path()
         cuda = machine.gpu_count > 0 and env.get("nvcc_path", None) != ""
         if cache_path and not core_built(cache_path, cuda):

@@ -1,4 +1,5 @@
 """Finding cuDNN 9 and NCCL and giving them to jittor (ops._cuda_libs, ops._jittor), on fake folder trees."""
+import json
 import os
 
 import pytest
@@ -167,6 +168,34 @@ def test_bootstrap_writes_links_in_jittors_cache_only(tmp_path, monkeypatch, cap
     assert written and all(p.startswith(str(cache)) for p in written)
     err = capsys.readouterr().err
     assert "cuDNN" not in err and "NCCL" not in err
+
+
+def test_a_child_process_inherits_the_bootstraps_variables_not_a_users_choice(tmp_path, monkeypatch):
+    """A process started by one that imported ops (a pytest or grader worker, a training script's child) finds
+    the parent's conv_opt=1 in its environment: it is the bootstrap's, so the child gets cuDNN too. A variable
+    the user set (or changed after the parent's bootstrap) still wins, and the parent's choices the child does
+    not make (use_nccl=0 where the child finds NCCL) are removed."""
+    site, cache = wheel_site(tmp_path / "site"), tmp_path / "cache"
+    cache.mkdir()
+    monkeypatch.setattr(boot, "probe_machine", lambda env: CUDA13)
+    monkeypatch.setattr(boot, "_jittor_dir", lambda: None)
+    monkeypatch.setattr(boot, "_jittor_cache_path", lambda: str(cache))
+    monkeypatch.setattr(boot.sys, "path", [str(site)])
+    monkeypatch.setattr(boot, "LIBS", boot.CudaLibs())
+    parent = {}
+    boot.bootstrap(parent)
+    assert parent["conv_opt"] == "1" and boot.SET_MARK in parent
+    child = dict(parent)
+    boot.bootstrap(child)
+    assert boot.LIBS.cudnn is not None and boot.LIBS.nccl is not None and child == parent
+    inherited_no_nccl = dict(parent, use_nccl="0", **{boot.SET_MARK: json.dumps(dict(
+        json.loads(parent[boot.SET_MARK]), use_nccl="0"))})
+    boot.bootstrap(inherited_no_nccl)
+    assert "use_nccl" not in inherited_no_nccl and boot.LIBS.nccl is not None
+    users = dict(parent, conv_opt="0")  # changed after the parent's bootstrap: the user's
+    boot.bootstrap(users)
+    assert boot.LIBS.cudnn is None and users["conv_opt"] == "0"
+    assert boot.users_env({boot.SET_MARK: "not json", "conv_opt": "1"}) == {"conv_opt": "1"}
 
 
 def test_unwritable_cache_means_no_nccl_and_one_line(tmp_path):
