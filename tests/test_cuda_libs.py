@@ -150,7 +150,8 @@ def test_what_is_looked_for_follows_switches_and_user_settings(tmp_path):
         assert got.nccl is None and got.cudnn is not None
 
 
-def test_bootstrap_writes_links_in_jittors_cache_only(tmp_path, monkeypatch, capsys):
+def fake_gpu_host(tmp_path, monkeypatch):
+    """A CUDA 13 machine whose sys.path holds the cuDNN and NCCL wheels, jittor's cache in ``tmp_path``."""
     site, cache = wheel_site(tmp_path / "site"), tmp_path / "cache"
     cache.mkdir()
     monkeypatch.setattr(boot, "probe_machine", lambda env: CUDA13)
@@ -158,6 +159,11 @@ def test_bootstrap_writes_links_in_jittors_cache_only(tmp_path, monkeypatch, cap
     monkeypatch.setattr(boot, "_jittor_cache_path", lambda: str(cache))
     monkeypatch.setattr(boot.sys, "path", [str(site)])
     monkeypatch.setattr(boot, "LIBS", boot.CudaLibs())
+    return cache
+
+
+def test_bootstrap_writes_links_in_jittors_cache_only(tmp_path, monkeypatch, capsys):
+    cache = fake_gpu_host(tmp_path, monkeypatch)
     before = snapshot(tmp_path)
     env = {}
     boot.bootstrap(env)
@@ -175,13 +181,7 @@ def test_a_child_process_inherits_the_bootstraps_variables_not_a_users_choice(tm
     the parent's conv_opt=1 in its environment: it is the bootstrap's, so the child gets cuDNN too. A variable
     the user set (or changed after the parent's bootstrap) still wins, and the parent's choices the child does
     not make (use_nccl=0 where the child finds NCCL) are removed."""
-    site, cache = wheel_site(tmp_path / "site"), tmp_path / "cache"
-    cache.mkdir()
-    monkeypatch.setattr(boot, "probe_machine", lambda env: CUDA13)
-    monkeypatch.setattr(boot, "_jittor_dir", lambda: None)
-    monkeypatch.setattr(boot, "_jittor_cache_path", lambda: str(cache))
-    monkeypatch.setattr(boot.sys, "path", [str(site)])
-    monkeypatch.setattr(boot, "LIBS", boot.CudaLibs())
+    fake_gpu_host(tmp_path, monkeypatch)
     parent = {}
     boot.bootstrap(parent)
     assert parent["conv_opt"] == "1" and boot.SET_MARK in parent
