@@ -96,3 +96,17 @@ def test_the_cuda_kernels_compile():
         + ["{ const void* ins[8] = {0}; ops_grader::sample_bytes(ins, 8, 4, (const int32_t*)0, 64, (uint8_t*)0); }"])
     ok, log = compile_check(header, body)
     assert ok, log[-3000:]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(5, 1, 1), (3, 45), (4, 33, 70)])
+def test_flips_at_positions_are_the_whole_arrays_flips_there(dtype, shape, rng):
+    """The judge's references of sampled elements read a call's inputs at a few positions (fresh.flip_at): the
+    same values as the whole flipped copy there, small arrays' low bits included."""
+    a = (edge_array if dtype.startswith(("float", "bfloat")) else random_array)(shape, dtype, rng)
+    keys = tuple(int(k) for k in rng.integers(0, 1 << 32, size=2))
+    idx = rng.integers(0, a.size, size=200)
+    for call in (0, 1, int(rng.integers(0, 1 << 30))):
+        want = fresh.flip_numpy(a, dtype, keys, call).reshape(-1)[idx]
+        got = fresh.flip_at(a, dtype, keys, call, idx)
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), (dtype, call)

@@ -913,3 +913,35 @@ def test_the_judges_argmax_is_kept_per_input_array():
     same_values = x.copy()
     assert P.argmax_of(same_values, params) is not first
     np.testing.assert_array_equal(P.argmax_of(same_values, params), first)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+@pytest.mark.parametrize("kw", [dict(kernel_size=2), dict(kernel_size=3, stride=1), dict(kernel_size=3, stride=2,
+                                padding=1, ceil_mode=True), dict(kernel_size=2, stride=3), dict(kernel_size=2,
+                                stride=1, dilation=2)])
+def test_the_judges_sampled_backward_references_are_the_whole_ones_there(dtype, kw, rng):
+    """A max_pool3d backward's references of sampled elements (Family.expected_at: the call's dy read at the
+    windows whose argmax is sampled) equal the whole reference's values and bounds at those positions, and
+    judge the whole reference's samples right and zeros wrong."""
+    from ops.scoring import prepare
+    from ops.scoring.fresh import call_number
+    from ops.scoring.judge import judge
+    from ops.scoring.families import load_families
+    from ops.scoring.spec import Case, edge_array, random_array
+    (fam,) = load_families(["max_pool3d"])
+    c = Case("max_pool3d", "t", "bwd", ((2, 3, 9, 8, 10),), dtype, tuple(kw.items()))
+    x = edge_array((2, 3, 9, 8, 10), dtype, rng)
+    dy = random_array(fam.output_shapes(c)[0], dtype, rng)
+    prepared = prepare.Prepared("", [([x], [dy])], [None], [0], seed=int(rng.integers(1 << 30)))
+    number = call_number(0, 17)
+    positions = [rng.integers(0, x.size, size=64).astype(np.int32)]
+    whole = fam.expected(c, *prepared.call_inputs(fam, c, 0, number))[0].take(positions[0].astype(np.int64))
+    (at,) = fam.expected_at(c, [x], [dy], [positions[0].astype(np.int64)], prepared.varied_at(c, 0, number))
+    assert at.kind == whole.kind and at.dtypes == whole.dtypes
+    np.testing.assert_array_equal(at.value, whole.value)
+    if whole.kind == "rounded":
+        np.testing.assert_array_equal(at.bound, whole.bound)
+    host = np.float32 if dtype == "bfloat16" else dtype
+    assert judge(np.asarray(whole.value, dtype=host), dtype, at)[0]
+    if np.count_nonzero(np.nan_to_num(whole.value)):
+        assert not judge(np.zeros(64, host), dtype, at)[0]

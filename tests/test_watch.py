@@ -51,27 +51,31 @@ def test_a_checked_call_judged_already_is_not_judged_again():
 
 
 
-def test_agreeing_samples_are_judged_unless_sparse_where_the_output_is_sparse():
-    """A fresh call flips signs, so a sparse gradient's samples (mostly zeros) agree honestly among thousands of
-    calls: such a pair is not judged where the checked call's reference is as sparse at those positions; samples
-    sparse where it is dense (memory nobody wrote) are, and so is every pair of dense samples."""
-    from types import SimpleNamespace
-    from ops.scoring.judge import Expected
-    from ops.scoring.judging import REPEAT_MIN_NONZERO, sparse_agreement
-    positions = list(range(0, 128, 2))
-    dense_values = np.arange(1.0, 129.0)
-    sparse_values = np.where(np.arange(128) % 16 == 0, dense_values, 0.0)  # 8 of the 64 sampled are nonzero
+def test_agreeing_samples_of_a_sparse_gradient_are_judged_on_both_calls():
+    """Two timed calls of a max_pool3d backward whose samples agree (mostly zeros: a sparse gradient's) are judged
+    on both calls' references at those elements, computed there only (Family.expected_at): stale zeros fail, a
+    call's own values pass for it and fail for another call."""
+    from ops.scoring import prepare
+    from ops.scoring.families import load_families
+    from ops.scoring.fresh import call_number
+    from ops.scoring.judging import judge_samples
+    from ops.scoring.spec import Case, random_array
+    rng = np.random.default_rng(11)
+    (fam,) = load_families(["max_pool3d"])
+    c = Case("max_pool3d", "t", "bwd", ((2, 4, 12, 12, 12),), "float32", (("kernel_size", 3), ("stride", 1)))
+    x, dy = random_array((2, 4, 12, 12, 12), "float32", rng), random_array(fam.output_shapes(c)[0], "float32", rng)
+    prepared = prepare.Prepared("", [([x], [dy])], [None], [0], seed=3)
+    positions = rng.integers(0, x.size, size=64)
+    first, second = call_number(0, 5), call_number(0, 6)
 
-    def pair(values):
-        sampled = np.asarray(values, dtype=np.float32)[positions]
-        return {"calls": [[1, 10], [1, 11]], "dtypes": ["float32"], "positions": [positions],
+    def entry(values, calls):
+        sampled = np.asarray(values, dtype=np.float32)
+        return {"calls": [[0, n] for n in calls], "dtypes": ["float32"], "positions": [positions.tolist()],
                 "samples": [sampled.tobytes().hex()]}
 
-    def case_with(reference):
-        return SimpleNamespace(expected=[[Expected(np.asarray(reference, dtype=np.float64), ("float32",))]])
-
-    assert np.count_nonzero(sparse_values[positions]) < REPEAT_MIN_NONZERO
-    assert sparse_agreement(case_with(sparse_values), pair(sparse_values))
-    assert not sparse_agreement(case_with(dense_values), pair(np.zeros(128)))
-    assert not sparse_agreement(case_with(sparse_values), pair(dense_values))
-    assert not sparse_agreement(SimpleNamespace(expected=[None]), pair(sparse_values))  # no reference kept: judged
+    own = fam.expected(c, *prepared.call_inputs(fam, c, 0, first))[0].value.reshape(-1)[positions]
+    assert 0 < np.count_nonzero(own) < 32
+    assert judge_samples(fam, c, prepared, entry(own, [first]))[0]
+    assert not judge_samples(fam, c, prepared, entry(np.zeros(64), [first, second]))[0]
+    ok, why = judge_samples(fam, c, prepared, entry(own, [first, second]))
+    assert not ok and "gave the same samples" in why

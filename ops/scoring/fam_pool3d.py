@@ -219,6 +219,31 @@ class MaxPool3dFamily(Family):
         acc = "float64" if c.dtype == "float64" else "float32"
         return [Expected(want, (c.dtype,), "rounded", sum_bound(want, l2, n, c.dtype, acc))]
 
+    def expected_at(self, c, arrays, grads_out, positions, varied_at):
+        """A backward's dx at the sampled positions: the dy of the windows whose argmax (kept per input set) is
+        one of them, as the call flipped it, summed per position; the bounds as ``expected`` gives them there."""
+        if c.direction == "fwd":
+            return None
+        x = arrays[0]
+        arg = argmax_of(x, case_params(c))
+        plane = int(np.prod(x.shape[-3:]))
+        a = arg.reshape(-1, int(np.prod(arg.shape[-3:])))
+        target = np.where(a >= 0, np.arange(a.shape[0])[:, None] * plane + a, -1).reshape(-1)
+        pos = np.asarray(positions[0], dtype=np.int64)
+        wanted = np.zeros(x.size + 1, dtype=bool)  # the last slot: windows with no element (-1)
+        wanted[pos] = True
+        windows = np.flatnonzero(wanted[target])
+        slots, inverse = np.unique(pos, return_inverse=True)
+        to_slot = np.searchsorted(slots, target[windows])
+        dy = varied_at(0, windows).astype(np.float64)
+        want = np.bincount(to_slot, weights=dy, minlength=slots.size)[inverse]
+        n = windows_per_input(c)
+        if n == 1:
+            return [Expected(want.astype(grads_out[0].dtype), (c.dtype,))]
+        l2 = np.sqrt(np.bincount(to_slot, weights=dy * dy, minlength=slots.size))[inverse]
+        acc = "float64" if c.dtype == "float64" else "float32"
+        return [Expected(want, (c.dtype,), "rounded", sum_bound(want, l2, n, c.dtype, acc))]
+
     def make_inputs(self, c, rng):
         arrays = super().make_inputs(c, rng)
         # float64 values that float32 holds exactly: jt.array(float64 array) rounds to float32 before the

@@ -171,6 +171,30 @@ def flip_numpy(arr: np.ndarray, dtype: str, keys: Tuple[int, int], call: int) ->
     return out
 
 
+def flip_at(arr: np.ndarray, dtype: str, keys: Tuple[int, int], call: int, idx: np.ndarray) -> np.ndarray:
+    """``flip_numpy(arr, dtype, keys, call).reshape(-1)[idx]``, computed for those flat positions only (the
+    judge's references of sampled elements)."""
+    _, view, mask, low, expo = _BITS[dtype]
+    shift = 16 if dtype == "bfloat16" else 0
+    flat = np.asarray(arr).reshape(-1)
+    idx = np.asarray(idx, dtype=np.int64).reshape(-1)
+    values = np.array(flat[idx], copy=True)
+    bits = values.view(view)
+    key = call_key(keys, call)
+    with np.errstate(over="ignore"):
+        h = (idx >> 5).astype(np.uint32) * np.uint32(_GOLDEN) + np.uint32(key)
+    picked = ((_mix(h) >> (idx & 31).astype(np.uint32)) & np.uint32(1)).astype(bool)
+    bits ^= np.where(picked, view(mask << shift), view(0))
+    if flat.size < RICH_ELEMENTS and low:
+        with np.errstate(over="ignore"):
+            h = idx.astype(np.uint32) * np.uint32(0x27D4EB2F) ^ np.uint32(key)
+        low_bits = _mix(h).astype(np.uint16 if dtype in ("float16", "bfloat16") else view).astype(view)
+        e = bits & view(expo << shift)
+        normal = (e != 0) & (e != view(expo << shift))
+        bits[normal] ^= ((low_bits & view(low)) << view(shift))[normal]
+    return values
+
+
 def call_number(k: int, count: int) -> int:
     """The number of the ``count``-th timed call on set ``k``: what its copies are flipped by (``call_key``)."""
     return (k << 24) | (count & 0xFFFFFF)

@@ -116,8 +116,7 @@ def judge_outputs(fam: Family, case: Case, prepared: Prepared, files: Dict[str, 
         if not ok:
             return False, why, err, checked
         worst = max(worst, err or 0.0)
-    repeats = [r for r in checks.get("repeats", []) if not sparse_agreement(prepared, r)]
-    for entry in checks.get("samples", []) + repeats:
+    for entry in checks.get("samples", []) + checks.get("repeats", []):
         ok, why = judge_samples(fam, case, prepared, entry)
         if not ok:
             return False, why, None, checked + len(entry["calls"])
@@ -125,42 +124,17 @@ def judge_outputs(fam: Family, case: Case, prepared: Prepared, files: Dict[str, 
     return True, "", worst, checked
 
 
-# Two timed calls whose samples agree are judged on both calls' references unless fewer than this many sampled
-# elements are nonzero where the checked call's reference is as sparse: a fresh call flips signs, so samples carry
-# about a bit per nonzero element, and a sparse gradient's (max_pool3d backward: 1 in 8 nonzero, fewer where
-# windows overlap) agree honestly among thousands of calls. Such pairs cost 6 of the 8-9 references, 2 s each, of
-# every large max_pool3d backward of the H100 table (2026-11-27).
-REPEAT_MIN_NONZERO = 32
-
-
-def sparse_agreement(prepared: Prepared, entry: dict) -> bool:
-    """Are two calls' agreeing samples (``entry``, a repeat) sparse where the output is sparse, so that honest
-    calls agree there? Samples sparse where the checked call's reference is dense (memory nobody wrote, zeros)
-    are not."""
-    def nonzero(values) -> int:
-        return sum(int(np.count_nonzero(v)) for v in values)
-
-    got = nonzero(np.frombuffer(bytes.fromhex(s), _sample_dtype(d)) for s, d in zip(entry["samples"], entry["dtypes"]))
-    expected = prepared.expected[0] if prepared.expected else None
-    if got >= REPEAT_MIN_NONZERO or not expected:
-        return False
-    want = nonzero(np.asarray(e.value).reshape(-1).take(np.asarray(p, dtype=np.int64))
-                   for e, p in zip(expected, entry["positions"]))
-    return want < REPEAT_MIN_NONZERO
-
-
 def judge_samples(fam: Family, case: Case, prepared: Prepared, entry: dict) -> Tuple[bool, str]:
     """Samples of the outputs of one timed call (a sampled call the worker drew) or of two (on different inputs,
     their samples bit for bit the same): right only where they are right for every listed call's inputs (an
     output of few distinct values may agree honestly). (ok, why)."""
     calls = entry["calls"]
+    positions = [np.asarray(p, dtype=np.int64) for p in entry["positions"]]
     for k, number in reversed(calls):
-        arrays, grads = prepared.call_inputs(fam, case, k, number)
-        expected = expected_outputs(fam, case, arrays, grads)
-        for i, (dtype, positions, sample, exp) in enumerate(zip(entry["dtypes"], entry["positions"],
-                                                               entry["samples"], expected)):
+        for i, (dtype, sample, exp) in enumerate(zip(entry["dtypes"], entry["samples"],
+                                                     sampled_expected(fam, case, prepared, k, number, positions))):
             got = host_values(np.frombuffer(bytes.fromhex(sample), _sample_dtype(dtype)), dtype)
-            ok, _, why = judge(got, dtype, exp.take(np.asarray(positions, dtype=np.int64)))
+            ok, _, why = judge(got, dtype, exp)
             if ok:
                 continue
             if len(calls) == 1:
@@ -170,6 +144,19 @@ def judge_samples(fam: Family, case: Case, prepared: Prepared, entry: dict) -> T
                            f"different inputs gave the same samples of output {i}, wrong for call "
                            f"{fresh.call_label(number)}: {why}")
     return True, ""
+
+
+def sampled_expected(fam: Family, case: Case, prepared: Prepared, k: int, number: int, positions) -> list:
+    """What call ``number`` on set ``k`` must give at ``positions`` (per output): the family's references of
+    those elements where it computes them (``Family.expected_at``: a max_pool3d backward's, ~1 s whole), else
+    its whole references there."""
+    arrays, grads = prepared.sets[k]
+    at = fam.expected_at(case, arrays, grads if case.direction == "bwd" else None, positions,
+                         prepared.varied_at(case, k, number))
+    if at is not None:
+        return at
+    arrays, grads = prepared.call_inputs(fam, case, k, number)
+    return [e.take(p) for e, p in zip(expected_outputs(fam, case, arrays, grads), positions)]
 
 
 def _sample_dtype(dtype: str):

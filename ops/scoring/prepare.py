@@ -58,6 +58,18 @@ class Prepared:
         varied = [fresh.flip_numpy(a, _case_dtype(case, a), key, number) for a, key in zip(varied, keys)]
         return (varied, list(grads)) if case.direction == "fwd" else (list(arrays), varied)
 
+    def varied_at(self, case: Case, k: int, number: int):
+        """``at(i, idx)``: the values at flat positions ``idx`` of the ``i``-th array call ``number`` on set ``k``
+        varies (what ``call_inputs`` would give there, without flipping whole arrays)."""
+        arrays, grads = self.sets[k]
+        varied = list(arrays if case.direction == "fwd" else grads)
+        keys = fresh.input_keys(self.seed, 0, len(varied))
+
+        def at(i: int, idx: np.ndarray) -> np.ndarray:
+            return fresh.flip_at(varied[i], _case_dtype(case, varied[i]), keys[i], number, idx)
+
+        return at
+
 
 def timed_sets(fam: Family, case: Case) -> List[int]:
     """The input sets the timed calls take in turn (set 0 is the check set, from ``--seed``; the others fresh):

@@ -245,6 +245,15 @@ class Family:
                 out.append(Expected(w, (str(w.dtype),)))
         return out
 
+    def expected_at(self, case: Case, arrays: Sequence[np.ndarray], grads_out: Optional[Sequence[np.ndarray]],
+                    positions: Sequence[np.ndarray], varied_at: Callable[[int, np.ndarray], np.ndarray]
+                    ) -> Optional[List[Expected]]:
+        """What each output must be at its flat ``positions`` only (1-D expectations), for a call whose varied
+        arrays (a forward's inputs, a backward's output gradients) ``varied_at(i, flat_idx)`` reads where needed
+        (``arrays``, ``grads_out``: the call's input set, unvaried). None: the family computes whole references
+        (the default); a family whose whole reference is costly computes these few elements instead."""
+        return None
+
     def expected_rows(self, case: Case, arrays: Sequence[np.ndarray], grads_out: Optional[Sequence[np.ndarray]]
                       ) -> Optional[Tuple[int, Callable[[slice], Expected]]]:
         """For a case with a single output: (its length along the first axis, a function giving what a block of
