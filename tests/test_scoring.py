@@ -294,6 +294,25 @@ def test_a_sum_the_wider_float_rounds_away_keeps_its_side(dtype, tiny):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_the_faithful_judge_asks_for_sides_only_one_step_away(dtype, rng):
+    """An element two or more steps from the rounded sum is wrong whatever the exact sum's side: the side is
+    computed only for elements one step away (a wrong output's every element would cost an exact sum)."""
+    want = _as_dtype(rng.uniform(1, 2, 64), dtype)
+    asked = []
+
+    def side(flat):
+        asked.extend(int(i) for i in flat)
+        return np.ones(len(flat), dtype=np.int8)
+
+    exp = Expected(want, (dtype,), "faithful", side)
+    got = want.copy()
+    got[3] = _step(want[3:4], dtype, 2)[0]
+    got[9] = _step(want[9:10], dtype, 1)[0]
+    ok, _, why = judge(got, dtype, exp)
+    assert not ok and why.startswith("1 elements off") and "first at (3,)" in why and asked == [9]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_the_transpose_add_judge_finds_sides_only_where_outputs_differ(dtype, rng):
     """The family's expectation gives the sides as a function of the differing elements (not computed for a
     right output): the same verdicts as the eager sides, on blocks of rows with their origin."""
@@ -593,7 +612,8 @@ def test_workers_share_one_hash_seed_and_cpu_workers_one_thread(tmp_path, monkey
 @pytest.mark.parametrize("case_id", ["permute/fwd/cpu_ta_f32", "permute/fwd/cpu_021_f32"])
 def test_judged_by_blocks_of_rows_as_whole(tmp_path, monkeypatch, case_id):
     """A judge by blocks of rows (small blocks here, several threads) passes what the whole judge passes and
-    fails what it fails, naming the element's index in the whole output."""
+    fails what it fails, naming the element's index in the whole output; the first failing block decides (the
+    rows after it are not judged)."""
     from ops.scoring import budget, judging
     from ops.scoring.families import load_families
     monkeypatch.setattr(budget, "ROW_BLOCK_ELEMENTS", 64)
@@ -611,7 +631,7 @@ def test_judged_by_blocks_of_rows_as_whole(tmp_path, monkeypatch, case_id):
     np.save(tmp_path / "out.npy", got)
     ok, _, why = judging.judge_by_rows(fam, c, arrays, [], listed, str(tmp_path), 3)
     assert not ok and judge(got, "float32", whole)[0] is False
-    assert f"first at {(1,) + last[1:]}" in why and "1 more blocks" in why
+    assert f"first at {(1,) + last[1:]}" in why and "on not judged" in why
     np.save(tmp_path / "out.npy", got[:-1])
     assert "rows" in judging.judge_by_rows(fam, c, arrays, [], listed, str(tmp_path), 3)[2]
 
