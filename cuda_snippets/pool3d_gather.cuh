@@ -128,6 +128,32 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather(const int* __restrict
   }
 }
 
+// bwd_scatter (disjoint windows that leave most of the input in none, such as k2s3): dx zeroed by a memset,
+// then each window's dy copied to its saved argmax, a thread per window. No element is the argmax of two
+// windows, so every element is written once at most: deterministic without atomics, and dx is dy's bits (as
+// the CPU path's copy). Moves dx once (the memset) + dy + indices, where the gather reads every element's
+// candidate windows.
+template <typename T, typename I, int BLOCK>
+__global__ void __launch_bounds__(BLOCK) pool3d_bwd_scatter(const int* __restrict__ idx, const T* __restrict__ dy,
+                                                            T* __restrict__ dx, const I windows, const I plane_out,
+                                                            const I plane_in) {
+  const I w = (I)blockIdx.x * BLOCK + threadIdx.x;
+  if (w >= windows) return;
+  const int at = idx[w];
+  if (at >= 0) dx[(w / plane_out) * plane_in + at] = dy[w];
+}
+
+template <typename T, typename I, int BLOCK>
+void pool3d_bwd_scatter_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom& g, long long planes) {
+  const I plane_in = (I)g.D * g.H * g.W, plane_out = (I)g.Do * g.Ho * g.Wo;
+  CHECK(cudaSuccess == cudaMemsetAsync(dx, 0, (size_t)planes * plane_in * sizeof(T), 0));
+  const I windows = (I)planes * plane_out;
+  if (windows == 0) return;
+  pool3d_bwd_scatter<T, I, BLOCK><<<(unsigned int)ops_ceil_div<long long>(windows, BLOCK), BLOCK>>>(
+      idx, dy, dx, windows, plane_out, plane_in);
+  OPS_CHECK_LAUNCH();
+}
+
 // The launcher: Win is a Pool3dWinC (compile-time window, checked against the geometry) or Pool3dWinR (the
 // geometry's window at run time).
 template <typename T, typename I, class Win, int RUN, int BLOCK>

@@ -42,12 +42,15 @@ fwd_cpu        the CPU path: each plane's maximum in three separable passes (D, 
 Backward (dx; never atomics, bit-identical across runs):
 
 =================== =========================================================================================
-bwd_gather          every window layout: every input element sums, in a fixed order, dy of the windows that
+bwd_gather          every other window layout: every input element sums, in a fixed order, dy of the windows that
                     can hold it and whose saved argmax is this element (the forward saves the int32 indices
                     when a backward may follow). A thread takes a run of ``vec`` adjacent elements of a row (16
                     bytes) and reads each window's index once for the run; window sizes, strides and dilations
                     are compile-time. One code (cuda_snippets/pool3d_gather.cuh) for CUDA and the CPU path.
                     Moves dy + indices + dx.
+bwd_scatter         disjoint windows that hold at most half of the input (k2s3): dx zeroed, then each window's dy
+                    copied to its saved argmax, a thread per window (no element is written twice). Moves dx + dy
+                    + indices.
 bwd_gather_cpu      the CPU path from the saved indices: dx zeroed, then dy of each output added at its index in
                     output order (each element sums its windows in the gather's order: the same dx bit for bit);
                     a copy where windows are disjoint.
@@ -115,6 +118,10 @@ GATHER_RUN_BYTES = 16
 # 0.0356 ms against 0.0558; partial runs (W = 63: k2s2 ceil 0.100 against 0.0728) and more windows (k8s1 0.182
 # against 0.115) lost.
 GATHER_WIDE_RUN_BYTES, GATHER_WIDE_MAX_WINDOWS = 32, 8
+# Disjoint windows that hold at most this share of the input scatter instead (bwd_scatter: memset, then a copy per
+# window): the gather's k2s3 (8,32,32,63,63) f32 (30% held) ran at 41% of the copy roofline, 0.108 ms against
+# PyTorch's 0.101 (H100, 2026-11-27); predicted ~0.055 ms scattered.
+SCATTER_MAX_COVERED = 0.5
 # Windows (kernel, stride, dilation) the gather takes at compile time; any other layer runs the same kernel with
 # the window at run time (Pool3dWinR).
 GATHER_WINDOWS = (
@@ -125,7 +132,7 @@ GATHER_WINDOWS = (
 # x instead (no indices kept) was 1.1-3.4x slower (k4s4 (4,32,32,64,64) f32 0.108 ms against 0.032).
 VARIANTS = {
     "fwd": ("fwd_k2s2_vec", "fwd_flat", "fwd_warp", "fwd_rows", "fwd_cpu"),
-    "bwd": ("bwd_gather", "bwd_gather_cpu"),
+    "bwd": ("bwd_gather", "bwd_scatter", "bwd_gather_cpu"),
 }
 # Forward modes (bit 1: values, bit 2: indices), as the kernels' MODE template argument.
 MODE_VALUES, MODE_BOTH = 1, 3
@@ -231,6 +238,13 @@ def clamp_exact(params: PoolParams) -> bool:
 def windows_disjoint(params: PoolParams) -> bool:
     """No input element lies in two windows: stride >= dilation * (kernel - 1) + 1 in every dim."""
     return all(s >= d * (k - 1) + 1 for k, s, d in zip(params.kernel, params.stride, params.dilation))
+
+
+def covered_fraction(spatial: Triple, out: Triple, params: PoolParams) -> float:
+    """The share of a plane's elements that some window holds, where windows are disjoint (padding and
+    dilation's gaps count as held: an upper bound)."""
+    return math.prod(min(1.0, o * (d * (k - 1) + 1) / n) if n else 1.0
+                     for n, o, k, d in zip(spatial, out, params.kernel, params.dilation))
 
 
 def windows_per_element(kernel: Triple, stride: Triple) -> int:
@@ -343,6 +357,8 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
     if direction == "bwd":
         if not cuda:
             return KernelConfig("bwd_gather_cpu", nopad=nopad, index_type=itype)
+        if windows_disjoint(params) and covered_fraction(spatial, out, params) <= SCATTER_MAX_COVERED:
+            return KernelConfig("bwd_scatter", block=BLOCK, index_type=itype)
         window = (params.kernel, params.stride, params.dilation)
         return KernelConfig("bwd_gather", vec=gather_run(params.kernel, params.stride, itemsize, spatial[2]),
                             block=BLOCK, index_type=itype, window=window if window in GATHER_WINDOWS else None)
@@ -387,6 +403,8 @@ def _entry(cfg: KernelConfig) -> tuple:
         return (v, cfg.vec, cfg.k[2], cfg.sw, cfg.pw, cfg.nopad)
     if v == "bwd_gather":
         return (v, cfg.window, cfg.vec)
+    if v == "bwd_scatter":
+        return (v,)
     return (v, cfg.k, cfg.nopad)  # fwd_warp
 
 
@@ -407,6 +425,8 @@ def _call(entry: tuple, mode: int = MODE_VALUES) -> str:
     if v == "fwd_rows":
         _, vec, kw, sw, pw, nopad = entry
         return f"pool3d_fwd_rows_launch<T, I, {vec}, {kw}, {sw}, {pw}, {_TF[nopad]}, {BLOCK}>(x, y, yi, g, planes)"
+    if v == "bwd_scatter":
+        return f"pool3d_bwd_scatter_launch<T, I, {BLOCK}>(idx, dy, dx, g, planes)"
     _, window, run = entry  # bwd_gather
     win = "Pool3dWinR" if window is None else f"Pool3dWinC<{', '.join(ks(t) for t in window)}>"
     return f"pool3d_bwd_gather_launch<T, I, {win}, {run}, {BLOCK}>(idx, dy, dx, g, planes)"
@@ -429,6 +449,7 @@ def menus(itemsize: int) -> dict:
     gather = [("bwd_gather", w, run) for w in GATHER_WINDOWS
               for run in ((narrow, wide) if wide_gather_allowed(w[0], w[1], itemsize) else (narrow,))]
     gather += [("bwd_gather", None, run) for run in sorted({narrow, wide if itemsize >= 4 else narrow})]
+    gather.append(("bwd_scatter",))
     return {"values": _codegen.Menu(k2s2 + flat + warp + rows, lambda e: _call(e, MODE_VALUES)),
             "both": _codegen.Menu(k2s2 + flat + warp, lambda e: _call(e, MODE_BOTH)),
             "gather": _codegen.Menu(gather, _call)}
@@ -476,7 +497,7 @@ def cuda_backward_src(index_type: str) -> str:
 def menu_index(cfg: KernelConfig, dtype, mode: int = MODE_VALUES) -> int:
     """The index of a CUDA configuration in its translation unit's menu (``data["v"]`` / ``data["bv"]``)."""
     itemsize = _codegen.ITEMSIZE[_codegen.dtype_name(dtype)]
-    if cfg.variant == "bwd_gather":
+    if cfg.variant in ("bwd_gather", "bwd_scatter"):
         name = "gather"
     else:
         name = "values" if mode == MODE_VALUES else "both"

@@ -437,7 +437,8 @@ SELECT_TABLE = [
      dict(vec=8, window=((2, 2, 2), (2, 2, 2), (1, 1, 1)))),
     # k4s4: the runtime window
     ((4, 32, 32, 64, 64), "float32", _kw(4), "bwd", True, "bwd_gather", dict(vec=8, window=None)),
-    ((8, 32, 32, 63, 63), "float32", _kw(2, 3), "bwd", True, "bwd_gather", dict(vec=4)),  # W = 63: 16 bytes
+    ((8, 32, 32, 63, 63), "float32", _kw(2, 3), "bwd", True, "bwd_scatter", {}),  # 30% of x in a window
+    ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8), (3, 8, 8)), "bwd", True, "bwd_gather", {}),  # 67%: gathers
     ((8, 32, 31, 63, 63), "float32", _kw(2, ceil=True), "bwd", True, "bwd_gather",
      dict(vec=4, window=((2, 2, 2), (2, 2, 2), (1, 1, 1)))),
     ((2, 3, 8, 8, 9), "float32", _kw(2), "bwd", False, "bwd_gather_cpu", dict(vec=1)),
