@@ -438,6 +438,7 @@ SELECT_TABLE = [
     # k4s4: the runtime window
     ((4, 32, 32, 64, 64), "float32", _kw(4), "bwd", True, "bwd_gather", dict(vec=8, window=None)),
     ((8, 32, 32, 63, 63), "float32", _kw(2, 3), "bwd", True, "bwd_scatter", {}),  # 30% of x in a window
+    ((2, 3, 10, 11, 13), "float16", _kw(2, 3, 1, ceil=True), "bwd", True, "bwd_scatter", {}),  # the tests' case
     ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8), (3, 8, 8)), "bwd", True, "bwd_gather", {}),  # 67%: gathers
     ((8, 32, 31, 63, 63), "float32", _kw(2, ceil=True), "bwd", True, "bwd_gather",
      dict(vec=4, window=((2, 2, 2), (2, 2, 2), (1, 1, 1)))),
@@ -641,6 +642,8 @@ GRAD_CASES = [
     ((3, 9, 8, 7), _kw(3, 2, ceil=True)),  # 4-D input, gather with ceil_mode
     ((1, 2, 9, 10, 13), _kw(3, 2, 1, 2)),  # gather, dilated and strided along W: runs split windows
     ((2, 3, 6, 5, 3), _kw(2, 1)),  # gather, a row shorter than one run
+    ((2, 3, 8, 9, 10), _kw(2, 3)),  # disjoint windows holding 30% of x: scatter on the GPU
+    ((2, 3, 10, 11, 13), _kw(2, 3, 1, ceil=True)),  # the same with padding
 ]
 
 
@@ -659,7 +662,7 @@ def test_gradients(device, dtype, rng):
 def test_gradients_are_deterministic(device, rng):
     # many windows share a maximum (few distinct values): the sums over them must not depend on timing
     x = rng.integers(0, 4, size=(4, 8, 12, 12, 12)).astype(np.float32)
-    for kw in (_kw(3, 1), _kw(8, 1), _kw(2), _kw(2, ceil=True)):
+    for kw in (_kw(3, 1), _kw(8, 1), _kw(2), _kw(2, ceil=True), _kw(2, 3)):
         want, arg = F.reference_pool(x, **kw)
         dy = random_array(want.shape, "float32", rng)
         first = grad(x, dy, "float32", **kw).numpy()
