@@ -154,6 +154,137 @@ void pool3d_bwd_scatter_launch(const int* idx, const T* dy, T* dx, const Pool3dG
   OPS_CHECK_LAUNCH();
 }
 
+// bwd_runs (overlapping windows whose W dilation is 1, several windows along W per element: k3s1, k8s1), two
+// passes instead of the gather's reads of every candidate window's argmax:
+// 1. a thread per output row (plane, od, oh) walks its windows along ow and sums dy over each run of
+//    consecutive windows with one argmax; it keeps the sum and the argmax at the argmax's column w (sums and
+//    heads: a row of W per output row, heads -1 where no run ends). Windows sharing an argmax are consecutive,
+//    and a later window's argmax column is never smaller, so a row has at most one run per column (NumPy
+//    emulation and proof: tests/test_pool3d.py, runs_backward_emulated).
+// 2. a thread per run of RUN input elements of a row sums, over the output rows whose windows can hold its row
+//    (od, oh ascending), the kept sums whose head is the element: k_d * k_h reads per element where the gather
+//    reads k_d * k_h * (k_w + RUN - 1) / RUN.
+// Deterministic: every sum in a fixed order. The scratch rows come from the device's stream-ordered pool
+// (cudaMallocAsync), told once per process to keep what it freed (its default release threshold of 0 would
+// give it back to the driver at every sync).
+template <typename T, typename I, int BLOCK>
+__global__ void __launch_bounds__(BLOCK) pool3d_bwd_runs(const int* __restrict__ idx, const T* __restrict__ dy,
+                                                         typename Pool3dAcc<T>::type* __restrict__ sums,
+                                                         int* __restrict__ heads, const I rows, const int Wo,
+                                                         const int W) {
+  typedef typename Pool3dAcc<T>::type A;
+  const I row = (I)blockIdx.x * BLOCK + threadIdx.x;
+  if (row >= rows) return;
+  const int* __restrict__ ip = idx + row * Wo;
+  const T* __restrict__ gp = dy + row * Wo;
+  A* __restrict__ sp = sums + row * W;
+  int* __restrict__ hp = heads + row * W;
+  for (int w = 0; w < W; ++w) hp[w] = -1;
+  int cur = -1;
+  A acc = A(0);
+  for (int ow = 0; ow < Wo; ++ow) {
+    const int at = ip[ow];
+    if (at < 0) continue;
+    if (at != cur) {
+      if (cur >= 0) {
+        hp[cur % W] = cur;
+        sp[cur % W] = acc;
+      }
+      cur = at;
+      acc = A(0);
+    }
+    acc = acc + pool3d_acc(gp[ow]);
+  }
+  if (cur >= 0) {
+    hp[cur % W] = cur;
+    sp[cur % W] = acc;
+  }
+}
+
+template <typename T, typename I, int RUN, int BLOCK>
+__global__ void __launch_bounds__(BLOCK) pool3d_bwd_runs_gather(const typename Pool3dAcc<T>::type* __restrict__ sums,
+                                                                const int* __restrict__ heads, T* __restrict__ dx,
+                                                                const Pool3dArgs<I> a, const Pool3dGatherDims gd,
+                                                                const bool vec_ok, const Pool3dWinR win) {
+  typedef typename Pool3dAcc<T>::type A;
+  const I item = (I)blockIdx.x * BLOCK + threadIdx.x;
+  if (item >= a.total) return;
+  I plane;
+  int id, ih, run;
+  pool3d_split(a, item, plane, id, ih, run);
+  const int w0 = run * RUN;
+  const int n = pool3d_min(RUN, gd.W - w0);
+  A acc[RUN];
+#pragma unroll
+  for (int r = 0; r < RUN; ++r) acc[r] = A(0);
+  const int td = id + gd.pd, th = ih + gd.ph;
+  const int pos0 = (id * gd.H + ih) * gd.W + w0;
+  int d_lo, d_hi, h_lo, h_hi;
+  pool3d_gather_range(td, td, win.kd, win.sd, win.dd, gd.Do, d_lo, d_hi);
+  pool3d_gather_range(th, th, win.kh, win.sh, win.dh, gd.Ho, h_lo, h_hi);
+  for (int od = d_lo; od <= d_hi; ++od) {
+    if (win.dd != 1 && (td - od * win.sd) % win.dd != 0) continue;
+    for (int oh = h_lo; oh <= h_hi; ++oh) {
+      if (win.dh != 1 && (th - oh * win.sh) % win.dh != 0) continue;
+      const I row = (plane * gd.Do + od) * gd.Ho + oh;
+      const int* __restrict__ hp = heads + row * gd.W + w0;
+      const A* __restrict__ sp = sums + row * gd.W + w0;
+#pragma unroll
+      for (int r = 0; r < RUN; ++r) {
+        if (r < n && hp[r] == pos0 + r) acc[r] = acc[r] + sp[r];
+      }
+    }
+  }
+  T* __restrict__ dp = dx + plane * a.plane_in + (I)(id * gd.H + ih) * gd.W + w0;
+  if (vec_ok) {
+    OpsVec<T, RUN> v;
+#pragma unroll
+    for (int r = 0; r < RUN; ++r) v.v[r] = pool3d_from_acc<T>(acc[r]);
+    *reinterpret_cast<OpsVec<T, RUN>*>(dp) = v;
+  } else {
+#pragma unroll
+    for (int r = 0; r < RUN; ++r) {
+      if (r < n) dp[r] = pool3d_from_acc<T>(acc[r]);
+    }
+  }
+}
+
+inline void pool3d_keep_freed_scratch() {
+  static int kept[64] = {0};  // per device: the default pool's release threshold raised once
+  int dev = 0;
+  CHECK(cudaSuccess == cudaGetDevice(&dev));
+  if (dev < 64 && !kept[dev]) {
+    cudaMemPool_t pool;
+    CHECK(cudaSuccess == cudaDeviceGetDefaultMemPool(&pool, dev));
+    unsigned long long keep = ~0ull;
+    CHECK(cudaSuccess == cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    kept[dev] = 1;
+  }
+}
+
+template <typename T, typename I, int RUN, int BLOCK>
+void pool3d_bwd_runs_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom& g, long long planes) {
+  typedef typename Pool3dAcc<T>::type A;
+  const I rows = (I)planes * g.Do * g.Ho;
+  const size_t entries = (size_t)rows * g.W;
+  pool3d_keep_freed_scratch();
+  void* scratch = nullptr;
+  CHECK(cudaSuccess == cudaMallocAsync(&scratch, entries * (sizeof(A) + sizeof(int)) + sizeof(A), 0));
+  A* sums = (A*)scratch;
+  int* heads = (int*)(sums + entries);
+  if (rows > 0) {
+    pool3d_bwd_runs<T, I, BLOCK><<<(unsigned int)ops_ceil_div<long long>(rows, BLOCK), BLOCK>>>(idx, dy, sums, heads,
+                                                                                                rows, g.Wo, g.W);
+  }
+  const Pool3dArgs<I> a = pool3d_args<I>(g, planes, ops_ceil_div(g.W, RUN), g.H, g.D);
+  const Pool3dGatherDims gd = {g.H, g.W, g.Do, g.Ho, g.Wo, g.pd, g.ph, g.pw};
+  const Pool3dWinR win = {g.kd, g.kh, g.kw, g.sd, g.sh, g.sw, g.dd, g.dh, g.dw};
+  const bool vec_ok = g.W % RUN == 0 && ((unsigned long long)dx) % (RUN * sizeof(T)) == 0;
+  pool3d_bwd_runs_gather<T, I, RUN, BLOCK><<<pool3d_grid<I, BLOCK>(a), BLOCK>>>(sums, heads, dx, a, gd, vec_ok, win);
+  CHECK(cudaSuccess == cudaFreeAsync(scratch, 0));
+  OPS_CHECK_LAUNCH();
+}
+
 // The launcher: Win is a Pool3dWinC (compile-time window, checked against the geometry) or Pool3dWinR (the
 // geometry's window at run time).
 template <typename T, typename I, class Win, int RUN, int BLOCK>

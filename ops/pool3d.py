@@ -51,6 +51,10 @@ bwd_gather          every other window layout: every input element sums, in a fi
 bwd_scatter         disjoint windows that hold at most half of the input (k2s3): dx zeroed, then each window's dy
                     copied to its saved argmax, a thread per window (no element is written twice). Moves dx + dy
                     + indices.
+bwd_runs            overlapping windows, W dilation 1, 3+ windows along W per element (k3s1, k8s1): per output
+                    row, one dy sum for each run of consecutive windows sharing an argmax, kept at the argmax's
+                    column; then each element sums, over the k_d * k_h rows that can hold it, the kept sums that
+                    name it. Moves dy + indices + two rows of W per output row + dx.
 bwd_gather_cpu      the CPU path from the saved indices: dx zeroed, then dy of each output added at its index in
                     output order (each element sums its windows in the gather's order: the same dx bit for bit);
                     a copy where windows are disjoint.
@@ -122,6 +126,11 @@ GATHER_WIDE_RUN_BYTES, GATHER_WIDE_MAX_WINDOWS = 32, 8
 # window): the gather's k2s3 (8,32,32,63,63) f32 (30% held) ran at 41% of the copy roofline, 0.108 ms against
 # PyTorch's 0.101 (H100, 2026-11-27); predicted ~0.055 ms scattered.
 SCATTER_MAX_COVERED = 0.5
+# Overlapping windows with W dilation 1 and at least this many windows along W per element take the two passes of
+# bwd_runs (per output row, one dy sum per run of windows sharing an argmax; then k_d * k_h reads per element):
+# the gather's k8s1 (2,16,32,32,32) f32 ran at 0.111 ms against PyTorch's 0.064, k3s1 (4,32,32,32,32) at 0.059
+# against 0.060 (H100, 2026-11-27); predicted ~0.04 ms for both.
+RUNS_MIN_W_WINDOWS = 3
 # Windows (kernel, stride, dilation) the gather takes at compile time; any other layer runs the same kernel with
 # the window at run time (Pool3dWinR).
 GATHER_WINDOWS = (
@@ -132,7 +141,7 @@ GATHER_WINDOWS = (
 # x instead (no indices kept) was 1.1-3.4x slower (k4s4 (4,32,32,64,64) f32 0.108 ms against 0.032).
 VARIANTS = {
     "fwd": ("fwd_k2s2_vec", "fwd_flat", "fwd_warp", "fwd_rows", "fwd_cpu"),
-    "bwd": ("bwd_gather", "bwd_scatter", "bwd_gather_cpu"),
+    "bwd": ("bwd_gather", "bwd_scatter", "bwd_runs", "bwd_gather_cpu"),
 }
 # Forward modes (bit 1: values, bit 2: indices), as the kernels' MODE template argument.
 MODE_VALUES, MODE_BOTH = 1, 3
@@ -359,6 +368,8 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
             return KernelConfig("bwd_gather_cpu", nopad=nopad, index_type=itype)
         if windows_disjoint(params) and covered_fraction(spatial, out, params) <= SCATTER_MAX_COVERED:
             return KernelConfig("bwd_scatter", block=BLOCK, index_type=itype)
+        if params.dilation[2] == 1 and -(-params.kernel[2] // params.stride[2]) >= RUNS_MIN_W_WINDOWS:
+            return KernelConfig("bwd_runs", vec=GATHER_RUN_BYTES // itemsize, block=BLOCK, index_type=itype)
         window = (params.kernel, params.stride, params.dilation)
         return KernelConfig("bwd_gather", vec=gather_run(params.kernel, params.stride, itemsize, spatial[2]),
                             block=BLOCK, index_type=itype, window=window if window in GATHER_WINDOWS else None)
@@ -405,6 +416,8 @@ def _entry(cfg: KernelConfig) -> tuple:
         return (v, cfg.window, cfg.vec)
     if v == "bwd_scatter":
         return (v,)
+    if v == "bwd_runs":
+        return (v, cfg.vec)
     return (v, cfg.k, cfg.nopad)  # fwd_warp
 
 
@@ -427,6 +440,8 @@ def _call(entry: tuple, mode: int = MODE_VALUES) -> str:
         return f"pool3d_fwd_rows_launch<T, I, {vec}, {kw}, {sw}, {pw}, {_TF[nopad]}, {BLOCK}>(x, y, yi, g, planes)"
     if v == "bwd_scatter":
         return f"pool3d_bwd_scatter_launch<T, I, {BLOCK}>(idx, dy, dx, g, planes)"
+    if v == "bwd_runs":
+        return f"pool3d_bwd_runs_launch<T, I, {entry[1]}, {BLOCK}>(idx, dy, dx, g, planes)"
     _, window, run = entry  # bwd_gather
     win = "Pool3dWinR" if window is None else f"Pool3dWinC<{', '.join(ks(t) for t in window)}>"
     return f"pool3d_bwd_gather_launch<T, I, {win}, {run}, {BLOCK}>(idx, dy, dx, g, planes)"
@@ -449,7 +464,7 @@ def menus(itemsize: int) -> dict:
     gather = [("bwd_gather", w, run) for w in GATHER_WINDOWS
               for run in ((narrow, wide) if wide_gather_allowed(w[0], w[1], itemsize) else (narrow,))]
     gather += [("bwd_gather", None, run) for run in sorted({narrow, wide if itemsize >= 4 else narrow})]
-    gather.append(("bwd_scatter",))
+    gather += [("bwd_scatter",), ("bwd_runs", narrow)]
     return {"values": _codegen.Menu(k2s2 + flat + warp + rows, lambda e: _call(e, MODE_VALUES)),
             "both": _codegen.Menu(k2s2 + flat + warp, lambda e: _call(e, MODE_BOTH)),
             "gather": _codegen.Menu(gather, _call)}
@@ -497,7 +512,7 @@ def cuda_backward_src(index_type: str) -> str:
 def menu_index(cfg: KernelConfig, dtype, mode: int = MODE_VALUES) -> int:
     """The index of a CUDA configuration in its translation unit's menu (``data["v"]`` / ``data["bv"]``)."""
     itemsize = _codegen.ITEMSIZE[_codegen.dtype_name(dtype)]
-    if cfg.variant in ("bwd_gather", "bwd_scatter"):
+    if cfg.variant in ("bwd_gather", "bwd_scatter", "bwd_runs"):
         name = "gather"
     else:
         name = "values" if mode == MODE_VALUES else "both"

@@ -421,17 +421,18 @@ SELECT_TABLE = [
     ((64, 64, 64, 128, 128), "float32", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(index_type="long long")),
     # gather: runs of 16 bytes along W (4 floats, 8 halves, 2 doubles), one per thread, or 32 bytes of 4- and
     # 8-byte elements where an element lies in at most 8 windows
-    ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "bwd", True, "bwd_gather",
-     dict(vec=4, window=((3, 3, 3), (1, 1, 1), (1, 1, 1)))),
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "bwd", True, "bwd_runs", dict(vec=4)),  # 3 windows along W
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 1, 0, 2), "bwd", True, "bwd_gather", dict(vec=4)),  # W dilated
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 1, 0, (2, 2, 1)), "bwd", True, "bwd_runs", dict(vec=4)),
     ((8, 64, 16, 56, 56), "float32", _kw(3, 2, 1), "bwd", True, "bwd_gather",
      dict(vec=8, window=((3, 3, 3), (2, 2, 2), (1, 1, 1)))),
     ((8, 64, 16, 56, 56), "float64", _kw(3, 2, 1), "bwd", True, "bwd_gather", dict(vec=4)),
     ((8, 64, 16, 56, 56), "bfloat16", _kw(3, 2, 1), "bwd", True, "bwd_gather", dict(vec=8)),
-    ((2, 16, 32, 32, 32), "float32", _kw(8, 1), "bwd", True, "bwd_gather", dict(vec=4, window=None)),
-    ((2, 16, 32, 32, 30), "float16", _kw(8, 1), "bwd", True, "bwd_gather",
-     dict(vec=8, window=None)),
-    ((2, 3, 5, 6, 7), "float64", _kw(3, 1), "bwd", True, "bwd_gather", dict(vec=2)),
-    ((64, 64, 64, 128, 128), "float32", _kw(3, 1), "bwd", True, "bwd_gather", dict(index_type="long long")),
+    ((2, 16, 32, 32, 32), "float32", _kw(8, 1), "bwd", True, "bwd_runs", dict(vec=4)),
+    ((2, 16, 32, 32, 30), "float16", _kw(8, 1), "bwd", True, "bwd_runs", dict(vec=8)),
+    ((2, 3, 5, 6, 7), "float64", _kw(3, 1), "bwd", True, "bwd_runs", dict(vec=2)),
+    ((64, 64, 64, 128, 128), "float32", _kw(3, 1), "bwd", True, "bwd_runs", dict(index_type="long long")),
+    ((64, 64, 64, 128, 128), "float32", _kw(3, 2, 1), "bwd", True, "bwd_gather", dict(index_type="long long")),
     # disjoint windows gather too
     ((8, 32, 32, 64, 64), "float32", _kw(2), "bwd", True, "bwd_gather",
      dict(vec=8, window=((2, 2, 2), (2, 2, 2), (1, 1, 1)))),
@@ -644,6 +645,8 @@ GRAD_CASES = [
     ((2, 3, 6, 5, 3), _kw(2, 1)),  # gather, a row shorter than one run
     ((2, 3, 8, 9, 10), _kw(2, 3)),  # disjoint windows holding 30% of x: scatter on the GPU
     ((2, 3, 10, 11, 13), _kw(2, 3, 1, ceil=True)),  # the same with padding
+    ((1, 2, 10, 11, 9), _kw(3, 1, 1, (2, 2, 1), ceil=True)),  # runs: padding, D and H dilated
+    ((2, 2, 8, 9, 11), _kw(5, (1, 1, 2), 2)),  # runs: W stride 2, 3 windows along W
 ]
 
 
@@ -949,3 +952,67 @@ def test_the_judges_sampled_backward_references_are_the_whole_ones_there(dtype, 
     assert judge(np.asarray(whole.value, dtype=host), dtype, at)[0]
     if np.count_nonzero(np.nan_to_num(whole.value)):
         assert not judge(np.zeros(64, host), dtype, at)[0]
+
+
+def runs_backward_emulated(x_shape, arg, dy, kw):
+    """bwd_runs (pool3d_gather.cuh) in NumPy, loop for loop: pass 1 walks each output row (plane, od, oh) along
+    ow and keeps, per input column w, the dy sum of the run of consecutive windows whose argmax has that column
+    (a row has at most one such run per column where W's dilation is 1: the assertion); pass 2 sums, for each
+    input element, the kept sums of the rows whose windows can hold it where the kept argmax is the element."""
+    D, H, W = x_shape[-3:]
+    Do, Ho, Wo = arg.shape[-3:]
+    a = arg.reshape(-1, Do, Ho, Wo)
+    g = np.asarray(dy, dtype=np.float64).reshape(-1, Do, Ho, Wo)
+    planes = a.shape[0]
+    sums = np.zeros((planes, Do, Ho, W))
+    heads = np.full((planes, Do, Ho, W), -1, dtype=np.int64)
+    for pl in range(planes):
+        for od in range(Do):
+            for oh in range(Ho):
+                cur, acc = -1, 0.0
+                for ow in range(Wo):
+                    v = a[pl, od, oh, ow]
+                    if v < 0:
+                        continue
+                    if v != cur:
+                        if cur >= 0:
+                            assert heads[pl, od, oh, cur % W] == -1
+                            heads[pl, od, oh, cur % W], sums[pl, od, oh, cur % W] = cur, acc
+                        cur, acc = v, 0.0
+                    acc += g[pl, od, oh, ow]
+                if cur >= 0:
+                    assert heads[pl, od, oh, cur % W] == -1
+                    heads[pl, od, oh, cur % W], sums[pl, od, oh, cur % W] = cur, acc
+    p = P.normalize_params(kw["kernel_size"], kw.get("stride"), kw.get("padding", 0), kw.get("dilation", 1),
+                           kw.get("ceil_mode", False))
+
+    def rows_holding(t, n_out, k, s, pad, dl):
+        return [o for o in range(n_out) if (t + pad - o * s) % dl == 0 and 0 <= (t + pad - o * s) // dl < k]
+
+    dx = np.zeros((planes, D, H, W))
+    for d in range(D):
+        for h in range(H):
+            for od in rows_holding(d, Do, p.kernel[0], p.stride[0], p.padding[0], p.dilation[0]):
+                for oh in rows_holding(h, Ho, p.kernel[1], p.stride[1], p.padding[1], p.dilation[1]):
+                    mine = heads[:, od, oh, :] == (d * H + h) * W + np.arange(W)
+                    dx[:, d, h, :] += np.where(mine, sums[:, od, oh, :], 0.0)
+    return dx.reshape(x_shape)
+
+
+@pytest.mark.parametrize("shape, kw", [((2, 3, 7, 8, 9), _kw(3, 1)), ((1, 2, 9, 9, 10), _kw(8, 1)),
+                                       ((2, 2, 8, 9, 11), _kw(3, (1, 1, 2), 1)), ((2, 2, 9, 8, 10), _kw(4, 1, 2)),
+                                       ((1, 2, 10, 11, 9), _kw(3, 1, 1, (2, 2, 1), ceil=True)),
+                                       ((2, 2, 6, 7, 8), _kw((2, 3, 5), (1, 2, 1), (1, 1, 2)))])
+@pytest.mark.parametrize("values", ["ties", "edge"])
+def test_the_runs_backward_is_the_reference_gradient(shape, kw, values, rng):
+    """The two-pass backward of overlapping windows whose W dilation is 1 (bwd_runs), emulated: a row of windows
+    has one run per argmax column (windows sharing an argmax are consecutive; argmax columns never go back), so
+    pass 1's kept sums lose nothing and pass 2 finds each element's among its candidate rows. Ties (few values),
+    NaN and -inf (edge inputs) and padding included."""
+    from ops.scoring.spec import edge_array
+    x = (rng.integers(0, 3, size=shape).astype(np.float32) if values == "ties"
+         else edge_array(shape, "float32", rng, density=0.1))
+    _, arg = F.reference_pool(x, **kw)
+    dy = rng.standard_normal(arg.shape)
+    np.testing.assert_allclose(runs_backward_emulated(shape, arg, dy, kw), F.reference_grad(shape, arg, dy),
+                               rtol=1e-12, atol=1e-12)
