@@ -48,6 +48,23 @@ POOL3D_GATHER_FN void pool3d_gather_range(int t_first, int t_last, int k, int s,
   if (hi > n_out - 1) hi = n_out - 1;
 }
 
+// Calls fn(od, oh) for every output row whose windows can hold input row (id, ih), od then oh ascending (a dilated
+// window that skips the row is left out): the candidate rows of the gather and of bwd_runs' second pass.
+template <class Win, class Fn>
+POOL3D_GATHER_FN void pool3d_rows_holding(const Win& win, const Pool3dGatherDims& g, int id, int ih, Fn&& fn) {
+  const int td = id + g.pd, th = ih + g.ph;
+  int d_lo, d_hi, h_lo, h_hi;
+  pool3d_gather_range(td, td, win.kd, win.sd, win.dd, g.Do, d_lo, d_hi);
+  pool3d_gather_range(th, th, win.kh, win.sh, win.dh, g.Ho, h_lo, h_hi);
+  for (int od = d_lo; od <= d_hi; ++od) {
+    if (win.dd != 1 && (td - od * win.sd) % win.dd != 0) continue;
+    for (int oh = h_lo; oh <= h_hi; ++oh) {
+      if (win.dh != 1 && (th - oh * win.sh) % win.dh != 0) continue;
+      fn(od, oh);
+    }
+  }
+}
+
 // Sums into acc[0 .. n) the dy of every window whose saved argmax is one of the run's n elements.
 // ip, gp: the plane's saved indices and dy; LOAD converts one dy value to A.
 template <typename A, int RUN, typename T, class Win, class Load>
@@ -55,28 +72,22 @@ POOL3D_GATHER_FN void pool3d_gather_run(const Win& win, const Pool3dGatherDims& 
                                         int id, int ih, int w0, int n, A (&acc)[RUN], Load load) {
   POOL3D_GATHER_UNROLL
   for (int r = 0; r < RUN; ++r) acc[r] = A(0);
-  const int td = id + g.pd, th = ih + g.ph, tw = w0 + g.pw;
+  const int tw = w0 + g.pw;
   const int pos0 = (id * g.H + ih) * g.W + w0;
-  int d_lo, d_hi, h_lo, h_hi, w_lo, w_hi;
-  pool3d_gather_range(td, td, win.kd, win.sd, win.dd, g.Do, d_lo, d_hi);
-  pool3d_gather_range(th, th, win.kh, win.sh, win.dh, g.Ho, h_lo, h_hi);
+  int w_lo, w_hi;
   pool3d_gather_range(tw, tw + n - 1, win.kw, win.sw, win.dw, g.Wo, w_lo, w_hi);
-  for (int od = d_lo; od <= d_hi; ++od) {
-    if (win.dd != 1 && (td - od * win.sd) % win.dd != 0) continue;
-    for (int oh = h_lo; oh <= h_hi; ++oh) {
-      if (win.dh != 1 && (th - oh * win.sh) % win.dh != 0) continue;
-      const int orow = (od * g.Ho + oh) * g.Wo;
-      for (int ow = w_lo; ow <= w_hi; ++ow) {
-        const int r = ip[orow + ow] - pos0;
-        if ((unsigned int)r >= (unsigned int)n) continue;
-        const A v = load(gp + orow + ow);
-        POOL3D_GATHER_UNROLL
-        for (int q = 0; q < RUN; ++q) {
-          if (q == r) acc[q] = acc[q] + v;
-        }
+  pool3d_rows_holding(win, g, id, ih, [&](int od, int oh) {
+    const int orow = (od * g.Ho + oh) * g.Wo;
+    for (int ow = w_lo; ow <= w_hi; ++ow) {
+      const int r = ip[orow + ow] - pos0;
+      if ((unsigned int)r >= (unsigned int)n) continue;
+      const A v = load(gp + orow + ow);
+      POOL3D_GATHER_UNROLL
+      for (int q = 0; q < RUN; ++q) {
+        if (q == r) acc[q] = acc[q] + v;
       }
     }
-  }
+  });
 }
 
 #ifdef __CUDACC__
@@ -96,25 +107,24 @@ template <typename T> struct Pool3dGatherLoad {
   __device__ __forceinline__ typename Pool3dAcc<T>::type operator()(const T* p) const { return pool3d_acc(*p); }
 };
 
-// One thread per run of RUN elements of an input row; VEC_OK (the launch's W % RUN == 0): every run is whole
-// and RUN-aligned, stored as one vector.
-template <typename T, typename I, class Win, int RUN, int BLOCK>
-__global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather(const int* __restrict__ idx, const T* __restrict__ dy,
-                                                           T* __restrict__ dx, const Pool3dArgs<I> a,
-                                                           const Pool3dGatherDims gd, const bool vec_ok,
-                                                           const Win win) {
+// This thread's work item: a run of n <= RUN elements of input row (plane, id, ih) from column w0; false past
+// the last.
+template <typename I, int RUN, int BLOCK>
+__device__ __forceinline__ bool pool3d_run_item(const Pool3dArgs<I>& a, const Pool3dGatherDims& gd, I& plane,
+                                                int& id, int& ih, int& w0, int& n) {
   const I item = (I)blockIdx.x * BLOCK + threadIdx.x;
-  if (item >= a.total) return;
-  I plane;
-  int id, ih, run;
+  if (item >= a.total) return false;
+  int run;
   pool3d_split(a, item, plane, id, ih, run);
-  const int w0 = run * RUN;
-  const int n = pool3d_min(RUN, gd.W - w0);
-  typedef typename Pool3dAcc<T>::type A;
-  A acc[RUN];
-  pool3d_gather_run<A, RUN>(win, gd, idx + plane * a.plane_out, dy + plane * a.plane_out, id, ih, w0, n, acc,
-                            Pool3dGatherLoad<T>());
-  T* __restrict__ dp = dx + plane * a.plane_in + (I)(id * gd.H + ih) * gd.W + w0;
+  w0 = run * RUN;
+  n = pool3d_min(RUN, gd.W - w0);
+  return true;
+}
+
+// A work item's sums to dx: one vector where the run is whole and RUN-aligned (vec_ok), else element by element.
+template <typename T, int RUN>
+__device__ __forceinline__ void pool3d_store_run(T* __restrict__ dp, const typename Pool3dAcc<T>::type (&acc)[RUN],
+                                                 int n, bool vec_ok) {
   if (vec_ok) {
     OpsVec<T, RUN> v;
 #pragma unroll
@@ -126,6 +136,23 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather(const int* __restrict
       if (r < n) dp[r] = pool3d_from_acc<T>(acc[r]);
     }
   }
+}
+
+// One thread per run of RUN elements of an input row; VEC_OK (the launch's W % RUN == 0): every run is whole
+// and RUN-aligned, stored as one vector.
+template <typename T, typename I, class Win, int RUN, int BLOCK>
+__global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather(const int* __restrict__ idx, const T* __restrict__ dy,
+                                                           T* __restrict__ dx, const Pool3dArgs<I> a,
+                                                           const Pool3dGatherDims gd, const bool vec_ok,
+                                                           const Win win) {
+  I plane;
+  int id, ih, w0, n;
+  if (!pool3d_run_item<I, RUN, BLOCK>(a, gd, plane, id, ih, w0, n)) return;
+  typedef typename Pool3dAcc<T>::type A;
+  A acc[RUN];
+  pool3d_gather_run<A, RUN>(win, gd, idx + plane * a.plane_out, dy + plane * a.plane_out, id, ih, w0, n, acc,
+                            Pool3dGatherLoad<T>());
+  pool3d_store_run<T, RUN>(dx + plane * a.plane_in + (I)(id * gd.H + ih) * gd.W + w0, acc, n, vec_ok);
 }
 
 // bwd_scatter (disjoint windows that leave most of the input in none, such as k2s3): dx zeroed by a memset,
@@ -207,46 +234,23 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_runs_gather(const typename P
                                                                 const Pool3dArgs<I> a, const Pool3dGatherDims gd,
                                                                 const bool vec_ok, const Pool3dWinR win) {
   typedef typename Pool3dAcc<T>::type A;
-  const I item = (I)blockIdx.x * BLOCK + threadIdx.x;
-  if (item >= a.total) return;
   I plane;
-  int id, ih, run;
-  pool3d_split(a, item, plane, id, ih, run);
-  const int w0 = run * RUN;
-  const int n = pool3d_min(RUN, gd.W - w0);
+  int id, ih, w0, n;
+  if (!pool3d_run_item<I, RUN, BLOCK>(a, gd, plane, id, ih, w0, n)) return;
   A acc[RUN];
 #pragma unroll
   for (int r = 0; r < RUN; ++r) acc[r] = A(0);
-  const int td = id + gd.pd, th = ih + gd.ph;
   const int pos0 = (id * gd.H + ih) * gd.W + w0;
-  int d_lo, d_hi, h_lo, h_hi;
-  pool3d_gather_range(td, td, win.kd, win.sd, win.dd, gd.Do, d_lo, d_hi);
-  pool3d_gather_range(th, th, win.kh, win.sh, win.dh, gd.Ho, h_lo, h_hi);
-  for (int od = d_lo; od <= d_hi; ++od) {
-    if (win.dd != 1 && (td - od * win.sd) % win.dd != 0) continue;
-    for (int oh = h_lo; oh <= h_hi; ++oh) {
-      if (win.dh != 1 && (th - oh * win.sh) % win.dh != 0) continue;
-      const I row = (plane * gd.Do + od) * gd.Ho + oh;
-      const int* __restrict__ hp = heads + row * gd.W + w0;
-      const A* __restrict__ sp = sums + row * gd.W + w0;
-#pragma unroll
-      for (int r = 0; r < RUN; ++r) {
-        if (r < n && hp[r] == pos0 + r) acc[r] = acc[r] + sp[r];
-      }
-    }
-  }
-  T* __restrict__ dp = dx + plane * a.plane_in + (I)(id * gd.H + ih) * gd.W + w0;
-  if (vec_ok) {
-    OpsVec<T, RUN> v;
-#pragma unroll
-    for (int r = 0; r < RUN; ++r) v.v[r] = pool3d_from_acc<T>(acc[r]);
-    *reinterpret_cast<OpsVec<T, RUN>*>(dp) = v;
-  } else {
+  pool3d_rows_holding(win, gd, id, ih, [&](int od, int oh) {
+    const I row = (plane * gd.Do + od) * gd.Ho + oh;
+    const int* __restrict__ hp = heads + row * gd.W + w0;
+    const A* __restrict__ sp = sums + row * gd.W + w0;
 #pragma unroll
     for (int r = 0; r < RUN; ++r) {
-      if (r < n) dp[r] = pool3d_from_acc<T>(acc[r]);
+      if (r < n && hp[r] == pos0 + r) acc[r] = acc[r] + sp[r];
     }
-  }
+  });
+  pool3d_store_run<T, RUN>(dx + plane * a.plane_in + (I)(id * gd.H + ih) * gd.W + w0, acc, n, vec_ok);
 }
 
 inline void pool3d_keep_freed_scratch() {

@@ -151,7 +151,7 @@ def flip_bits(n: int, key: int, start: int = 0, stop: int = None) -> np.ndarray:
 def flip_numpy(arr: np.ndarray, dtype: str, keys: Tuple[int, int], call: int) -> np.ndarray:
     """A new array: ``arr`` (a host array of case dtype ``dtype``: bfloat16 as float32) as call ``call`` under
     ``keys`` sees it."""
-    _, view, mask, low, expo = _BITS[dtype]
+    _, view, mask, low, _ = _BITS[dtype]
     shift = 16 if dtype == "bfloat16" else 0  # the float32 that holds a bfloat16: its bits 16 and up
     out = np.array(arr, copy=True, order="C")
     flat = out.reshape(-1).view(view)
@@ -162,19 +162,27 @@ def flip_numpy(arr: np.ndarray, dtype: str, keys: Tuple[int, int], call: int) ->
         picked = flip_bits(flat.size, key, start, stop)
         flat[start:stop] ^= np.where(picked, pattern, view(0))
     if flat.size < RICH_ELEMENTS and low:
-        with np.errstate(over="ignore"):
-            h = np.arange(flat.size, dtype=np.uint32) * np.uint32(0x27D4EB2F) ^ np.uint32(key)
-        bits = _mix(h).astype(np.uint16 if dtype in ("float16", "bfloat16") else view).astype(view)
-        e = flat & view(expo << shift)
-        normal = (e != 0) & (e != view(expo << shift))
-        flat[normal] ^= ((bits & view(low)) << view(shift))[normal]
+        _flip_low_bits(flat, np.arange(flat.size), dtype, key)
     return out
+
+
+def _flip_low_bits(bits: np.ndarray, positions: np.ndarray, dtype: str, key: int) -> None:
+    """A small array's normal floats (``bits``: their bit patterns, at flat ``positions``) with the low
+    significand bits the call's hash of each position picks flipped, in place (grader_hash.h: low_bits)."""
+    _, view, _, low, expo = _BITS[dtype]
+    shift = 16 if dtype == "bfloat16" else 0
+    with np.errstate(over="ignore"):
+        h = positions.astype(np.uint32) * np.uint32(0x27D4EB2F) ^ np.uint32(key)
+    hashed = _mix(h).astype(np.uint16 if dtype in ("float16", "bfloat16") else view).astype(view)
+    e = bits & view(expo << shift)
+    normal = (e != 0) & (e != view(expo << shift))
+    bits[normal] ^= ((hashed & view(low)) << view(shift))[normal]
 
 
 def flip_at(arr: np.ndarray, dtype: str, keys: Tuple[int, int], call: int, idx: np.ndarray) -> np.ndarray:
     """``flip_numpy(arr, dtype, keys, call).reshape(-1)[idx]``, computed for those flat positions only (the
     judge's references of sampled elements)."""
-    _, view, mask, low, expo = _BITS[dtype]
+    _, view, mask, low, _ = _BITS[dtype]
     shift = 16 if dtype == "bfloat16" else 0
     flat = np.asarray(arr).reshape(-1)
     idx = np.asarray(idx, dtype=np.int64).reshape(-1)
@@ -186,12 +194,7 @@ def flip_at(arr: np.ndarray, dtype: str, keys: Tuple[int, int], call: int, idx: 
     picked = ((_mix(h) >> (idx & 31).astype(np.uint32)) & np.uint32(1)).astype(bool)
     bits ^= np.where(picked, view(mask << shift), view(0))
     if flat.size < RICH_ELEMENTS and low:
-        with np.errstate(over="ignore"):
-            h = idx.astype(np.uint32) * np.uint32(0x27D4EB2F) ^ np.uint32(key)
-        low_bits = _mix(h).astype(np.uint16 if dtype in ("float16", "bfloat16") else view).astype(view)
-        e = bits & view(expo << shift)
-        normal = (e != 0) & (e != view(expo << shift))
-        bits[normal] ^= ((low_bits & view(low)) << view(shift))[normal]
+        _flip_low_bits(bits, idx, dtype, key)
     return values
 
 
