@@ -12,14 +12,15 @@ from ops.scoring.compile_driver import warm_compile
 
 
 def forget(ids):
-    """Drop ``ids`` from the kernel folder's record of cases built (an earlier test run may have left them)."""
+    """Drop ``ids`` from the kernel folder's records of cases built (an earlier test run may have left them)."""
     path = os.path.join(jt.flags.cache_path, "jit", compile_pass.COMPILED_FILE)
-    key = compile_pass.fingerprint(ops)
+    code = compile_pass.fingerprint(ops)
     if os.path.exists(path):
         with open(path) as f:
             known = json.load(f)
-        if isinstance(known.get(key), dict):
-            known[key]["cases"] = [c for c in known[key]["cases"] if c not in ids]
+        for key, kept in known.items():
+            if key.partition("/")[0] == code and isinstance(kept, dict):
+                kept["cases"] = [c for c in kept["cases"] if c not in ids]
         with open(path, "w") as f:
             json.dump(known, f)
 
@@ -48,6 +49,25 @@ def test_cases_built_before_are_not_built_again(toy_worker_env, tmp_path):
     more = warm(ids)  # one case not built yet: only its graphs are
     assert more["finished"] and "skipped" not in more and 1 <= more["graphs"] < first["graphs"]
     assert warm(ids[1:])["skipped"].startswith("compiled before")
+
+
+def test_a_run_without_references_builds_and_remembers_ours_alone(toy_worker_env, tmp_path):
+    """A run that times no reference (a class child against stored tiers) builds only the graded module's graphs
+    and remembers them as such: a later run with the references builds theirs, and a run without them after a
+    full pass builds nothing."""
+    ids = ["toy/fwd/ok", "toy/bwd/ok"]
+    forget(ids)
+
+    def warm(references):
+        return warm_compile(ids, device="cpu", impl="ops", budget_s=300, limit_bytes=1 << 30, scratch=str(tmp_path),
+                            references=references)
+
+    alone = warm([])
+    assert alone["finished"] and "skipped" not in alone
+    full = warm(["naive", "jittor"])
+    assert "skipped" not in full and full["graphs"] > alone["graphs"]
+    assert warm([])["skipped"].startswith("compiled before")
+    assert warm(["naive"])["skipped"].startswith("compiled before")
 
 
 def test_failing_compiles_are_remembered_by_key(toy_worker_env):

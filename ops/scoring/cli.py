@@ -440,7 +440,7 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
             warm_started = time.monotonic()
             warmed = warm_compile([c.id for _, c in order], device=device, impl=args.impl, budget_s=warm_budget,
                                   limit_bytes=WARM_BATCH_BYTES[device], scratch=scratch, isolation=isolation,
-                                  on_ready=announce)
+                                  on_ready=announce, references=references)
             warmed["wall_s"] = round(time.monotonic() - warm_started, 1)
         progress.status("scoring")
         env, results = run_cases(order, device=device, impl=args.impl, references=references, seed=seed,

@@ -5,18 +5,20 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Callable, List, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from .logs import error_lines
 from .worker_proxy import ImplError, Worker, WorkerTimeout
 
 
 def warm_compile(case_ids: Sequence[str], *, device: str, impl: str, budget_s: float, limit_bytes: int,
-                 scratch: str, isolation=None, on_ready: Callable[[], None] = lambda: None) -> dict:
+                 scratch: str, isolation=None, on_ready: Callable[[], None] = lambda: None,
+                 references: Optional[Sequence[str]] = None) -> dict:
     """Compile every case's kernels before timing (``ops.scoring.compile_pass``), in one worker at a time: jittor
     compiles the new kernels of each batch of graphs in parallel, and no two processes race over jittor's
     generated files. Best effort within ``budget_s``: the worker is killed then, and timing compiles what is
-    left. A worker that dies in a batch (a kernel that faults, say) costs that batch: a new worker goes on
+    left. ``references``: the run's (None: all); the pass builds jittor's references only where the run times
+    them. A worker that dies in a batch (a kernel that faults, say) costs that batch: a new worker goes on
     with the cases after it. Returns what was done: {"finished", "batches": [each batch's figures],
     "crashed": [case ids of batches whose worker died], "graphs", "seconds" or "skipped", "errors"}."""
     done: dict = {"finished": False, "batches": [], "crashed": []}
@@ -34,7 +36,10 @@ def warm_compile(case_ids: Sequence[str], *, device: str, impl: str, budget_s: f
                 return done
             on_ready()
             w.next(max(0.0, deadline - time.monotonic()))
-            w.send({"warm": remaining, "limit_bytes": limit_bytes, "whole": attempt == 0})
+            job = {"warm": remaining, "limit_bytes": limit_bytes, "whole": attempt == 0}
+            if references is not None:
+                job["references"] = list(references)
+            w.send(job)
             while True:
                 msg = w.next(max(0.0, deadline - time.monotonic()))
                 if msg is None:  # died: skip the batch it was syncing, go on with the rest

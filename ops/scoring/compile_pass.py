@@ -105,15 +105,32 @@ def fingerprint(api) -> str:
     return h.hexdigest()[:24]
 
 
-def compiled_cases(code: str) -> set:
-    """Ids of the cases whose graphs a finished pass built under the code fingerprint ``code``."""
-    kept = _load(COMPILED_FILE).get(code)
-    return set(kept["cases"]) if isinstance(kept, dict) and isinstance(kept.get("cases"), list) else set()
+# The implementations whose graphs the pass builds: the graded module's and the references jittor runs. A run that
+# times no reference (a class child graded against stored tiers) builds ours alone.
+PASS_IMPLS = ("ours", "naive", "jittor")
 
 
-def remember_compiled(code: str, case_ids: Sequence[str]) -> None:
-    _add(COMPILED_FILE, code, {"cases": sorted(compiled_cases(code) | set(case_ids)),
-                               "date": time.strftime("%Y-%m-%d %H:%M")})
+def _record_key(code: str, names: Sequence[str]) -> str:
+    return code if set(names) >= set(PASS_IMPLS) else code + "/" + "+".join(sorted(set(names)))
+
+
+def compiled_cases(code: str, names: Sequence[str] = PASS_IMPLS) -> set:
+    """Ids of the cases whose graphs of ``names`` (or more) a finished pass built under the code fingerprint
+    ``code``."""
+    found = set()
+    for key, kept in _load(COMPILED_FILE).items():
+        base, _, built = key.partition("/")
+        if base == code and set(built.split("+") if built else PASS_IMPLS) >= set(names) and \
+                isinstance(kept, dict) and isinstance(kept.get("cases"), list):
+            found |= set(kept["cases"])
+    return found
+
+
+def remember_compiled(code: str, case_ids: Sequence[str], names: Sequence[str] = PASS_IMPLS) -> None:
+    key = _record_key(code, names)
+    kept = _load(COMPILED_FILE).get(key)
+    before = set(kept["cases"]) if isinstance(kept, dict) and isinstance(kept.get("cases"), list) else set()
+    _add(COMPILED_FILE, key, {"cases": sorted(before | set(case_ids)), "date": time.strftime("%Y-%m-%d %H:%M")})
 
 
 def handed_back(outs) -> list:
@@ -163,8 +180,9 @@ def probe_known_failures(items, failed: Dict[str, dict], stats: "SyncStats") -> 
     return records
 
 
-def warm_graphs(items, api, limit_bytes: int, report: Callable[[str, dict], None] = lambda kind, d: None) -> int:
-    """Build and sync every implementation's graph of each case (``items``: (family, case)), in batches of at
+def warm_graphs(items, api, limit_bytes: int, report: Callable[[str, dict], None] = lambda kind, d: None,
+                names: Sequence[str] = PASS_IMPLS) -> int:
+    """Build and sync the graphs of the implementations ``names`` (of ``PASS_IMPLS``) of each case (``items``: (family, case)), in batches of at
     most ``limit_bytes`` of inputs (uninitialized: values never change which kernels compile). Best effort: a graph
     that fails here fails again, with its reason, when timed. ``report("start", {"items": n})`` comes before a
     batch's syncs (``n`` of ``items`` consumed by it: a crash in that batch loses those), ``report("batch",
@@ -245,6 +263,8 @@ def warm_graphs(items, api, limit_bytes: int, report: Callable[[str, dict], None
         made_s += time.monotonic() - started
         for name, forward in (("ours", ours_forward(fam, api)), ("naive", fam.naive_forward),
                               ("jittor", fam.jittor_forward)):
+            if name not in names:
+                continue
             batch.append((compile_key(case, name), case.id, JittorImpl(case, forward, sets)))
         held += size
         consumed += 1

@@ -222,15 +222,18 @@ def main(argv=None) -> int:
         if "warm" in cmd:
             started = time.monotonic()
             code = compile_pass.fingerprint(api)
-            built_before = compile_pass.compiled_cases(code)
+            refs = cmd.get("references", compile_pass.PASS_IMPLS)
+            names = [n for n in compile_pass.PASS_IMPLS if n == "ours" or n in refs]
+            built_before = compile_pass.compiled_cases(code, names)
             todo = [c for c in cmd["warm"] if c not in built_before]
             if not todo:
                 emit("warmed", {"graphs": 0, "skipped": f"compiled before ({compile_pass.COMPILED_FILE})"})
             else:
                 built = compile_pass.warm_graphs([by_id[c] for c in todo], api, cmd["limit_bytes"],
-                                                 report=lambda kind, figures: emit("warm" + kind, figures))
+                                                 report=lambda kind, figures: emit("warm" + kind, figures),
+                                                 names=names)
                 if cmd.get("whole"):  # a pass after a crash is not known to have built every graph it was given
-                    compile_pass.remember_compiled(code, todo)
+                    compile_pass.remember_compiled(code, todo, names)
                 emit("warmed", {"graphs": built, "seconds": round(time.monotonic() - started, 1)})
         else:
             fam, case = by_id[cmd["case"]]
