@@ -22,8 +22,8 @@ PREPARE_THREADS = 3  # on a GPU host: the input sets of a case made (and their r
 # faster, and the fastest window counts.
 PREPARERS = 3
 AHEAD = 8
-# On a GPU host: finished cases judged at once while the worker runs the next (with 3, an H100 run's worker
-# waited 31 s of its 185 s for judges, 2026-11-27).
+# On a GPU host: finished cases judged at once while the worker runs the next (an H100 run's worker waited for
+# judges 31 s of 185 s with 3, 20 s of 159 s with 5; 2026-11-27).
 JUDGES = 5
 DESIGN_CORES = 16  # the host the counts above were set on: fewer cores (a class child's share) scale them down
 SPARE_BYTES = 8 << 30  # at most (and at most 1/16 of the free memory): judged cases' files kept as spares
