@@ -103,6 +103,21 @@ inline Pool3dWinR pool3d_gather_window(const Pool3dGeom& g, Pool3dWinR) {
   return win;
 }
 
+// A launch of a thread per run of RUN elements of an input row (the gather, bwd_runs' second pass): its work items,
+// the sizes they read, and whether every run is whole and RUN-aligned in dx (stored as one vector).
+template <typename I> struct Pool3dRunLaunch {
+  Pool3dArgs<I> a;
+  Pool3dGatherDims gd;
+  bool vec_ok;
+};
+template <typename T, typename I, int RUN>
+inline Pool3dRunLaunch<I> pool3d_run_launch(const Pool3dGeom& g, long long planes, const T* dx) {
+  const Pool3dRunLaunch<I> l = {pool3d_args<I>(g, planes, ops_ceil_div(g.W, RUN), g.H, g.D),
+                                {g.H, g.W, g.Do, g.Ho, g.Wo, g.pd, g.ph, g.pw},
+                                g.W % RUN == 0 && ((unsigned long long)dx) % (RUN * sizeof(T)) == 0};
+  return l;
+}
+
 template <typename T> struct Pool3dGatherLoad {
   __device__ __forceinline__ typename Pool3dAcc<T>::type operator()(const T* p) const { return pool3d_acc(*p); }
 };
@@ -280,11 +295,9 @@ void pool3d_bwd_runs_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom
     pool3d_bwd_runs<T, I, BLOCK><<<(unsigned int)ops_ceil_div<long long>(rows, BLOCK), BLOCK>>>(idx, dy, sums, heads,
                                                                                                 rows, g.Wo, g.W);
   }
-  const Pool3dArgs<I> a = pool3d_args<I>(g, planes, ops_ceil_div(g.W, RUN), g.H, g.D);
-  const Pool3dGatherDims gd = {g.H, g.W, g.Do, g.Ho, g.Wo, g.pd, g.ph, g.pw};
-  const Pool3dWinR win = {g.kd, g.kh, g.kw, g.sd, g.sh, g.sw, g.dd, g.dh, g.dw};
-  const bool vec_ok = g.W % RUN == 0 && ((unsigned long long)dx) % (RUN * sizeof(T)) == 0;
-  pool3d_bwd_runs_gather<T, I, RUN, BLOCK><<<pool3d_grid<I, BLOCK>(a), BLOCK>>>(sums, heads, dx, a, gd, vec_ok, win);
+  const Pool3dRunLaunch<I> l = pool3d_run_launch<T, I, RUN>(g, planes, dx);
+  pool3d_bwd_runs_gather<T, I, RUN, BLOCK><<<pool3d_grid<I, BLOCK>(l.a), BLOCK>>>(
+      sums, heads, dx, l.a, l.gd, l.vec_ok, pool3d_gather_window(g, Pool3dWinR()));
   CHECK(cudaSuccess == cudaFreeAsync(scratch, 0));
   OPS_CHECK_LAUNCH();
 }
@@ -294,10 +307,9 @@ void pool3d_bwd_runs_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom
 template <typename T, typename I, class Win, int RUN, int BLOCK>
 void pool3d_bwd_gather_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom& g, long long planes) {
   const Win win = pool3d_gather_window(g, Win());
-  const Pool3dArgs<I> a = pool3d_args<I>(g, planes, ops_ceil_div(g.W, RUN), g.H, g.D);
-  const Pool3dGatherDims gd = {g.H, g.W, g.Do, g.Ho, g.Wo, g.pd, g.ph, g.pw};
-  const bool vec_ok = g.W % RUN == 0 && ((unsigned long long)dx) % (RUN * sizeof(T)) == 0;
-  pool3d_bwd_gather<T, I, Win, RUN, BLOCK><<<pool3d_grid<I, BLOCK>(a), BLOCK>>>(idx, dy, dx, a, gd, vec_ok, win);
+  const Pool3dRunLaunch<I> l = pool3d_run_launch<T, I, RUN>(g, planes, dx);
+  pool3d_bwd_gather<T, I, Win, RUN, BLOCK><<<pool3d_grid<I, BLOCK>(l.a), BLOCK>>>(idx, dy, dx, l.a, l.gd, l.vec_ok,
+                                                                                  win);
   OPS_CHECK_LAUNCH();
 }
 #endif

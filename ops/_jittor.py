@@ -311,7 +311,6 @@ def bootstrap(env=os.environ) -> Machine:
             del env[name]
         env.update(ours)
         env[SET_MARK] = json.dumps(ours, sort_keys=True)
-    if _switch_on(user, BOOTSTRAP_SWITCH):
         cache_path = _jittor_cache_path()
         cuda = machine.gpu_count > 0 and env.get("nvcc_path", None) != ""
         if cache_path and not core_built(cache_path, cuda):

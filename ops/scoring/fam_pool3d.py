@@ -155,15 +155,19 @@ def argmax_of(x: np.ndarray, params: dict) -> np.ndarray:
     return arg
 
 
+def window_targets(x_shape, arg: np.ndarray) -> np.ndarray:
+    """Each window's argmax as a flat index into x (windows in dy's order), -1 where the window holds nothing."""
+    plane = int(np.prod(x_shape[-3:]))
+    a = arg.reshape(-1, int(np.prod(arg.shape[-3:])))
+    return np.where(a >= 0, np.arange(a.shape[0])[:, None] * plane + a, -1).reshape(-1)
+
+
 def reference_grad(x_shape, arg: np.ndarray, dy: np.ndarray) -> np.ndarray:
     """float64 dx: each dy goes to its window's argmax (summed where windows share one)."""
-    lead, plane = tuple(x_shape[:-3]), int(np.prod(x_shape[-3:]))
-    planes = int(np.prod(lead)) if lead else 1
-    a = arg.reshape(planes, -1)
-    g = np.asarray(dy, dtype=np.float64).reshape(planes, -1)
-    keep = a >= 0
-    flat = (np.arange(planes)[:, None] * plane + a)[keep]
-    return np.bincount(flat, weights=g[keep], minlength=planes * plane).reshape(x_shape)
+    target = window_targets(x_shape, arg)
+    keep = target >= 0
+    g = np.asarray(dy, dtype=np.float64).reshape(-1)
+    return np.bincount(target[keep], weights=g[keep], minlength=int(np.prod(x_shape))).reshape(x_shape)
 
 
 def _spatial_out(c: Case) -> Tuple[int, int, int]:
@@ -212,12 +216,18 @@ class MaxPool3dFamily(Family):
         arg = argmax_of(arrays[0], case_params(c))
         dy = np.asarray(grads_out[0], dtype=np.float64)
         want = reference_grad(arrays[0].shape, arg, dy)
+        return self._gradient(c, want, grads_out[0].dtype,
+                              lambda: np.sqrt(reference_grad(arrays[0].shape, arg, dy * dy)))
+
+    def _gradient(self, c, want, dy_dtype, l2):
+        """dx's expectation: a copy of one dy or zero where no input element is in two windows (in dy's own
+        dtype, which the judge compares bit for bit), else ``want`` within the bound of its sums (``l2()``: the
+        2-norm of each element's terms, computed only then)."""
         n = windows_per_input(c)
-        if n == 1:  # each dx a copy of one dy or zero: in dy's own dtype, which the judge compares bit for bit
-            return [Expected(want.astype(grads_out[0].dtype), (c.dtype,))]
-        l2 = np.sqrt(reference_grad(arrays[0].shape, arg, dy * dy))
+        if n == 1:
+            return [Expected(want.astype(dy_dtype), (c.dtype,))]
         acc = "float64" if c.dtype == "float64" else "float32"
-        return [Expected(want, (c.dtype,), "rounded", sum_bound(want, l2, n, c.dtype, acc))]
+        return [Expected(want, (c.dtype,), "rounded", sum_bound(want, l2(), n, c.dtype, acc))]
 
     def expected_at(self, c, arrays, grads_out, positions, varied_at):
         """A backward's dx at the sampled positions: the dy of the windows whose argmax (kept per input set) is
@@ -225,10 +235,7 @@ class MaxPool3dFamily(Family):
         if c.direction == "fwd":
             return None
         x = arrays[0]
-        arg = argmax_of(x, case_params(c))
-        plane = int(np.prod(x.shape[-3:]))
-        a = arg.reshape(-1, int(np.prod(arg.shape[-3:])))
-        target = np.where(a >= 0, np.arange(a.shape[0])[:, None] * plane + a, -1).reshape(-1)
+        target = window_targets(x.shape, argmax_of(x, case_params(c)))
         pos = np.asarray(positions[0], dtype=np.int64)
         wanted = np.zeros(x.size + 1, dtype=bool)  # the last slot: windows with no element (-1)
         wanted[pos] = True
@@ -237,12 +244,8 @@ class MaxPool3dFamily(Family):
         to_slot = np.searchsorted(slots, target[windows])
         dy = varied_at(0, windows).astype(np.float64)
         want = np.bincount(to_slot, weights=dy, minlength=slots.size)[inverse]
-        n = windows_per_input(c)
-        if n == 1:
-            return [Expected(want.astype(grads_out[0].dtype), (c.dtype,))]
-        l2 = np.sqrt(np.bincount(to_slot, weights=dy * dy, minlength=slots.size))[inverse]
-        acc = "float64" if c.dtype == "float64" else "float32"
-        return [Expected(want, (c.dtype,), "rounded", sum_bound(want, l2, n, c.dtype, acc))]
+        return self._gradient(c, want, grads_out[0].dtype,
+                               lambda: np.sqrt(np.bincount(to_slot, weights=dy * dy, minlength=slots.size))[inverse])
 
     def make_inputs(self, c, rng):
         arrays = super().make_inputs(c, rng)

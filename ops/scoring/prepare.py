@@ -53,17 +53,21 @@ class Prepared:
         """(inputs, output gradients) of our timed call ``number`` on set ``k``: the set with the arrays each
         call varies (a forward's inputs, a backward's output gradients) as that call's copy flipped them."""
         arrays, grads = self.sets[k]
-        varied = list(arrays if case.direction == "fwd" else grads)
-        keys = fresh.input_keys(self.seed, 0, len(varied))
+        varied, keys = self._varied(case, k)
         varied = [fresh.flip_numpy(a, _case_dtype(case, a), key, number) for a, key in zip(varied, keys)]
         return (varied, list(grads)) if case.direction == "fwd" else (list(arrays), varied)
+
+    def _varied(self, case: Case, k: int):
+        """The arrays of set ``k`` that every call varies (a forward's inputs, a backward's output gradients),
+        and their keys (``fresh.input_keys``)."""
+        arrays, grads = self.sets[k]
+        varied = list(arrays if case.direction == "fwd" else grads)
+        return varied, fresh.input_keys(self.seed, 0, len(varied))
 
     def varied_at(self, case: Case, k: int, number: int):
         """``at(i, idx)``: the values at flat positions ``idx`` of the ``i``-th array call ``number`` on set ``k``
         varies (what ``call_inputs`` would give there, without flipping whole arrays)."""
-        arrays, grads = self.sets[k]
-        varied = list(arrays if case.direction == "fwd" else grads)
-        keys = fresh.input_keys(self.seed, 0, len(varied))
+        varied, keys = self._varied(case, k)
 
         def at(i: int, idx: np.ndarray) -> np.ndarray:
             return fresh.flip_at(varied[i], _case_dtype(case, varied[i]), keys[i], number, idx)
