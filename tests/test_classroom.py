@@ -233,3 +233,20 @@ def test_the_parents_threads_scale_with_the_cores_it_may_use(monkeypatch):
         monkeypatch.setattr(budget.os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
         assert budget.scaled(budget.JUDGES) == want
     assert budget.scaled(16) == 1  # (1 core)
+
+
+def test_a_class_against_tiers_missing_a_selected_case_is_refused(tmp_path):
+    """The children time no reference, so a case without a stored tier would give every submission 0 points:
+    the run stops with a usage error before any child starts (an interrupted --save-tiers run leaves such a
+    file)."""
+    ids = _run_class(tmp_path, "--direction", "fwd", "--list").stdout.split()
+    assert len(ids) >= 2
+    tiers = tmp_path / "tiers.json"
+    for held in ({}, {i: [1.0, 2.0, 3.0] for i in ids[1:]}):
+        tiers.write_text(json.dumps({"device": "cpu", "tiers_gbps": held}))
+        proc = _run_class(tmp_path, "--direction", "fwd", "--impl", "ops", "class_slow", "--tiers", str(tiers),
+                          "--class-dir", str(tmp_path / "class"))
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert f"no tiers for {len(ids) - len(held)} of the {len(ids)} selected" in proc.stderr
+        assert ids[0] in proc.stderr
+        assert not (tmp_path / "class" / "ops.log").exists()

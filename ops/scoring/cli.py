@@ -232,7 +232,16 @@ class _Progress:
             self.bar.close()
 
 
-def run_class(ap, args, argv_shown) -> int:
+def selected_cases(args, device: str):
+    """(family, case) of every case the options select on ``device``; ValueError for an unknown --op."""
+    families = load_families(args.op)
+    case_ops = getattr(args, "case_ops", {})
+    return [(f, c) for f in families for c in f.all_cases() if device in c.devices
+            and keyword_matches(c.id, args.keyword) and (args.direction is None or c.direction == args.direction)
+            and _case_op_selected(c, case_ops)]
+
+
+def run_class(ap, args, argv_shown, stored: Optional[dict] = None) -> int:
     """Grade every module of --impl (this --shard's share), each by a grader child of its own against one set of
     tiers, one child per GPU at a time; write each one's reports, the class table, and --csv."""
     from . import classroom
@@ -262,6 +271,17 @@ def run_class(ap, args, argv_shown) -> int:
             return _usage_error(str(err))
         if not slots:
             return _usage_error("--device cuda, but this host shows no GPU to grade on")
+    if stored is not None:
+        # the children time no reference: a case without a stored tier would give every submission 0 points
+        try:
+            ids = [c.id for _, c in selected_cases(args, args.device)]
+        except ValueError as err:
+            return _usage_error(str(err))
+        missing = [i for i in ids if i not in stored]
+        if missing:
+            return _usage_error(f"--tiers {args.tiers} has no tiers for {len(missing)} of the {len(ids)} selected "
+                                f"case(s) ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): measure "
+                                f"them with the same selection and --save-tiers, or leave out --tiers")
     notes = [f"{len(impls)} submission(s){f' (shard {index}/{count})' if count > 1 else ''} on "
              f"{'GPU ' + ','.join(map(str, slots)) if args.device == 'cuda' else 'the CPU, one after another'}; "
              f"reports in {out_dir}"]
@@ -331,7 +351,7 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
         except ValueError as err:
             return _usage_error(str(err), ap.prog)
     if args.class_mode:
-        return run_class(ap, args, argv_shown)
+        return run_class(ap, args, argv_shown, stored)
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     if args.from_json:
         try:
@@ -345,20 +365,15 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
                        f"{ap.prog} results merged from {len(args.from_json)} run(s), {stamp}", prog=ap.prog)
         return exit_status(results, args.fail_under)
 
-    try:
-        families = load_families(args.op)
-    except ValueError as err:
-        ap.error(str(err))
-
     from .. import has_cuda
     from .worker import device_name
     device = args.device or ("cuda" if has_cuda() else "cpu")
     if device == "cuda" and not has_cuda():
         ap.error("--device cuda, but jittor has no CUDA here")
-    case_ops = getattr(args, "case_ops", {})
-    items = [(f, c) for f in families for c in f.all_cases() if device in c.devices
-             and keyword_matches(c.id, args.keyword) and (args.direction is None or c.direction == args.direction)
-             and _case_op_selected(c, case_ops)]
+    try:
+        items = selected_cases(args, device)
+    except ValueError as err:
+        ap.error(str(err))
     if args.list:
         print("\n".join(c.id for _, c in items))
         return 0
