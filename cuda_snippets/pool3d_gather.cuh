@@ -198,11 +198,13 @@ void pool3d_bwd_scatter_launch(const int* idx, const T* dy, T* dx, const Pool3dG
 
 // bwd_runs (overlapping windows whose W dilation is 1, several windows along W per element: k3s1, k8s1), two
 // passes instead of the gather's reads of every candidate window's argmax:
-// 1. a thread per output row (plane, od, oh) walks its windows along ow and sums dy over each run of
-//    consecutive windows with one argmax; it keeps the sum and the argmax at the argmax's column w (sums and
-//    heads: a row of W per output row, heads -1 where no run ends). Windows sharing an argmax are consecutive,
-//    and a later window's argmax column is never smaller, so a row has at most one run per column (NumPy
-//    emulation and proof: tests/test_pool3d.py, runs_backward_emulated).
+// 1. a warp per output row (plane, od, oh), its lanes over ow in chunks of 32, sums dy over each run of
+//    consecutive windows with one argmax (a segmented scan by argmax; a run that crosses a chunk is carried) and
+//    keeps the sum and the argmax at the argmax's column w (sums and heads: a row of W per output row, heads -1
+//    where no run ends). Windows sharing an argmax are consecutive, and a later window's argmax column is never
+//    smaller, so a row has at most one run per column. A window without an argmax (-1) joins the run before it,
+//    adding -0 (x + -0 == x for every x). NumPy emulation, lane for lane, and proof: tests/test_pool3d.py,
+//    runs_backward_emulated.
 // 2. a thread per run of RUN input elements of a row sums, over the output rows whose windows can hold its row
 //    (od, oh ascending), the kept sums whose head is the element: k_d * k_h reads per element where the gather
 //    reads k_d * k_h * (k_w + RUN - 1) / RUN.
@@ -215,31 +217,47 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_runs(const int* __restrict__
                                                          int* __restrict__ heads, const I rows, const int Wo,
                                                          const int W) {
   typedef typename Pool3dAcc<T>::type A;
-  const I row = (I)blockIdx.x * BLOCK + threadIdx.x;
-  if (row >= rows) return;
+  constexpr unsigned kAll = 0xffffffffu;
+  const int lane = threadIdx.x & 31;
+  const I row = (I)(((long long)blockIdx.x * BLOCK + threadIdx.x) >> 5);
+  if (row >= rows) return;  // the whole warp: BLOCK is a multiple of 32
   const int* __restrict__ ip = idx + row * Wo;
   const T* __restrict__ gp = dy + row * Wo;
   A* __restrict__ sp = sums + row * W;
   int* __restrict__ hp = heads + row * W;
-  for (int w = 0; w < W; ++w) hp[w] = -1;
-  int cur = -1;
-  A acc = A(0);
-  for (int ow = 0; ow < Wo; ++ow) {
-    const int at = ip[ow];
-    if (at < 0) continue;
-    if (at != cur) {
-      if (cur >= 0) {
-        hp[cur % W] = cur;
-        sp[cur % W] = acc;
-      }
-      cur = at;
-      acc = A(0);
+  for (int w = lane; w < W; w += 32) hp[w] = -1;
+  __syncwarp();
+  int carry_key = -1;  // the run open at the end of the previous chunk, and its sum
+  A carry = A(0);
+  for (int base = 0; base < Wo; base += 32) {
+    const int ow = base + lane;
+    int key = ow < Wo ? ip[ow] : -1;
+    A v = key >= 0 ? pool3d_acc(gp[ow]) : A(-0.0f);
+    int last = key >= 0 ? lane : -1;  // the last lane up to this one with an argmax
+    for (int d = 1; d < 32; d <<= 1) {
+      const int up = __shfl_up_sync(kAll, last, d);
+      if (lane >= d && up > last) last = up;
     }
-    acc = acc + pool3d_acc(gp[ow]);
-  }
-  if (cur >= 0) {
-    hp[cur % W] = cur;
-    sp[cur % W] = acc;
+    const int filled = __shfl_sync(kAll, key, last < 0 ? 0 : last);
+    key = last < 0 ? carry_key : filled;
+    if (lane == 0 && key == carry_key) v = carry + v;
+    for (int d = 1; d < 32; d <<= 1) {
+      const A up = __shfl_up_sync(kAll, v, d);
+      const int up_key = __shfl_up_sync(kAll, key, d);
+      if (lane >= d && up_key == key) v = v + up;
+    }
+    const int next_key = __shfl_down_sync(kAll, key, 1);
+    if (lane == 0 && carry_key >= 0 && key != carry_key) {
+      hp[carry_key % W] = carry_key;
+      sp[carry_key % W] = carry;
+    }
+    const bool ends = lane < 31 ? next_key != key : base + 32 >= Wo;
+    if (ends && key >= 0) {
+      hp[key % W] = key;
+      sp[key % W] = v;
+    }
+    carry_key = __shfl_sync(kAll, key, 31);
+    carry = __shfl_sync(kAll, v, 31);
   }
 }
 
@@ -292,8 +310,8 @@ void pool3d_bwd_runs_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom
   A* sums = (A*)scratch;
   int* heads = (int*)(sums + entries);
   if (rows > 0) {
-    pool3d_bwd_runs<T, I, BLOCK><<<(unsigned int)ops_ceil_div<long long>(rows, BLOCK), BLOCK>>>(idx, dy, sums, heads,
-                                                                                                rows, g.Wo, g.W);
+    pool3d_bwd_runs<T, I, BLOCK><<<(unsigned int)ops_ceil_div<long long>((long long)rows * 32, BLOCK), BLOCK>>>(
+        idx, dy, sums, heads, rows, g.Wo, g.W);
   }
   const Pool3dRunLaunch<I> l = pool3d_run_launch<T, I, RUN>(g, planes, dx);
   pool3d_bwd_runs_gather<T, I, RUN, BLOCK><<<pool3d_grid<I, BLOCK>(l.a), BLOCK>>>(

@@ -123,13 +123,11 @@ GATHER_RUN_BYTES = 16
 # against 0.115) lost.
 GATHER_WIDE_RUN_BYTES, GATHER_WIDE_MAX_WINDOWS = 32, 8
 # Disjoint windows that hold at most this share of the input scatter instead (bwd_scatter: memset, then a copy per
-# window): the gather's k2s3 (8,32,32,63,63) f32 (30% held) ran at 41% of the copy roofline, 0.108 ms against
-# PyTorch's 0.101 (H100, 2026-11-27); predicted ~0.055 ms scattered.
+# window): k2s3 (8,32,32,63,63) f32 (30% held) 0.091 ms against the gather's 0.108 (H100).
 SCATTER_MAX_COVERED = 0.5
 # Overlapping windows with W dilation 1 and at least this many windows along W per element take the two passes of
 # bwd_runs (per output row, one dy sum per run of windows sharing an argmax; then k_d * k_h reads per element):
-# the gather's k8s1 (2,16,32,32,32) f32 ran at 0.111 ms against PyTorch's 0.064, k3s1 (4,32,32,32,32) at 0.059
-# against 0.060 (H100, 2026-11-27); predicted ~0.04 ms for both.
+# the gather's k8s1 (2,16,32,32,32) f32 0.111 ms, k3s1 (4,32,32,32,32) 0.059 (H100); the runs' record in design.md.
 RUNS_MIN_W_WINDOWS = 3
 # Windows (kernel, stride, dilation) the gather takes at compile time; any other layer runs the same kernel with
 # the window at run time (Pool3dWinR).

@@ -954,11 +954,56 @@ def test_the_judges_sampled_backward_references_are_the_whole_ones_there(dtype, 
         assert not judge(np.zeros(64, host), dtype, at)[0]
 
 
-def runs_backward_emulated(x_shape, arg, dy, kw):
-    """bwd_runs (pool3d_gather.cuh) in NumPy, loop for loop: pass 1 walks each output row (plane, od, oh) along
-    ow and keeps, per input column w, the dy sum of the run of consecutive windows whose argmax has that column
-    (a row has at most one such run per column where W's dilation is 1: the assertion); pass 2 sums, for each
-    input element, the kept sums of the rows whose windows can hold it where the kept argmax is the element."""
+def _shfl_up(a, d):
+    """__shfl_up_sync over 32 lanes: lane i gets lane i - d's value, lanes below d their own."""
+    return np.concatenate([a[:d], a[:-d]])
+
+
+def runs_row_emulated(keys, dy, W, heads, sums, lanes=32):
+    """bwd_runs' pass 1 for one output row (pool3d_gather.cuh), lane for lane: chunks of 32 windows, a window
+    without an argmax filled with the key before it (adding -0), a segmented scan by key, the run open at a
+    chunk's end carried into the next. Writes ``heads``/``sums`` at each run's argmax column, asserting that no
+    column is written twice."""
+    Wo = len(keys)
+    lane = np.arange(lanes)
+    carry_key, carry = -1, 0.0
+
+    def keep(k, v):
+        assert heads[k % W] == -1, "two runs of a row end at one column"
+        heads[k % W], sums[k % W] = k, v
+
+    for base in range(0, Wo, lanes):
+        ow = base + lane
+        inside = ow < Wo
+        key = np.where(inside, keys[np.minimum(ow, Wo - 1)], -1)
+        v = np.where(key >= 0, dy[np.minimum(ow, Wo - 1)], -0.0)
+        last = np.where(key >= 0, lane, -1)
+        d = 1
+        while d < lanes:
+            up = _shfl_up(last, d)
+            last = np.where((lane >= d) & (up > last), up, last)
+            d *= 2
+        key = np.where(last < 0, carry_key, key[np.maximum(last, 0)])
+        if key[0] == carry_key:
+            v[0] = carry + v[0]
+        d = 1
+        while d < lanes:
+            up, up_key = _shfl_up(v, d), _shfl_up(key, d)
+            v = np.where((lane >= d) & (up_key == key), v + up, v)
+            d *= 2
+        if carry_key >= 0 and key[0] != carry_key:
+            keep(carry_key, carry)
+        ends = np.append(key[1:] != key[:-1], base + lanes >= Wo)
+        for i in np.flatnonzero(ends & (key >= 0)):
+            keep(key[i], v[i])
+        carry_key, carry = key[-1], v[-1]
+
+
+def runs_backward_emulated(x_shape, arg, dy, kw, lanes=32):
+    """bwd_runs (pool3d_gather.cuh) in NumPy: pass 1 (runs_row_emulated) keeps, per output row (plane, od, oh)
+    and input column w, the dy sum of the run of consecutive windows whose argmax has that column (a row has at
+    most one such run per column where W's dilation is 1: the assertion); pass 2 sums, for each input element,
+    the kept sums of the rows whose windows can hold it where the kept argmax is the element."""
     D, H, W = x_shape[-3:]
     Do, Ho, Wo = arg.shape[-3:]
     a = arg.reshape(-1, Do, Ho, Wo)
@@ -969,20 +1014,7 @@ def runs_backward_emulated(x_shape, arg, dy, kw):
     for pl in range(planes):
         for od in range(Do):
             for oh in range(Ho):
-                cur, acc = -1, 0.0
-                for ow in range(Wo):
-                    v = a[pl, od, oh, ow]
-                    if v < 0:
-                        continue
-                    if v != cur:
-                        if cur >= 0:
-                            assert heads[pl, od, oh, cur % W] == -1
-                            heads[pl, od, oh, cur % W], sums[pl, od, oh, cur % W] = cur, acc
-                        cur, acc = v, 0.0
-                    acc += g[pl, od, oh, ow]
-                if cur >= 0:
-                    assert heads[pl, od, oh, cur % W] == -1
-                    heads[pl, od, oh, cur % W], sums[pl, od, oh, cur % W] = cur, acc
+                runs_row_emulated(a[pl, od, oh], g[pl, od, oh], W, heads[pl, od, oh], sums[pl, od, oh], lanes)
     p = P.normalize_params(kw["kernel_size"], kw.get("stride"), kw.get("padding", 0), kw.get("dilation", 1),
                            kw.get("ceil_mode", False))
 
@@ -1002,17 +1034,32 @@ def runs_backward_emulated(x_shape, arg, dy, kw):
 @pytest.mark.parametrize("shape, kw", [((2, 3, 7, 8, 9), _kw(3, 1)), ((1, 2, 9, 9, 10), _kw(8, 1)),
                                        ((2, 2, 8, 9, 11), _kw(3, (1, 1, 2), 1)), ((2, 2, 9, 8, 10), _kw(4, 1, 2)),
                                        ((1, 2, 10, 11, 9), _kw(3, 1, 1, (2, 2, 1), ceil=True)),
-                                       ((2, 2, 6, 7, 8), _kw((2, 3, 5), (1, 2, 1), (1, 1, 2)))])
+                                       ((2, 2, 6, 7, 8), _kw((2, 3, 5), (1, 2, 1), (1, 1, 2))),
+                                       ((1, 1, 4, 4, 75), _kw(3, 1, 1))])
+@pytest.mark.parametrize("lanes", [32, 4])
 @pytest.mark.parametrize("values", ["ties", "edge"])
-def test_the_runs_backward_is_the_reference_gradient(shape, kw, values, rng):
+def test_the_runs_backward_is_the_reference_gradient(shape, kw, values, lanes, rng):
     """The two-pass backward of overlapping windows whose W dilation is 1 (bwd_runs), emulated: a row of windows
     has one run per argmax column (windows sharing an argmax are consecutive; argmax columns never go back), so
     pass 1's kept sums lose nothing and pass 2 finds each element's among its candidate rows. Ties (few values),
-    NaN and -inf (edge inputs) and padding included."""
+    NaN and -inf (edge inputs) and padding included; rows longer than a warp (W = 75), and 4-lane warps, carry
+    runs across chunks."""
     from ops.scoring.spec import edge_array
     x = (rng.integers(0, 3, size=shape).astype(np.float32) if values == "ties"
          else edge_array(shape, "float32", rng, density=0.1))
     _, arg = F.reference_pool(x, **kw)
     dy = rng.standard_normal(arg.shape)
-    np.testing.assert_allclose(runs_backward_emulated(shape, arg, dy, kw), F.reference_grad(shape, arg, dy),
+    np.testing.assert_allclose(runs_backward_emulated(shape, arg, dy, kw, lanes), F.reference_grad(shape, arg, dy),
                                rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("lanes", [32, 4, 2])
+def test_a_window_without_an_argmax_joins_the_run_before_it(lanes):
+    """bwd_runs' pass 1 where windows have no argmax (-1): they neither split a run (which would write its column
+    twice) nor add to it, at a row's start, inside a run, across chunks and at its end."""
+    keys = np.array([-1, 5, 5, -1, 5, 6, 6, -1, -1, 6, 7, -1, 9, 9, -1])
+    dy = np.arange(1.0, len(keys) + 1)
+    heads, sums = np.full(10, -1), np.zeros(10)
+    runs_row_emulated(keys, dy, 10, heads, sums, lanes)
+    want = {k: dy[keys == k].sum() for k in (5, 6, 7, 9)}
+    assert {int(k): s for k, s in zip(heads, sums) if k >= 0} == want
