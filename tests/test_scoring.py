@@ -712,3 +712,18 @@ def test_an_upload_from_a_mapped_file_holds_the_file_values(tmp_path, dtype):
     assert str(v.dtype) == dtype and tuple(v.shape) == a.shape
     assert np.array_equal(H.to_numpy(v), H.to_numpy(H.to_jittor(a, dtype)))
     assert H.direct_upload_works()
+
+
+def test_a_jittor_ops_failure_is_reported_by_its_op_and_reason():
+    """A reference that fails inside jittor says which op failed and why, not the start of jittor's message (the
+    op's source path, cut before the reason)."""
+    from ops.scoring.harness import short_error
+    msg = ("[f 1128 01:36:56.184258 68 executor.cc:686] \nExecute fused operator(4/7) failed. \n[JIT Source]: "
+           + "/root/.cache/jittor/" + "x" * 200 + "/cudnn_conv.cc \n[OP TYPE]: cudnn_conv \n[Input]: bfloat16[8,512,"
+           "1,1024,], \n[Output]: bfloat16[8,512,1,1,], \n[Async Backtrace]: not found, please set env JT_SYNC=1 \n"
+           "[Reason]: [f 1128 01:36:56.184100 68 cudnn_conv_op.cc:212] Check failed: ret == CUDNN_STATUS_SUCCESS "
+           "CUDNN_STATUS_NOT_SUPPORTED")
+    assert short_error(RuntimeError(msg)) == ("cudnn_conv: cudnn_conv_op.cc:212: Check failed: ret == "
+                                              "CUDNN_STATUS_SUCCESS CUDNN_STATUS_NOT_SUPPORTED")
+    assert short_error(ValueError("bad\n  shape")) == "ValueError: bad shape"
+    assert len(short_error(RuntimeError("y" * 500))) == 160

@@ -259,12 +259,23 @@ def to_numpy(v) -> np.ndarray:
     return for_host(v).numpy()
 
 
+_JITTOR_LOG_HEAD = re.compile(r"\[[iwef] \d{4} [\d:.]+ \d+ ([\w.]+:\d+)\]\s*")
+
+
 def short_error(err: BaseException, limit: int = 160) -> str:
+    """One line of an error, its cause first: for a jittor op that failed to run, the op's type and jittor's
+    "[Reason]" (the rest of such a message is the op's source path, inputs and backtrace)."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", f"{type(err).__name__}: {err}").replace("\n", " ")
-    for marker in ("Reason:", "Failed reason:"):
-        if marker in text:
-            text = text.split(marker, 1)[1].strip()
-    return re.sub(r"\s+", " ", text)[:limit]
+    if "[Reason]:" in text:
+        op = re.search(r"\[OP TYPE\]:\s*(.*?)\s*\[(?:Input|Output|Async Backtrace|Reason)\]", text)
+        reason = text.rsplit("[Reason]:", 1)[1]
+        text = (f"{op.group(1)}: " if op else "") + reason
+    else:
+        for marker in ("Reason:", "Failed reason:"):
+            if marker in text:
+                text = text.split(marker, 1)[1].strip()
+    text = _JITTOR_LOG_HEAD.sub(lambda m: f"{m.group(1)}: ", text)
+    return re.sub(r"\s+", " ", text).strip()[:limit]
 
 
 # --- input sets ----------------------------------------------------------------------------------------------
