@@ -383,6 +383,49 @@ def cudnn_sources(jittor_dir: Path) -> list:
     return sorted(str(p) for p in root.rglob("*") if p.is_file() and not p.name.startswith("cudnn_rnn"))
 
 
+# jittor's cuDNN convolutions give the convolution descriptor the output's data type as its compute type. cuDNN
+# has no bfloat16 compute (bfloat16 data runs only as PSEUDO_BFLOAT16, float compute) and supports half compute
+# for few engines: float for both, as PyTorch's convolution descriptors do.
+CONV_COMPUTE_TYPE = ("CUDNN_CROSS_CORRELATION, getDataType<Ty>()",
+                     "CUDNN_CROSS_CORRELATION, (getDataType<Ty>() == CUDNN_DATA_HALF || getDataType<Ty>() == "
+                     "CUDNN_DATA_BFLOAT16 ? CUDNN_DATA_FLOAT : getDataType<Ty>())")
+PATCHED_OPS = "cudnn-ops"  # in the links folder: the convolution ops with float compute
+
+
+def conv_float_compute(text: str) -> Optional[str]:
+    """A convolution op's source with float compute for half and bfloat16 data, or None for a source without
+    jittor's convolution descriptor (the other cudnn files)."""
+    old, new = CONV_COMPUTE_TYPE
+    count = text.count(old)
+    if count == 0:
+        return None
+    if count != 1:
+        raise ValueError(f"expected one convolution descriptor, found {count}")
+    return text.replace(old, new)
+
+
+def cudnn_build_sources(jittor_dir: Path, folder: str) -> list:
+    """``cudnn_sources``, where each convolution op (its ``_op.cc`` and ``_op.h``: jittor's JIT reads the source
+    that lies beside the header) is a copy in ``folder``/cudnn-ops with float compute for half and bfloat16
+    data, written only where its text differs. jittor's installed files stay as they are."""
+    sources = cudnn_sources(jittor_dir)
+    out_dir = Path(folder) / PATCHED_OPS
+    moved = {}
+    for path in sources:
+        if path.endswith("_op.cc"):
+            patched = conv_float_compute(Path(path).read_text())
+            if patched is not None:
+                header = path[:-3] + ".h"
+                moved[path] = patched
+                moved[header] = Path(header).read_text()
+    for path, text in moved.items():
+        copy = out_dir / Path(path).name
+        if not copy.exists() or copy.read_text() != text:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            copy.write_text(text)
+    return [str(out_dir / Path(p).name) if p in moved else p for p in sources]
+
+
 def _rnn_without_cudnn(rnn_base) -> None:
     """jittor's LSTM/GRU/RNN take their cuDNN path whenever ``jt.cudnn`` is set, and that path calls the RNN op
     left out of the cuDNN 9 build: run their execute with ``jt.cudnn`` hidden, so they take jittor's own loop."""
@@ -404,7 +447,8 @@ def _rnn_without_cudnn(rnn_base) -> None:
 def load_cudnn(lib: _cuda_libs.Library, cache_path: str) -> str:
     """Build jittor's cudnn extension against ``lib`` (cuDNN 9) and hand it to jittor, as its own loader would
     for cuDNN 8; returns the line to print ('' when there is nothing new to say). Writes only in jittor's cache
-    folder: the extension (jittor's custom_ops folder) and a folder of links (libcudnn.so for the linker)."""
+    folder: the extension (jittor's custom_ops folder) and a folder of links (libcudnn.so for the linker) that
+    also holds the convolution ops' sources with float compute (``cudnn_build_sources``)."""
     folder = _cuda_libs.links_dir(cache_path, lib)
     failed = os.path.join(folder, BUILD_FAILED)
     if os.path.exists(failed):
@@ -417,7 +461,8 @@ def load_cudnn(lib: _cuda_libs.Library, cache_path: str) -> str:
         jittor_dir = Path(jt.__file__).parent
         flags = (f' -I"{jittor_dir}/extern/cuda/inc" -I"{jittor_dir}/extern/cuda/cudnn/inc" -I"{lib.include_dir}" '
                  f'-lcudnn -L"{folder}" -L"{os.path.join(jt.compiler.cache_path, "cuda")}" -llibcuda_extern ')
-        module = jt.compiler.compile_custom_ops(cudnn_sources(jittor_dir), return_module=True, extra_flags=flags)
+        module = jt.compiler.compile_custom_ops(cudnn_build_sources(jittor_dir, folder), return_module=True,
+                                                 extra_flags=flags)
     except Exception as err:  # any failure leaves jittor as it was: conv_opt=1, its own convolutions
         reason = " ".join(str(err).split())[:2000]
         try:

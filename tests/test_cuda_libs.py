@@ -232,6 +232,37 @@ def test_cudnn_sources_leave_out_the_rnn_files():
     assert not any("rnn" in n for n in names)
 
 
+CONV_OPS = ("cudnn_conv", "cudnn_conv_backward_x", "cudnn_conv_backward_w", "cudnn_conv3d", "cudnn_conv3d_backward_x",
+            "cudnn_conv3d_backward_w")
+
+
+def test_the_convolution_ops_are_built_from_copies_with_float_compute(tmp_path):
+    """Half and bfloat16 convolutions need float compute on cuDNN (no bfloat16 compute exists): the six
+    convolution ops build from copies in the cache's folder (source and header together: jittor's JIT reads the
+    source beside the header), the rest from jittor's files, which stay unchanged; a second build writes nothing."""
+    from pathlib import Path
+    jittor_dir = Path(boot.jt.__file__).parent
+    originals = {p: Path(p).read_text() for p in boot.cudnn_sources(jittor_dir)}
+    sources = boot.cudnn_build_sources(jittor_dir, str(tmp_path))
+    copies = [p for p in sources if p.startswith(str(tmp_path))]
+    assert sorted(os.path.basename(p) for p in copies) == sorted(f"{op}_op.{ext}" for op in CONV_OPS
+                                                               for ext in ("cc", "h"))
+    assert len(sources) == len(originals)
+    old, new = boot.CONV_COMPUTE_TYPE
+    for path in copies:
+        text = Path(path).read_text()
+        if path.endswith(".cc"):
+            assert text.count(new) == 1 and old not in text
+            assert text.replace(new, old) == originals[str(jittor_dir / "extern/cuda/cudnn/ops" / os.path.basename(path))]
+    assert all(Path(p).read_text() == t for p, t in originals.items())
+    stamps = {p: os.stat(p).st_mtime_ns for p in copies}
+    assert boot.cudnn_build_sources(jittor_dir, str(tmp_path)) == sources
+    assert {p: os.stat(p).st_mtime_ns for p in copies} == stamps
+    assert boot.conv_float_compute("int x;") is None
+    with pytest.raises(ValueError, match="one convolution descriptor"):
+        boot.conv_float_compute(old + old)
+
+
 def test_rnn_layers_run_with_cudnn_hidden(monkeypatch):
     seen = []
 

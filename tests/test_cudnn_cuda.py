@@ -93,3 +93,41 @@ def test_rnn_layers_train_a_step_on_the_gpu(rng, mode):
     on_cpu = layer(x)[0].numpy()
     jt.flags.use_cuda = 1
     np.testing.assert_allclose(layer(x)[0].numpy(), on_cpu, rtol=1e-4, atol=1e-5)
+
+
+@needs_cudnn
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dims, groups", [(2, 4), (2, 1), (3, 2)])
+def test_half_and_bfloat16_convolutions_run_on_cudnn(rng, dtype, dims, groups):
+    """cuDNN runs bfloat16 data only with float compute (and half compute on few engines): jittor's descriptor
+    asks for the data's type, so the bootstrap's copies of its convolution ops ask for float. The forward and
+    both gradients against float64 on the same rounded inputs: each product is exact in float; the float sums
+    of up to 108 terms err by less than 2^-14 of the sum of the absolute products, besides the output's rounding."""
+    torch = _torch()
+    F = torch.nn.functional
+    conv_t = F.conv2d if dims == 2 else F.conv3d
+    conv_j = jt.nn.conv2d if dims == 2 else jt.nn.conv3d
+    spatial = (1, 33) if dims == 2 else (5, 6, 7)
+    kernel = (1, 9) if dims == 2 else (3, 3, 3)
+    x = rng.standard_normal((2, 4) + spatial).astype(np.float32)
+    w = rng.standard_normal((4, 4 // groups) + kernel).astype(np.float32)
+    jx, jw = jt.array(x).astype(dtype), jt.array(w).astype(dtype)
+    with jt.profile_scope() as report:
+        y = conv_j(jx, jw, None, 1, 0, 1, groups)
+        g = jt.array(rng.standard_normal(y.shape).astype(np.float32)).astype(dtype)
+        gx, gw = jt.grad((y * g).sum(), [jx, jw])
+        jt.sync([y, gx, gw])
+    assert any("cudnn_conv" in str(row[0]) for row in report[1:]), [row[0] for row in report[1:]]
+    as64 = lambda v: torch.from_numpy(v.float32().numpy().astype(np.float64)).requires_grad_()
+    tx, tw, tg = as64(jx), as64(jw), as64(g).detach()
+    ty = conv_t(tx, tw, None, 1, 0, 1, groups)
+    tgx, tgw = torch.autograd.grad((ty * tg).sum(), [tx, tw])
+    ax, aw = (t.detach().abs().requires_grad_() for t in (tx, tw))
+    ay = conv_t(ax, aw, None, 1, 0, 1, groups)
+    bgx, bgw = torch.autograd.grad((ay * tg.abs()).sum(), [ax, aw])
+    eps = 2.0 ** -11 if dtype == "float16" else 2.0 ** -8  # the output's rounding
+    for got, want, scale in ((y, ty, ay), (gx, tgx, bgx), (gw, tgw, bgw)):
+        assert got.dtype == dtype
+        want, scale = want.detach().numpy(), scale.detach().numpy()
+        err = np.abs(got.float32().numpy().astype(np.float64) - want)
+        assert np.all(err <= eps * np.abs(want) + 2.0 ** -14 * scale + 1e-30), err.max()
