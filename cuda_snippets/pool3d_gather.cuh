@@ -196,14 +196,15 @@ void pool3d_bwd_scatter_launch(const int* idx, const T* dy, T* dx, const Pool3dG
   OPS_CHECK_LAUNCH();
 }
 
-// bwd_runs (overlapping windows whose W dilation is 1, several windows along W per element: k3s1, k8s1), two
-// passes instead of the gather's reads of every candidate window's argmax:
-// 1. a warp per output row (plane, od, oh), its lanes over ow in chunks of 32, sums dy over each run of
-//    consecutive windows with one argmax (a segmented scan by argmax; a run that crosses a chunk is carried) and
-//    keeps the sum and the argmax at the argmax's column w (sums and heads: a row of W per output row, heads -1
-//    where no run ends). Windows sharing an argmax are consecutive, and a later window's argmax column is never
-//    smaller, so a row has at most one run per column. A window without an argmax (-1) joins the run before it,
-//    adding -0 (x + -0 == x for every x). NumPy emulation, lane for lane, and proof: tests/test_pool3d.py,
+// bwd_runs (overlapping windows, several along W per element: k3s1, k8s1, k3s1d2), two passes instead of the
+// gather's reads of every candidate window's argmax:
+// 1. a warp per output row (plane, od, oh), its lanes over the windows of one W class (pool3d_w_classes) in
+//    chunks of 32, sums dy over each run of consecutive windows with one argmax (a segmented scan by argmax; a
+//    run that crosses a chunk is carried) and keeps the sum and the argmax at the argmax's column w (sums and
+//    heads: a row of W per output row, heads -1 where no run ends). Within a class, windows sharing an argmax
+//    are consecutive and a later window's argmax column is never smaller, so a class has at most one run per
+//    column, and classes share no column. A window without an argmax (-1) joins the run before it, adding -0
+//    (x + -0 == x for every x). NumPy emulation, lane for lane, and proof: tests/test_pool3d.py,
 //    runs_backward_emulated.
 // 2. a thread per run of RUN input elements of a row sums, over the output rows whose windows can hold its row
 //    (od, oh ascending), the kept sums whose head is the element: k_d * k_h reads per element where the gather
@@ -215,7 +216,7 @@ template <typename T, typename I, int BLOCK>
 __global__ void __launch_bounds__(BLOCK) pool3d_bwd_runs(const int* __restrict__ idx, const T* __restrict__ dy,
                                                          typename Pool3dAcc<T>::type* __restrict__ sums,
                                                          int* __restrict__ heads, const I rows, const int Wo,
-                                                         const int W) {
+                                                         const int W, const int classes) {
   typedef typename Pool3dAcc<T>::type A;
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = threadIdx.x & 31;
@@ -227,37 +228,41 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_runs(const int* __restrict__
   int* __restrict__ hp = heads + row * W;
   for (int w = lane; w < W; w += 32) hp[w] = -1;
   __syncwarp();
-  int carry_key = -1;  // the run open at the end of the previous chunk, and its sum
-  A carry = A(0);
-  for (int base = 0; base < Wo; base += 32) {
-    const int ow = base + lane;
-    int key = ow < Wo ? ip[ow] : -1;
-    A v = key >= 0 ? pool3d_acc(gp[ow]) : A(-0.0f);
-    int last = key >= 0 ? lane : -1;  // the last lane up to this one with an argmax
-    for (int d = 1; d < 32; d <<= 1) {
-      const int up = __shfl_up_sync(kAll, last, d);
-      if (lane >= d && up > last) last = up;
+  // windows ow = c, c + classes, ...: one class at a time, since their columns never meet another class's
+  for (int c = 0; c < classes; ++c) {
+    const int n = c < Wo ? (Wo - c + classes - 1) / classes : 0;
+    int carry_key = -1;  // the run open at the end of the previous chunk, and its sum
+    A carry = A(0);
+    for (int base = 0; base < n; base += 32) {
+      const int ow = c + (base + lane) * classes;
+      int key = base + lane < n ? ip[ow] : -1;
+      A v = key >= 0 ? pool3d_acc(gp[ow]) : A(-0.0f);
+      int last = key >= 0 ? lane : -1;  // the last lane up to this one with an argmax
+      for (int d = 1; d < 32; d <<= 1) {
+        const int up = __shfl_up_sync(kAll, last, d);
+        if (lane >= d && up > last) last = up;
+      }
+      const int filled = __shfl_sync(kAll, key, last < 0 ? 0 : last);
+      key = last < 0 ? carry_key : filled;
+      if (lane == 0 && key == carry_key) v = carry + v;
+      for (int d = 1; d < 32; d <<= 1) {
+        const A up = __shfl_up_sync(kAll, v, d);
+        const int up_key = __shfl_up_sync(kAll, key, d);
+        if (lane >= d && up_key == key) v = v + up;
+      }
+      const int next_key = __shfl_down_sync(kAll, key, 1);
+      if (lane == 0 && carry_key >= 0 && key != carry_key) {
+        hp[carry_key % W] = carry_key;
+        sp[carry_key % W] = carry;
+      }
+      const bool ends = lane < 31 ? next_key != key : base + 32 >= n;
+      if (ends && key >= 0) {
+        hp[key % W] = key;
+        sp[key % W] = v;
+      }
+      carry_key = __shfl_sync(kAll, key, 31);
+      carry = __shfl_sync(kAll, v, 31);
     }
-    const int filled = __shfl_sync(kAll, key, last < 0 ? 0 : last);
-    key = last < 0 ? carry_key : filled;
-    if (lane == 0 && key == carry_key) v = carry + v;
-    for (int d = 1; d < 32; d <<= 1) {
-      const A up = __shfl_up_sync(kAll, v, d);
-      const int up_key = __shfl_up_sync(kAll, key, d);
-      if (lane >= d && up_key == key) v = v + up;
-    }
-    const int next_key = __shfl_down_sync(kAll, key, 1);
-    if (lane == 0 && carry_key >= 0 && key != carry_key) {
-      hp[carry_key % W] = carry_key;
-      sp[carry_key % W] = carry;
-    }
-    const bool ends = lane < 31 ? next_key != key : base + 32 >= Wo;
-    if (ends && key >= 0) {
-      hp[key % W] = key;
-      sp[key % W] = v;
-    }
-    carry_key = __shfl_sync(kAll, key, 31);
-    carry = __shfl_sync(kAll, v, 31);
   }
 }
 
@@ -286,6 +291,18 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_runs_gather(const typename P
   pool3d_store_run<T, RUN>(dx + plane * a.plane_in + (I)(id * gd.H + ih) * gd.W + w0, acc, n, vec_ok);
 }
 
+// The classes of windows along W whose columns can meet: window ow covers columns = ow * sw - pw (mod dw), so
+// windows ow and ow' share columns only where ow - ow' is a multiple of dw / gcd(sw, dw).
+inline int pool3d_w_classes(const Pool3dGeom& g) {
+  int a = g.sw, b = g.dw;
+  while (b) {
+    const int t = a % b;
+    a = b;
+    b = t;
+  }
+  return g.dw / a;
+}
+
 inline void pool3d_keep_freed_scratch() {
   static int kept[64] = {0};  // per device: the default pool's release threshold raised once
   int dev = 0;
@@ -311,7 +328,7 @@ void pool3d_bwd_runs_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom
   int* heads = (int*)(sums + entries);
   if (rows > 0) {
     pool3d_bwd_runs<T, I, BLOCK><<<(unsigned int)ops_ceil_div<long long>((long long)rows * 32, BLOCK), BLOCK>>>(
-        idx, dy, sums, heads, rows, g.Wo, g.W);
+        idx, dy, sums, heads, rows, g.Wo, g.W, pool3d_w_classes(g));
   }
   const Pool3dRunLaunch<I> l = pool3d_run_launch<T, I, RUN>(g, planes, dx);
   pool3d_bwd_runs_gather<T, I, RUN, BLOCK><<<pool3d_grid<I, BLOCK>(l.a), BLOCK>>>(

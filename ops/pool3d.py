@@ -51,8 +51,8 @@ bwd_gather          every other window layout: every input element sums, in a fi
 bwd_scatter         disjoint windows that hold at most half of the input (k2s3): dx zeroed, then each window's dy
                     copied to its saved argmax, a thread per window (no element is written twice). Moves dx + dy
                     + indices.
-bwd_runs            overlapping windows, W dilation 1, 3+ windows along W per element (k3s1, k8s1): per output
-                    row, one dy sum for each run of consecutive windows sharing an argmax, kept at the argmax's
+bwd_runs            overlapping windows, 3+ windows along W per element (k3s1, k8s1, k3s1d2): per output row
+                    and W class, one dy sum for each run of consecutive windows sharing an argmax, kept at the argmax's
                     column; then each element sums, over the k_d * k_h rows that can hold it, the kept sums that
                     name it. Moves dy + indices + two rows of W per output row + dx.
 bwd_gather_cpu      the CPU path from the saved indices: dx zeroed, then dy of each output added at its index in
@@ -125,7 +125,7 @@ GATHER_WIDE_RUN_BYTES, GATHER_WIDE_MAX_WINDOWS = 32, 8
 # Disjoint windows that hold at most this share of the input scatter instead (bwd_scatter: memset, then a copy per
 # window): k2s3 (8,32,32,63,63) f32 (30% held) 0.091 ms against the gather's 0.108 (H100).
 SCATTER_MAX_COVERED = 0.5
-# Overlapping windows with W dilation 1 and at least this many windows along W per element take the two passes of
+# Overlapping windows with at least this many windows along W per element take the two passes of
 # bwd_runs (per output row, one dy sum per run of windows sharing an argmax; then k_d * k_h reads per element):
 # the gather's k8s1 (2,16,32,32,32) f32 0.111 ms, k3s1 (4,32,32,32,32) 0.059 (H100); the runs' record in design.md.
 RUNS_MIN_W_WINDOWS = 3
@@ -342,6 +342,12 @@ def _menu_window(kernel: Triple, menu: Sequence[Triple]) -> Triple:
     return kernel if kernel in menu else GENERIC_WINDOW
 
 
+def windows_along_w(params) -> int:
+    """How many windows an input element lies in along W (at most): kernel * gcd(stride, dilation) / stride."""
+    s, d = params.stride[2], params.dilation[2]
+    return -(-params.kernel[2] * math.gcd(s, d) // s)
+
+
 def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: str = "fwd",
                   on_cuda: Optional[bool] = None, indices: bool = False) -> KernelConfig:
     """The kernel for pooling a tensor of ``x_shape`` (any leading dims, then D, H, W) of ``dtype``.
@@ -366,7 +372,7 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
             return KernelConfig("bwd_gather_cpu", nopad=nopad, index_type=itype)
         if windows_disjoint(params) and covered_fraction(spatial, out, params) <= SCATTER_MAX_COVERED:
             return KernelConfig("bwd_scatter", block=BLOCK, index_type=itype)
-        if params.dilation[2] == 1 and -(-params.kernel[2] // params.stride[2]) >= RUNS_MIN_W_WINDOWS:
+        if windows_along_w(params) >= RUNS_MIN_W_WINDOWS:
             return KernelConfig("bwd_runs", vec=GATHER_RUN_BYTES // itemsize, block=BLOCK, index_type=itype)
         window = (params.kernel, params.stride, params.dilation)
         return KernelConfig("bwd_gather", vec=gather_run(params.kernel, params.stride, itemsize, spatial[2]),

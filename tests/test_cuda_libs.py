@@ -253,7 +253,8 @@ def test_the_convolution_ops_are_built_from_copies_with_float_compute(tmp_path):
         text = Path(path).read_text()
         if path.endswith(".cc"):
             assert text.count(new) == 1 and old not in text
-            assert text.replace(new, old) == originals[str(jittor_dir / "extern/cuda/cudnn/ops" / os.path.basename(path))]
+            original = jittor_dir / "extern" / "cuda" / "cudnn" / "ops" / os.path.basename(path)
+            assert text.replace(new, old) == originals[str(original)]
     assert all(Path(p).read_text() == t for p, t in originals.items())
     stamps = {p: os.stat(p).st_mtime_ns for p in copies}
     assert boot.cudnn_build_sources(jittor_dir, str(tmp_path)) == sources

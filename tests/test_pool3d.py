@@ -422,7 +422,8 @@ SELECT_TABLE = [
     # gather: runs of 16 bytes along W (4 floats, 8 halves, 2 doubles), one per thread, or 32 bytes of 4- and
     # 8-byte elements where an element lies in at most 8 windows
     ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "bwd", True, "bwd_runs", dict(vec=4)),  # 3 windows along W
-    ((4, 32, 32, 32, 32), "float32", _kw(3, 1, 0, 2), "bwd", True, "bwd_gather", dict(vec=4)),  # W dilated
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 1, 0, 2), "bwd", True, "bwd_runs", dict(vec=4)),  # W dilated
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 3, 0, 2), "bwd", True, "bwd_gather", dict(vec=8)),  # 1 along W
     ((4, 32, 32, 32, 32), "float32", _kw(3, 1, 0, (2, 2, 1)), "bwd", True, "bwd_runs", dict(vec=4)),
     ((8, 64, 16, 56, 56), "float32", _kw(3, 2, 1), "bwd", True, "bwd_gather",
      dict(vec=8, window=((3, 3, 3), (2, 2, 2), (1, 1, 1)))),
@@ -1000,23 +1001,26 @@ def runs_row_emulated(keys, dy, W, heads, sums, lanes=32):
 
 
 def runs_backward_emulated(x_shape, arg, dy, kw, lanes=32):
-    """bwd_runs (pool3d_gather.cuh) in NumPy: pass 1 (runs_row_emulated) keeps, per output row (plane, od, oh)
-    and input column w, the dy sum of the run of consecutive windows whose argmax has that column (a row has at
-    most one such run per column where W's dilation is 1: the assertion); pass 2 sums, for each input element,
+    """bwd_runs (pool3d_gather.cuh) in NumPy: pass 1 (runs_row_emulated) keeps, per output row (plane, od, oh),
+    W class of windows and input column w, the dy sum of the run of consecutive windows whose argmax has that
+    column (a row has at most one such run per column: the assertion); pass 2 sums, for each input element,
     the kept sums of the rows whose windows can hold it where the kept argmax is the element."""
     D, H, W = x_shape[-3:]
     Do, Ho, Wo = arg.shape[-3:]
     a = arg.reshape(-1, Do, Ho, Wo)
     g = np.asarray(dy, dtype=np.float64).reshape(-1, Do, Ho, Wo)
     planes = a.shape[0]
+    p = P.normalize_params(kw["kernel_size"], kw.get("stride"), kw.get("padding", 0), kw.get("dilation", 1),
+                           kw.get("ceil_mode", False))
+    classes = p.dilation[2] // math.gcd(p.stride[2], p.dilation[2])  # pool3d_w_classes
     sums = np.zeros((planes, Do, Ho, W))
     heads = np.full((planes, Do, Ho, W), -1, dtype=np.int64)
     for pl in range(planes):
         for od in range(Do):
             for oh in range(Ho):
-                runs_row_emulated(a[pl, od, oh], g[pl, od, oh], W, heads[pl, od, oh], sums[pl, od, oh], lanes)
-    p = P.normalize_params(kw["kernel_size"], kw.get("stride"), kw.get("padding", 0), kw.get("dilation", 1),
-                           kw.get("ceil_mode", False))
+                for c in range(classes):
+                    runs_row_emulated(a[pl, od, oh, c::classes], g[pl, od, oh, c::classes], W, heads[pl, od, oh],
+                                      sums[pl, od, oh], lanes)
 
     def rows_holding(t, n_out, k, s, pad, dl):
         return [o for o in range(n_out) if (t + pad - o * s) % dl == 0 and 0 <= (t + pad - o * s) // dl < k]
@@ -1035,15 +1039,18 @@ def runs_backward_emulated(x_shape, arg, dy, kw, lanes=32):
                                        ((2, 2, 8, 9, 11), _kw(3, (1, 1, 2), 1)), ((2, 2, 9, 8, 10), _kw(4, 1, 2)),
                                        ((1, 2, 10, 11, 9), _kw(3, 1, 1, (2, 2, 1), ceil=True)),
                                        ((2, 2, 6, 7, 8), _kw((2, 3, 5), (1, 2, 1), (1, 1, 2))),
-                                       ((1, 1, 4, 4, 75), _kw(3, 1, 1))])
+                                       ((1, 1, 4, 4, 75), _kw(3, 1, 1)), ((2, 2, 7, 8, 11), _kw(3, 1, 0, 2)),
+                                       ((1, 2, 7, 8, 12), _kw(3, 2, 1, 2)), ((1, 2, 6, 7, 13), _kw(4, 1, 1, (1, 1, 3))),
+                                       ((1, 1, 4, 4, 80), _kw(3, 1, 0, (1, 1, 2), ceil=True))])
 @pytest.mark.parametrize("lanes", [32, 4])
 @pytest.mark.parametrize("values", ["ties", "edge"])
 def test_the_runs_backward_is_the_reference_gradient(shape, kw, values, lanes, rng):
-    """The two-pass backward of overlapping windows whose W dilation is 1 (bwd_runs), emulated: a row of windows
-    has one run per argmax column (windows sharing an argmax are consecutive; argmax columns never go back), so
-    pass 1's kept sums lose nothing and pass 2 finds each element's among its candidate rows. Ties (few values),
-    NaN and -inf (edge inputs) and padding included; rows longer than a warp (W = 75), and 4-lane warps, carry
-    runs across chunks."""
+    """The two-pass backward of overlapping windows (bwd_runs), emulated: each W class of a row of windows (one
+    class where W's dilation is 1, dilation / gcd(stride, dilation) otherwise) has one run per argmax column
+    (windows sharing an argmax are consecutive; argmax columns never go back), so pass 1's kept sums lose nothing
+    and pass 2 finds each element's among its candidate rows. Ties (few values), NaN and -inf (edge inputs),
+    padding and W dilation included; rows longer than a warp (W = 75, 80), and 4-lane warps, carry runs across
+    chunks."""
     from ops.scoring.spec import edge_array
     x = (rng.integers(0, 3, size=shape).astype(np.float32) if values == "ties"
          else edge_array(shape, "float32", rng, density=0.1))
