@@ -648,6 +648,7 @@ GRAD_CASES = [
     ((2, 3, 10, 11, 13), _kw(2, 3, 1, ceil=True)),  # the same with padding
     ((1, 2, 10, 11, 9), _kw(3, 1, 1, (2, 2, 1), ceil=True)),  # runs: padding, D and H dilated
     ((2, 2, 8, 9, 11), _kw(5, (1, 1, 2), 2)),  # runs: W stride 2, 3 windows along W
+    ((2, 2, 7, 8, 37), _kw(3, 1, (0, 0, 1), (1, 1, 2))),  # runs: W dilation 2, two classes of windows
 ]
 
 
