@@ -259,3 +259,13 @@ def test_an_ops_module_in_the_working_directory_is_ignored_in_one_line(tmp_path)
     notes = [line for line in proc.stderr.splitlines() if "ops.py" in line]
     assert len(notes) == 1 and "ignored" in notes[0]
     assert json.loads(out_json.read_text())["results"][0]["correct"]
+
+
+def test_a_run_that_measured_no_tier_writes_no_tiers_file(tmp_path):
+    """An empty tiers file would grade every later run against nothing (a class's children time no reference):
+    a run whose references were all left out (or that was stopped before any) writes none, and says so."""
+    tiers = tmp_path / "tiers.json"
+    proc = toy_run("-k", "toy/fwd/ok", "--references", "", "--save-tiers", str(tiers))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not tiers.exists()
+    assert f"no tier was measured, so --save-tiers {tiers} is not written" in proc.stderr

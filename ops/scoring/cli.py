@@ -139,7 +139,11 @@ def _write_outputs(args, results, references, env, meta, title, notes=(), prog="
                     f"copy bandwidth measured in the same run.\n"))
     if args.json:
         _replace(args.json, _write_text(report.to_json(results, env, meta)))
-    if args.save_tiers:
+    if args.save_tiers and not any(r.tiers for r in results):
+        # an empty tiers file would grade every later run against nothing
+        print(f"{prog}: no tier was measured, so --save-tiers {args.save_tiers} is not written", file=sys.stderr,
+              flush=True)
+    elif args.save_tiers:
         _replace(args.save_tiers, lambda tmp: report.save_tiers(tmp, results, env))
     if args.plot:
         _replace(args.plot, lambda tmp: report.plot(tmp, results, references))
