@@ -21,6 +21,19 @@ def tf32_bound(value_abs):
     return (2 * 2.0 ** -11 + 2.0 ** -20) * value_abs + 1e-30
 
 
+def torch_reference(conv, x, w, g, *args):
+    """``conv`` (torch.nn.functional's) in float64 on NumPy ``x`` and ``w`` with output gradient ``g``: ((y, gx,
+    gw), the same on |x|, |w| and |g|: each error bound's scale), as NumPy arrays."""
+    torch = _torch()
+
+    def run(a, b, c):
+        ta, tb = (torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in (a, b))
+        ty = conv(ta, tb, None, *args)
+        grads = torch.autograd.grad((ty * torch.from_numpy(c).double()).sum(), [ta, tb])
+        return [t.detach().numpy() for t in (ty, *grads)]
+    return run(x, w, g), run(np.abs(x), np.abs(w), np.abs(g))
+
+
 @needs_cudnn
 def test_cudnn_is_loaded_with_its_convolutions_and_without_rnn():
     assert boot.CUDNN_LOADED and jt.cudnn is not None and jt.compile_extern.cudnn is jt.cudnn
@@ -42,15 +55,10 @@ def test_conv3d_forward_and_gradients_match_torch(rng, stride, padding, dilation
     g = rng.standard_normal(y.shape).astype(np.float32)
     gx, gw = jt.grad((y * jt.array(g)).sum(), [jx, jw])
 
-    tx, tw = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (x, w))
-    ty = F.conv3d(tx, tw, None, stride, padding, dilation, groups)
-    tgx, tgw = torch.autograd.grad((ty * torch.from_numpy(g).double()).sum(), [tx, tw])
-    ax, aw = (torch.tensor(np.abs(a), dtype=torch.float64, requires_grad=True) for a in (x, w))
-    ay = F.conv3d(ax, aw, None, stride, padding, dilation, groups)  # |x| conv |w|: the bound's scale
-    bgx, bgw = torch.autograd.grad((ay * torch.from_numpy(np.abs(g)).double()).sum(), [ax, aw])
-    for got, want, scale in ((y, ty, ay), (gx, tgx, bgx), (gw, tgw, bgw)):
-        err = np.abs(got.numpy().astype(np.float64) - want.detach().numpy())
-        assert np.all(err <= tf32_bound(scale.detach().numpy())), err.max()
+    wants, scales = torch_reference(F.conv3d, x, w, g, stride, padding, dilation, groups)
+    for got, want, scale in zip((y, gx, gw), wants, scales):
+        err = np.abs(got.numpy().astype(np.float64) - want)
+        assert np.all(err <= tf32_bound(scale)), err.max()
 
 
 @needs_cudnn
@@ -118,16 +126,9 @@ def test_half_and_bfloat16_convolutions_run_on_cudnn(rng, dtype, dims, groups):
         gx, gw = jt.grad((y * g).sum(), [jx, jw])
         jt.sync([y, gx, gw])
     assert any("cudnn_conv" in str(row[0]) for row in report[1:]), [row[0] for row in report[1:]]
-    as64 = lambda v: torch.from_numpy(v.float32().numpy().astype(np.float64)).requires_grad_()
-    tx, tw, tg = as64(jx), as64(jw), as64(g).detach()
-    ty = conv_t(tx, tw, None, 1, 0, 1, groups)
-    tgx, tgw = torch.autograd.grad((ty * tg).sum(), [tx, tw])
-    ax, aw = (t.detach().abs().requires_grad_() for t in (tx, tw))
-    ay = conv_t(ax, aw, None, 1, 0, 1, groups)
-    bgx, bgw = torch.autograd.grad((ay * tg.abs()).sum(), [ax, aw])
+    wants, scales = torch_reference(conv_t, *(v.float32().numpy() for v in (jx, jw, g)), 1, 0, 1, groups)
     eps = 2.0 ** -11 if dtype == "float16" else 2.0 ** -8  # the output's rounding
-    for got, want, scale in ((y, ty, ay), (gx, tgx, bgx), (gw, tgw, bgw)):
+    for got, want, scale in zip((y, gx, gw), wants, scales):
         assert got.dtype == dtype
-        want, scale = want.detach().numpy(), scale.detach().numpy()
         err = np.abs(got.float32().numpy().astype(np.float64) - want)
         assert np.all(err <= eps * np.abs(want) + 2.0 ** -14 * scale + 1e-30), err.max()
