@@ -137,13 +137,18 @@ def call_key(keys: Tuple[int, int], call: int) -> int:
 _BLOCK = 1 << 22
 
 
+def _block_words(blocks: np.ndarray, key: int) -> np.ndarray:
+    """The flip word of each block of 32 flat elements (``blocks``: block numbers) under ``key``: bit i picks the
+    block's element i (grader_fresh's hash)."""
+    with np.errstate(over="ignore"):
+        return _mix(blocks.astype(np.uint32) * np.uint32(_GOLDEN) + np.uint32(key))
+
+
 def flip_bits(n: int, key: int, start: int = 0, stop: int = None) -> np.ndarray:
     """bool[stop - start]: which elements (of ``n``, flat) the call with ``key`` flips, from ``start``."""
     stop = n if stop is None else stop
     first_block, last_block = start // 32, (stop + 31) // 32
-    with np.errstate(over="ignore"):
-        h = np.arange(first_block, last_block, dtype=np.uint32) * np.uint32(_GOLDEN) + np.uint32(key)
-    _mix(h)
+    h = _block_words(np.arange(first_block, last_block, dtype=np.uint32), key)
     bits = ((h[:, None] >> np.arange(32, dtype=np.uint32)) & np.uint32(1)).astype(bool).reshape(-1)
     return bits[start - first_block * 32:stop - first_block * 32]
 
@@ -189,9 +194,7 @@ def flip_at(arr: np.ndarray, dtype: str, keys: Tuple[int, int], call: int, idx: 
     values = np.array(flat[idx], copy=True)
     bits = values.view(view)
     key = call_key(keys, call)
-    with np.errstate(over="ignore"):
-        h = (idx >> 5).astype(np.uint32) * np.uint32(_GOLDEN) + np.uint32(key)
-    picked = ((_mix(h) >> (idx & 31).astype(np.uint32)) & np.uint32(1)).astype(bool)
+    picked = ((_block_words(idx >> 5, key) >> (idx & 31).astype(np.uint32)) & np.uint32(1)).astype(bool)
     bits ^= np.where(picked, view(mask << shift), view(0))
     if flat.size < RICH_ELEMENTS and low:
         _flip_low_bits(bits, idx, dtype, key)
