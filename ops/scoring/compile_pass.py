@@ -182,12 +182,12 @@ def probe_known_failures(items, failed: Dict[str, dict], stats: "SyncStats") -> 
 
 def warm_graphs(items, api, limit_bytes: int, report: Callable[[str, dict], None] = lambda kind, d: None,
                 names: Sequence[str] = PASS_IMPLS) -> int:
-    """Build and sync the graphs of the implementations ``names`` (of ``PASS_IMPLS``) of each case (``items``: (family, case)), in batches of at
-    most ``limit_bytes`` of inputs (uninitialized: values never change which kernels compile). Best effort: a graph
-    that fails here fails again, with its reason, when timed. ``report("start", {"items": n})`` comes before a
-    batch's syncs (``n`` of ``items`` consumed by it: a crash in that batch loses those), ``report("batch",
-    {...})`` after them with its figures; before the batches, the known failures' probes
-    (``probe_known_failures``) report as a batch of no items. Returns how many graphs ran."""
+    """Build and sync the graphs of the implementations ``names`` (of ``PASS_IMPLS``) of each case (``items``:
+    (family, case)), in batches of at most ``limit_bytes`` of inputs (uninitialized: values never change which
+    kernels compile). Best effort: a graph that fails here fails again, with its reason, when timed.
+    ``report("start", {"items": n})`` comes before a batch's syncs (``n`` of ``items`` consumed by it: a crash in
+    that batch loses those), ``report("batch", {...})`` after them with its figures; before the batches, the known
+    failures' probes (``probe_known_failures``) report as a batch of no items. Returns how many graphs ran."""
     batch: List[tuple] = []
     held, built, consumed, made_s = 0, 0, 0, 0.0
     failed = failed_compiles()
