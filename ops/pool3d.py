@@ -51,7 +51,7 @@ bwd_gather          every other window layout: every input element sums, in a fi
 bwd_scatter         disjoint windows that hold at most half of the input (k2s3): dx zeroed, then each window's dy
                     copied to its saved argmax, a thread per window (no element is written twice). Moves dx + dy
                     + indices.
-bwd_runs            overlapping windows, 3+ windows along W per element (k3s1, k8s1, k3s1d2): per output row
+bwd_runs            overlapping windows, 5+ windows along W per element (k8s1, k5s1): per output row
                     and W class, one dy sum for each run of consecutive windows sharing an argmax, kept at the argmax's
                     column; then each element sums, over the k_d * k_h rows that can hold it, the kept sums that
                     name it. Moves dy + indices + two rows of W per output row + dx.
@@ -125,10 +125,11 @@ GATHER_WIDE_RUN_BYTES, GATHER_WIDE_MAX_WINDOWS = 32, 8
 # Disjoint windows that hold at most this share of the input scatter instead (bwd_scatter: memset, then a copy per
 # window): k2s3 (8,32,32,63,63) f32 (30% held) 0.091 ms against the gather's 0.108 (H100).
 SCATTER_MAX_COVERED = 0.5
-# Overlapping windows with at least this many windows along W per element take the two passes of
-# bwd_runs (per output row, one dy sum per run of windows sharing an argmax; then k_d * k_h reads per element):
-# the gather's k8s1 (2,16,32,32,32) f32 0.111 ms, k3s1 (4,32,32,32,32) 0.059 (H100); the runs' record in design.md.
-RUNS_MIN_W_WINDOWS = 3
+# Overlapping windows with at least this many windows along W per element take the two passes of bwd_runs
+# (per output row, one dy sum per run of windows sharing an argmax; then k_d * k_h reads per element). H100 kernel
+# ms, runs against gather: k8s1 (2,16,32,32,32) f32 0.062 vs 0.111, k3s1 (4,32,32,32,32) 0.093 vs 0.059, k3s1d2
+# 0.116 vs 0.080; 5 is where the two per-element costs cross, interpolated in log k (design.md).
+RUNS_MIN_W_WINDOWS = 5
 # Windows (kernel, stride, dilation) the gather takes at compile time; any other layer runs the same kernel with
 # the window at run time (Pool3dWinR).
 GATHER_WINDOWS = (

@@ -130,7 +130,23 @@ def test_waiting_for_work_done_elsewhere_counts(tmp_path):
         assert r["points"] == 0 and r["refs"]["naive"]["ms"] < 0.2, (case_id, r["points"], r["refs"]["naive"])
 
 
-@pytest.mark.parametrize("magnitudes,status", [("0", 0), ("1", 1)])
+def assert_sample_cache_earns_nothing(results, magnitudes):
+    """cheat_sample's verdicts: 0 points everywhere; a case judged right computed every call (2 ms each, in CPU
+    time less where others took turns), a wrong one was caught on a timed call; with the sample of magnitudes at
+    least one remembered answer was another input's, with the plain sample none (no two calls' inputs agree)."""
+    for case_id, r in results.items():
+        assert r["points"] == 0, (case_id, r["points"])
+        if r["correct"]:
+            assert r["ours"]["ms"] >= 1.0, (case_id, r["ours"])
+        else:
+            assert TIMED_CALL.search(r["why"]), (case_id, r["why"])
+    assert all(r["correct"] for r in results.values()) == (magnitudes == "0")
+
+
+SAMPLE_CACHE_STATUS = [("0", 0), ("1", 1)]
+
+
+@pytest.mark.parametrize("magnitudes,status", SAMPLE_CACHE_STATUS)
 def test_a_cache_by_a_sample_of_the_input_values_scores_zero(tmp_path, magnitudes, status):
     """Answers remembered by 16 values of each input, each computed one costing 2 ms: no timed call's inputs
     were seen before, so every call computes (right, and too slow for points); remembered by their magnitudes
@@ -141,13 +157,7 @@ def test_a_cache_by_a_sample_of_the_input_values_scores_zero(tmp_path, magnitude
                     "--op", "expand_as",
                     env_extra={"CHEAT_SAMPLE_ABS": magnitudes}, tmp_path=tmp_path, status=status)
     assert len(results) >= 8
-    for case_id, r in results.items():
-        assert r["points"] == 0, (case_id, r["points"])
-        if r["correct"]:  # every call computed (2 ms spinning; in CPU time less where others took turns)
-            assert r["ours"]["ms"] >= 1.0, (case_id, r["ours"])
-        else:
-            assert TIMED_CALL.search(r["why"]), (case_id, r["why"])
-    assert all(r["correct"] for r in results.values()) == (magnitudes == "0")
+    assert_sample_cache_earns_nothing(results, magnitudes)
 
 
 @pytest.mark.parametrize("mode", ["every2", "first8", "empty"])
@@ -240,24 +250,26 @@ def test_cheats_score_zero_on_the_gpu(impl, tmp_path):
     assert_all_zero(grade(impl, *args, tmp_path=tmp_path, device="cuda"), why)
 
 
-GPU_NEW_CHEATS = {
-    ("cheat_sample", "0"): {"CHEAT_SAMPLE_ABS": "0"},
-    ("cheat_sample", "1"): {"CHEAT_SAMPLE_ABS": "1"},
-    ("cheat_skip", "every2"): {"CHEAT_SKIP": "every2"},
-    ("cheat_skip", "first8"): {"CHEAT_SKIP": "first8"},
-    ("cheat_skip", "empty"): {"CHEAT_SKIP": "empty"},
-}
+GPU_CASES = ("--direction", "fwd", "-k", "k2s2_tiny,k2s2_8x32x32x64x64,021_f32_16MB,021_f32_128MB,"
+             "paddle1-5x1x1-to-5x128x128-float32", "--op", "permute", "--op", "max_pool3d", "--op", "expand_as")
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("impl,variant", sorted(GPU_NEW_CHEATS))
-def test_caches_and_skipped_calls_score_zero_on_the_gpu(impl, variant, tmp_path):
-    results = grade(impl, "--direction", "fwd", "-k", "k2s2_tiny,k2s2_8x32x32x64x64,021_f32_16MB,021_f32_128MB,"
-                    "paddle1-5x1x1-to-5x128x128-float32", "--op", "permute", "--op", "max_pool3d", "--op", "expand_as",
-                    env_extra=GPU_NEW_CHEATS[(impl, variant)], tmp_path=tmp_path, device="cuda")
+@pytest.mark.parametrize("mode", ["every2", "first8", "empty"])
+def test_skipped_calls_score_zero_on_the_gpu(mode, tmp_path):
+    results = grade("cheat_skip", *GPU_CASES, env_extra={"CHEAT_SKIP": mode}, tmp_path=tmp_path, device="cuda")
     plain = plain_cases(results)
     assert len(plain) >= 4
     assert_all_zero(plain, TIMED_CALL)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("magnitudes,status", SAMPLE_CACHE_STATUS)
+def test_a_cache_by_a_sample_scores_zero_on_the_gpu(magnitudes, status, tmp_path):
+    results = grade("cheat_sample", *GPU_CASES, env_extra={"CHEAT_SAMPLE_ABS": magnitudes}, tmp_path=tmp_path,
+                    device="cuda", status=status)
+    assert len(results) >= 4
+    assert_sample_cache_earns_nothing(results, magnitudes)
 
 
 @pytest.mark.cuda

@@ -421,18 +421,25 @@ SELECT_TABLE = [
     ((64, 64, 64, 128, 128), "float32", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(index_type="long long")),
     # gather: runs of 16 bytes along W (4 floats, 8 halves, 2 doubles), one per thread, or 32 bytes of 4- and
     # 8-byte elements where an element lies in at most 8 windows
-    ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "bwd", True, "bwd_runs", dict(vec=4)),  # 3 windows along W
-    ((4, 32, 32, 32, 32), "float32", _kw(3, 1, 0, 2), "bwd", True, "bwd_runs", dict(vec=4)),  # W dilated
+    # 3 windows along W gather; 5 or more take bwd_runs
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "bwd", True, "bwd_gather",
+     dict(vec=4, window=((3, 3, 3), (1, 1, 1), (1, 1, 1)))),
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 1, 0, 2), "bwd", True, "bwd_gather", dict(vec=4, window=None)),
+    ((4, 32, 32, 32, 32), "float32", _kw(5, 1), "bwd", True, "bwd_runs", dict(vec=4)),
+    ((4, 32, 32, 32, 32), "float32", _kw((3, 3, 5), 1, 0, (1, 1, 2)), "bwd", True, "bwd_runs", dict(vec=4)),
+    ((4, 32, 32, 32, 32), "float32", _kw((3, 3, 9), (1, 1, 2)), "bwd", True, "bwd_runs", dict(vec=4)),
+    ((4, 32, 32, 32, 32), "float32", _kw((3, 3, 7), (1, 1, 2)), "bwd", True, "bwd_gather", dict(vec=4)),
     ((4, 32, 32, 32, 32), "float32", _kw(3, 3, 0, 2), "bwd", True, "bwd_gather", dict(vec=8)),  # 1 along W
-    ((4, 32, 32, 32, 32), "float32", _kw(3, 1, 0, (2, 2, 1)), "bwd", True, "bwd_runs", dict(vec=4)),
+    ((4, 32, 32, 32, 32), "float32", _kw(5, 1, 0, (2, 2, 1)), "bwd", True, "bwd_runs", dict(vec=4)),
     ((8, 64, 16, 56, 56), "float32", _kw(3, 2, 1), "bwd", True, "bwd_gather",
      dict(vec=8, window=((3, 3, 3), (2, 2, 2), (1, 1, 1)))),
     ((8, 64, 16, 56, 56), "float64", _kw(3, 2, 1), "bwd", True, "bwd_gather", dict(vec=4)),
     ((8, 64, 16, 56, 56), "bfloat16", _kw(3, 2, 1), "bwd", True, "bwd_gather", dict(vec=8)),
     ((2, 16, 32, 32, 32), "float32", _kw(8, 1), "bwd", True, "bwd_runs", dict(vec=4)),
     ((2, 16, 32, 32, 30), "float16", _kw(8, 1), "bwd", True, "bwd_runs", dict(vec=8)),
-    ((2, 3, 5, 6, 7), "float64", _kw(3, 1), "bwd", True, "bwd_runs", dict(vec=2)),
-    ((64, 64, 64, 128, 128), "float32", _kw(3, 1), "bwd", True, "bwd_runs", dict(index_type="long long")),
+    ((2, 3, 5, 6, 9), "float64", _kw(5, 1), "bwd", True, "bwd_runs", dict(vec=2)),
+    ((64, 64, 64, 128, 128), "float32", _kw(5, 1), "bwd", True, "bwd_runs", dict(index_type="long long")),
+    ((64, 64, 64, 128, 128), "float32", _kw(3, 1), "bwd", True, "bwd_gather", dict(index_type="long long")),
     ((64, 64, 64, 128, 128), "float32", _kw(3, 2, 1), "bwd", True, "bwd_gather", dict(index_type="long long")),
     # disjoint windows gather too
     ((8, 32, 32, 64, 64), "float32", _kw(2), "bwd", True, "bwd_gather",
@@ -639,16 +646,16 @@ GRAD_CASES = [
     ((2, 3, 10, 11, 12), _kw((1, 2, 2), (1, 3, 3), (0, 1, 1))),  # scatter with padding
     ((2, 3, 9, 9, 9), _kw(3, 1)),  # gather
     ((2, 2, 9, 12, 11), _kw(3, 2, 1)),  # gather with padding
-    ((1, 2, 12, 12, 12), _kw(8, 1)),  # gather, big windows
+    ((1, 2, 12, 12, 12), _kw(8, 1)),  # big windows: runs on the GPU
     ((2, 3, 10, 11, 12), _kw((1, 3, 2), (1, 2, 1), (0, 1, 1), (1, 2, 1))),  # gather with dilation
     ((3, 9, 8, 7), _kw(3, 2, ceil=True)),  # 4-D input, gather with ceil_mode
     ((1, 2, 9, 10, 13), _kw(3, 2, 1, 2)),  # gather, dilated and strided along W: runs split windows
     ((2, 3, 6, 5, 3), _kw(2, 1)),  # gather, a row shorter than one run
     ((2, 3, 8, 9, 10), _kw(2, 3)),  # disjoint windows holding 30% of x: scatter on the GPU
     ((2, 3, 10, 11, 13), _kw(2, 3, 1, ceil=True)),  # the same with padding
-    ((1, 2, 10, 11, 9), _kw(3, 1, 1, (2, 2, 1), ceil=True)),  # runs: padding, D and H dilated
-    ((2, 2, 8, 9, 11), _kw(5, (1, 1, 2), 2)),  # runs: W stride 2, 3 windows along W
-    ((2, 2, 7, 8, 37), _kw(3, 1, (0, 0, 1), (1, 1, 2))),  # runs: W dilation 2, two classes of windows
+    ((1, 2, 10, 11, 9), _kw((3, 3, 5), 1, 1, (2, 2, 1), ceil=True)),  # runs: padding, D and H dilated
+    ((2, 2, 8, 9, 23), _kw((5, 5, 9), (1, 1, 2), 2)),  # runs: W stride 2, 5 windows along W
+    ((2, 2, 7, 8, 37), _kw((3, 3, 5), 1, (0, 0, 1), (1, 1, 2))),  # runs: W dilation 2, two classes of windows
 ]
 
 
