@@ -51,6 +51,31 @@ def test_cases_built_before_are_not_built_again(toy_worker_env, tmp_path):
     assert warm(ids[1:])["skipped"].startswith("compiled before")
 
 
+def test_the_parent_skips_the_pass_without_a_worker_where_every_case_was_built(toy_worker_env, tmp_path,
+                                                                              monkeypatch):
+    """The parent finds the graded module without importing it and fingerprints it as the worker does: after a
+    finished pass the next run starts no worker; a module it cannot place (dotted, missing) leaves the question
+    to the worker."""
+    from ops.scoring import compile_driver
+    ids = ["toy/fwd/ok", "toy/bwd/ok"]
+    forget(ids + ["toy/fwd/after"])
+    assert not compile_driver.compiled_before(ids, "ops", None)
+    assert warm_compile(ids, device="cpu", impl="ops", budget_s=300, limit_bytes=1 << 30,
+                        scratch=str(tmp_path))["finished"]
+    assert compile_driver.compiled_before(ids, "ops", None) and compile_driver.compiled_before(ids, "ops", [])
+    assert not compile_driver.compiled_before(ids + ["toy/fwd/after"], "ops", None)
+    assert not compile_driver.compiled_before(ids, "ops.scoring", None)
+    assert not compile_driver.compiled_before(ids, "no_such_module_here", None)
+    assert compile_pass.code_fingerprint("ops", ops.__file__) == compile_pass.fingerprint(ops)
+    assert compile_pass.code_fingerprint("toy_family", "") != compile_pass.fingerprint(ops)
+
+    def no_worker(**kwargs):
+        raise AssertionError("a worker was started")
+    monkeypatch.setattr(compile_driver, "Worker", no_worker)
+    skipped = warm_compile(ids, device="cpu", impl="ops", budget_s=300, limit_bytes=1 << 30, scratch=str(tmp_path))
+    assert skipped["finished"] and skipped["graphs"] == 0 and skipped["skipped"].startswith("compiled before")
+
+
 def test_a_run_without_references_builds_and_remembers_ours_alone(toy_worker_env, tmp_path):
     """A run that times no reference (a class child against stored tiers) builds only the graded module's graphs
     and remembers them as such: a later run with the references builds theirs, and a run without them after a

@@ -19,7 +19,7 @@ import hashlib
 import json
 import os
 import time
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -87,14 +87,20 @@ def remember_failed_compile(key: str, case_id: str, error: str) -> None:
 
 
 def fingerprint(api) -> str:
-    """jittor's version and every source file of the graded module, of this package and of its snippets: what
-    decides which kernels a case's graphs compile."""
+    """``code_fingerprint`` of an imported graded module."""
+    return code_fingerprint(getattr(api, "__name__", ""), getattr(api, "__file__", "") or "")
+
+
+def code_fingerprint(name: str, module_file: str) -> str:
+    """jittor's version and every source file of the graded module (``name``, its file or package's
+    ``__init__.py`` ``module_file``; "" for none), of this package and of its snippets: what decides which kernels
+    a case's graphs compile."""
     from .. import _codegen
     roots = {os.path.dirname(os.path.dirname(os.path.abspath(__file__))), str(_codegen.snippet_dir())}
-    module_file = os.path.abspath(getattr(api, "__file__", "") or "")
+    module_file = os.path.abspath(module_file) if module_file else ""
     if module_file:
         roots.add(os.path.dirname(module_file) if module_file.endswith("__init__.py") else module_file)
-    h = hashlib.sha256(f"{jt.__version__}\n{getattr(api, '__name__', '')}\n".encode())
+    h = hashlib.sha256(f"{jt.__version__}\n{name}\n".encode())
     for root in sorted(roots):
         files = [root] if os.path.isfile(root) else sorted(
             os.path.join(d, f) for d, _, names in os.walk(root) for f in names if f.endswith((".py", ".cuh", ".h")))
@@ -108,6 +114,12 @@ def fingerprint(api) -> str:
 # The implementations whose graphs the pass builds: the graded module's and the references jittor runs. A run that
 # times no reference (a class child graded against stored tiers) builds ours alone.
 PASS_IMPLS = ("ours", "naive", "jittor")
+
+
+def pass_names(references: Optional[Sequence[str]]) -> List[str]:
+    """The implementations a run with ``references`` (None: all) builds in the pass."""
+    refs = PASS_IMPLS if references is None else references
+    return [n for n in PASS_IMPLS if n == "ours" or n in refs]
 
 
 def _record_key(code: str, names: Sequence[str]) -> str:

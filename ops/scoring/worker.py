@@ -222,8 +222,7 @@ def main(argv=None) -> int:
         if "warm" in cmd:
             started = time.monotonic()
             code = compile_pass.fingerprint(api)
-            refs = cmd.get("references", compile_pass.PASS_IMPLS)
-            names = [n for n in compile_pass.PASS_IMPLS if n == "ours" or n in refs]
+            names = compile_pass.pass_names(cmd.get("references"))
             built_before = compile_pass.compiled_cases(code, names)
             todo = [c for c in cmd["warm"] if c not in built_before]
             if not todo:
