@@ -419,29 +419,29 @@ SELECT_TABLE = [
     ((1, 2, 12, 12, 12), "float32", _kw(5, 1, 2), "fwd", True, "fwd_warp", dict(k=(0, 0, 0), nopad=False)),
     ((2, 3, 8, 8, 8), "float32", _kw(2), "fwd", False, "fwd_cpu", dict(nopad=True, block=0)),
     ((64, 64, 64, 128, 128), "float32", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(index_type="long long")),
-    # gather: runs of 16 bytes along W (4 floats, 8 halves, 2 doubles), one per thread, or 32 bytes of 4- and
-    # 8-byte elements where an element lies in at most 8 windows
-    # 3 windows along W gather; 5 or more take bwd_runs
-    ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "bwd", True, "bwd_gather",
-     dict(vec=4, window=((3, 3, 3), (1, 1, 1), (1, 1, 1)))),
-    ((4, 32, 32, 32, 32), "float32", _kw(3, 1, 0, 2), "bwd", True, "bwd_gather", dict(vec=4, window=None)),
+    # overlapping windows: bwd_tile (the gather's runs: 16 bytes along W (4 floats, 8 halves, 2 doubles), or 32
+    # bytes of 4- and 8-byte elements where an element lies in at most 8 windows) where the box of windows
+    # reaching a tile fits in shared memory; 5 or more windows along W take bwd_runs
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "bwd", True, "bwd_tile", dict(vec=4)),
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 1, 0, 2), "bwd", True, "bwd_tile", dict(vec=4)),  # 31.5 KB
+    ((2, 4, 40, 40, 32), "float32", _kw((5, 5, 3), 1, 0, (3, 3, 1)), "bwd", True, "bwd_gather",
+     dict(vec=4, window=None)),  # its box: 20 x 20 x 34 windows, 106 KB
     ((4, 32, 32, 32, 32), "float32", _kw(5, 1), "bwd", True, "bwd_runs", dict(vec=4)),
     ((4, 32, 32, 32, 32), "float32", _kw((3, 3, 5), 1, 0, (1, 1, 2)), "bwd", True, "bwd_runs", dict(vec=4)),
     ((4, 32, 32, 32, 32), "float32", _kw((3, 3, 9), (1, 1, 2)), "bwd", True, "bwd_runs", dict(vec=4)),
-    ((4, 32, 32, 32, 32), "float32", _kw((3, 3, 7), (1, 1, 2)), "bwd", True, "bwd_gather", dict(vec=4)),
-    ((4, 32, 32, 32, 32), "float32", _kw(3, 3, 0, 2), "bwd", True, "bwd_gather", dict(vec=8)),  # 1 along W
+    ((4, 32, 32, 32, 32), "float32", _kw((3, 3, 7), (1, 1, 2)), "bwd", True, "bwd_tile", dict(vec=4)),
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 3, 0, 2), "bwd", True, "bwd_tile", dict(vec=8)),  # 1 along W
     ((4, 32, 32, 32, 32), "float32", _kw(5, 1, 0, (2, 2, 1)), "bwd", True, "bwd_runs", dict(vec=4)),
-    ((8, 64, 16, 56, 56), "float32", _kw(3, 2, 1), "bwd", True, "bwd_gather",
-     dict(vec=8, window=((3, 3, 3), (2, 2, 2), (1, 1, 1)))),
-    ((8, 64, 16, 56, 56), "float64", _kw(3, 2, 1), "bwd", True, "bwd_gather", dict(vec=4)),
-    ((8, 64, 16, 56, 56), "bfloat16", _kw(3, 2, 1), "bwd", True, "bwd_gather", dict(vec=8)),
+    ((8, 64, 16, 56, 56), "float32", _kw(3, 2, 1), "bwd", True, "bwd_tile", dict(vec=8)),
+    ((8, 64, 16, 56, 56), "float64", _kw(3, 2, 1), "bwd", True, "bwd_tile", dict(vec=4)),
+    ((8, 64, 16, 56, 56), "bfloat16", _kw(3, 2, 1), "bwd", True, "bwd_tile", dict(vec=8)),
     ((2, 16, 32, 32, 32), "float32", _kw(8, 1), "bwd", True, "bwd_runs", dict(vec=4)),
     ((2, 16, 32, 32, 30), "float16", _kw(8, 1), "bwd", True, "bwd_runs", dict(vec=8)),
     ((2, 3, 5, 6, 9), "float64", _kw(5, 1), "bwd", True, "bwd_runs", dict(vec=2)),
     ((64, 64, 64, 128, 128), "float32", _kw(5, 1), "bwd", True, "bwd_runs", dict(index_type="long long")),
-    ((64, 64, 64, 128, 128), "float32", _kw(3, 1), "bwd", True, "bwd_gather", dict(index_type="long long")),
-    ((64, 64, 64, 128, 128), "float32", _kw(3, 2, 1), "bwd", True, "bwd_gather", dict(index_type="long long")),
-    # disjoint windows gather too
+    ((64, 64, 64, 128, 128), "float32", _kw(3, 1), "bwd", True, "bwd_tile", dict(index_type="long long")),
+    ((64, 64, 64, 128, 128), "float32", _kw(3, 2, 1), "bwd", True, "bwd_tile", dict(index_type="long long")),
+    # disjoint windows gather
     ((8, 32, 32, 64, 64), "float32", _kw(2), "bwd", True, "bwd_gather",
      dict(vec=8, window=((2, 2, 2), (2, 2, 2), (1, 1, 1)))),
     # k4s4: the runtime window
@@ -644,13 +644,15 @@ GRAD_CASES = [
     ((2, 3, 7, 8, 11), _kw(3)),  # the same with k3: remainders of 1 and 2 elements
     ((2, 3, 8, 9, 11), _kw(2, 3)),  # scatter: gaps between windows
     ((2, 3, 10, 11, 12), _kw((1, 2, 2), (1, 3, 3), (0, 1, 1))),  # scatter with padding
-    ((2, 3, 9, 9, 9), _kw(3, 1)),  # gather
-    ((2, 2, 9, 12, 11), _kw(3, 2, 1)),  # gather with padding
+    ((2, 3, 9, 9, 9), _kw(3, 1)),  # overlapping: the tile on the GPU
+    ((1, 2, 19, 17, 70), _kw(3, 1)),  # tiles cut D, H and W (8 x 8 x 32 elements), partial at the ends
+    ((2, 2, 9, 12, 11), _kw(3, 2, 1)),  # tile with padding
     ((1, 2, 12, 12, 12), _kw(8, 1)),  # big windows: runs on the GPU
-    ((2, 3, 10, 11, 12), _kw((1, 3, 2), (1, 2, 1), (0, 1, 1), (1, 2, 1))),  # gather with dilation
-    ((3, 9, 8, 7), _kw(3, 2, ceil=True)),  # 4-D input, gather with ceil_mode
-    ((1, 2, 9, 10, 13), _kw(3, 2, 1, 2)),  # gather, dilated and strided along W: runs split windows
-    ((2, 3, 6, 5, 3), _kw(2, 1)),  # gather, a row shorter than one run
+    ((2, 3, 10, 11, 12), _kw((1, 3, 2), (1, 2, 1), (0, 1, 1), (1, 2, 1))),  # tile with dilation
+    ((3, 9, 8, 7), _kw(3, 2, ceil=True)),  # 4-D input, tile with ceil_mode
+    ((1, 2, 9, 10, 13), _kw(3, 2, 1, 2)),  # tile, dilated and strided along W: runs split windows
+    ((2, 3, 6, 5, 3), _kw(2, 1)),  # tile, a row shorter than one run
+    ((1, 1, 32, 32, 40), _kw((5, 5, 3), 1, 0, (3, 3, 1))),  # the box too large for shared memory: gather
     ((2, 3, 8, 9, 10), _kw(2, 3)),  # disjoint windows holding 30% of x: scatter on the GPU
     ((2, 3, 10, 11, 13), _kw(2, 3, 1, ceil=True)),  # the same with padding
     ((1, 2, 10, 11, 9), _kw((3, 3, 5), 1, 1, (2, 2, 1), ceil=True)),  # runs: padding, D and H dilated
@@ -1008,18 +1010,23 @@ def runs_row_emulated(keys, dy, W, heads, sums, lanes=32):
         carry_key, carry = key[-1], v[-1]
 
 
+def emulation_operands(x_shape, arg, dy, kw):
+    """What a backward emulation reads: the input and output planes' sizes, the indices and float64 dy per plane,
+    and the pooling parameters."""
+    Do, Ho, Wo = arg.shape[-3:]
+    p = P.normalize_params(kw["kernel_size"], kw.get("stride"), kw.get("padding", 0), kw.get("dilation", 1),
+                           kw.get("ceil_mode", False))
+    return (tuple(x_shape[-3:]), (Do, Ho, Wo), arg.reshape(-1, Do, Ho, Wo),
+            np.asarray(dy, dtype=np.float64).reshape(-1, Do, Ho, Wo), p)
+
+
 def runs_backward_emulated(x_shape, arg, dy, kw, lanes=32):
     """bwd_runs (pool3d_gather.cuh) in NumPy: pass 1 (runs_row_emulated) keeps, per output row (plane, od, oh),
     W class of windows and input column w, the dy sum of the run of consecutive windows whose argmax has that
     column (a row has at most one such run per column: the assertion); pass 2 sums, for each input element,
     the kept sums of the rows whose windows can hold it where the kept argmax is the element."""
-    D, H, W = x_shape[-3:]
-    Do, Ho, Wo = arg.shape[-3:]
-    a = arg.reshape(-1, Do, Ho, Wo)
-    g = np.asarray(dy, dtype=np.float64).reshape(-1, Do, Ho, Wo)
+    (D, H, W), (Do, Ho, Wo), a, g, p = emulation_operands(x_shape, arg, dy, kw)
     planes = a.shape[0]
-    p = P.normalize_params(kw["kernel_size"], kw.get("stride"), kw.get("padding", 0), kw.get("dilation", 1),
-                           kw.get("ceil_mode", False))
     classes = p.dilation[2] // math.gcd(p.stride[2], p.dilation[2])  # pool3d_w_classes
     sums = np.zeros((planes, Do, Ho, W))
     heads = np.full((planes, Do, Ho, W), -1, dtype=np.int64)
@@ -1059,13 +1066,92 @@ def test_the_runs_backward_is_the_reference_gradient(shape, kw, values, lanes, r
     and pass 2 finds each element's among its candidate rows. Ties (few values), NaN and -inf (edge inputs),
     padding and W dilation included; rows longer than a warp (W = 75, 80), and 4-lane warps, carry runs across
     chunks."""
+    check_emulated_backward(lambda arg, dy: runs_backward_emulated(shape, arg, dy, kw, lanes), shape, kw, values, rng)
+
+
+def check_emulated_backward(emulated, shape, kw, values, rng):
+    """``emulated(arg, dy)`` (a backward kernel's emulation) is the reference gradient of max pooling x of
+    ``shape`` with ``kw``: x of few values (``values`` "ties") or with NaN and -inf ("edge")."""
     from ops.scoring.spec import edge_array
     x = (rng.integers(0, 3, size=shape).astype(np.float32) if values == "ties"
          else edge_array(shape, "float32", rng, density=0.1))
     _, arg = F.reference_pool(x, **kw)
     dy = rng.standard_normal(arg.shape)
-    np.testing.assert_allclose(runs_backward_emulated(shape, arg, dy, kw, lanes), F.reference_grad(shape, arg, dy),
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(emulated(arg, dy), F.reference_grad(shape, arg, dy), rtol=1e-12, atol=1e-12)
+
+
+def gather_range_c(t_first, t_last, k, s, dl, n_out):
+    """pool3d_gather_range (pool3d_gather.cuh): windows [lo, hi] that can reach padded positions [t_first, t_last]
+    (C's division, on non-negative operands)."""
+    reach = t_first - (k - 1) * dl
+    lo = 0 if reach <= 0 else (reach + s - 1) // s
+    return lo, min(t_last // s, n_out - 1)
+
+
+def tile_backward_emulated(x_shape, arg, dy, kw, run):
+    """bwd_tile (pool3d_gather.cuh) in NumPy, block by block: the box of windows that can reach the block's tile
+    (no larger than tile_shared_bytes allows for: the assertion), copied out of the indices and dy as the block
+    stages it, then each thread's runs summed from the copy in the gather's (od, oh, ow) order."""
+    (D, H, W), (Do, Ho, Wo), a, g, p = emulation_operands(x_shape, arg, dy, kw)
+    (kd, kh, kwd), (sd, sh, sw), (pd, ph, pw), (dd, dh, dw) = p.kernel, p.stride, p.padding, p.dilation
+    tile_w = P.TILE_LANES * run
+    bound = [P.tile_extent(span, k, s, d, n) for span, k, s, d, n in
+             zip((P.TILE_D, P.TILE_H, tile_w), p.kernel, p.stride, p.dilation, (Do, Ho, Wo))]
+    dx = np.zeros((a.shape[0], D, H, W))
+    for pl in range(a.shape[0]):
+        for d0 in range(0, D, P.TILE_D):
+            for h0 in range(0, H, P.TILE_H):
+                for c0 in range(0, W, tile_w):
+                    od_lo, od_hi = gather_range_c(d0 + pd, min(d0 + P.TILE_D, D) - 1 + pd, kd, sd, dd, Do)
+                    oh_lo, oh_hi = gather_range_c(h0 + ph, min(h0 + P.TILE_H, H) - 1 + ph, kh, sh, dh, Ho)
+                    ow_lo, ow_hi = gather_range_c(c0 + pw, min(c0 + tile_w, W) - 1 + pw, kwd, sw, dw, Wo)
+                    box = [max(0, od_hi - od_lo + 1), max(0, oh_hi - oh_lo + 1), max(0, ow_hi - ow_lo + 1)]
+                    assert all(e <= b for e, b in zip(box, bound)), (box, bound)
+                    s_idx = a[pl, od_lo:od_hi + 1, oh_lo:oh_hi + 1, ow_lo:ow_hi + 1].copy()
+                    s_dy = g[pl, od_lo:od_hi + 1, oh_lo:oh_hi + 1, ow_lo:ow_hi + 1].copy()
+                    for id_ in range(d0, min(d0 + P.TILE_D, D)):
+                        for ih in range(h0, min(h0 + P.TILE_H, H)):
+                            for w0 in range(c0, min(c0 + tile_w, W), run):
+                                n = min(run, W - w0)
+                                pos0 = (id_ * H + ih) * W + w0
+                                w_lo, w_hi = gather_range_c(w0 + pw, w0 + n - 1 + pw, kwd, sw, dw, Wo)
+                                d_lo, d_hi = gather_range_c(id_ + pd, id_ + pd, kd, sd, dd, Do)
+                                h_lo, h_hi = gather_range_c(ih + ph, ih + ph, kh, sh, dh, Ho)
+                                for od in range(d_lo, d_hi + 1):
+                                    if (id_ + pd - od * sd) % dd:
+                                        continue
+                                    for oh in range(h_lo, h_hi + 1):
+                                        if (ih + ph - oh * sh) % dh:
+                                            continue
+                                        for ow in range(w_lo, w_hi + 1):
+                                            r = s_idx[od - od_lo, oh - oh_lo, ow - ow_lo] - pos0
+                                            if 0 <= r < n:
+                                                dx[pl, id_, ih, w0 + r] += s_dy[od - od_lo, oh - oh_lo, ow - ow_lo]
+    return dx.reshape(x_shape)
+
+
+@pytest.mark.parametrize("shape, kw, run", [((2, 2, 9, 10, 13), _kw(3, 1), 4), ((1, 2, 11, 9, 37), _kw(3, 1), 2),
+                                            ((1, 2, 9, 10, 40), _kw(3, 1, 0, 2), 4),
+                                            ((2, 2, 10, 17, 19), _kw(3, 2, 1), 8),
+                                            ((1, 2, 9, 12, 70), _kw(3, 2, 1, ceil=True), 8),
+                                            ((2, 2, 5, 18, 35), _kw((1, 3, 3), (1, 2, 2), (0, 1, 1)), 8),
+                                            ((1, 2, 12, 9, 21), _kw((3, 3, 7), (1, 1, 2), (1, 1, 3)), 4),
+                                            ((1, 1, 9, 17, 33), _kw(3, 3, 0, 2), 2)])
+@pytest.mark.parametrize("values", ["ties", "edge"])
+def test_the_tiled_backward_is_the_reference_gradient(shape, kw, run, values, rng):
+    """The tiled gather of overlapping windows (bwd_tile), emulated: every window that can reach a tile lies in
+    the block's box (within the shared memory the dispatcher allows for), and the sums from the staged copy are
+    the reference gradient; tiles cut D, H and W (several tiles each, partial at the ends), with padding,
+    ceil mode, strides and dilation, ties, NaN and -inf."""
+    check_emulated_backward(lambda arg, dy: tile_backward_emulated(shape, arg, dy, kw, run), shape, kw, values, rng)
+
+
+def test_the_tile_constants_are_the_kernels():
+    """ops/pool3d.py's TILE_* are the POOL3D_TILE_* the kernel is compiled with (its box and shared memory)."""
+    text = ops._codegen.snippet("pool3d_gather")
+    for name, value in (("D", P.TILE_D), ("H", P.TILE_H), ("LANES", P.TILE_LANES)):
+        assert re.search(rf"#define POOL3D_TILE_{name} (\d+)", text).group(1) == str(value), name
+    assert "CHECK(bytes <= 48 * 1024)" in text and P.TILE_MAX_SHARED == 48 * 1024
 
 
 @pytest.mark.parametrize("lanes", [32, 4, 2])
