@@ -434,21 +434,22 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_tile(const int* __restrict__
   }
 }
 
-// The shared memory of one block: the box of windows that can reach a tile, its indices, then (from a 16-byte
-// boundary) its dy.
-template <int RUN>
-inline int pool3d_tile_entries(const Pool3dGeom& g) {
-  return pool3d_tile_extent(POOL3D_TILE_D, g.kd, g.sd, g.dd, g.Do) *
-         pool3d_tile_extent(POOL3D_TILE_H, g.kh, g.sh, g.dh, g.Ho) *
-         pool3d_tile_extent(POOL3D_TILE_LANES * RUN, g.kw, g.sw, g.dw, g.Wo);
+// The shared memory of one block (bytes; dy_offset: where dy starts): the box of windows that can reach a tile,
+// its indices, then (from a 16-byte boundary) its dy.
+template <typename T, int RUN>
+inline size_t pool3d_tile_bytes(const Pool3dGeom& g, int& dy_offset) {
+  const int entries = pool3d_tile_extent(POOL3D_TILE_D, g.kd, g.sd, g.dd, g.Do) *
+                      pool3d_tile_extent(POOL3D_TILE_H, g.kh, g.sh, g.dh, g.Ho) *
+                      pool3d_tile_extent(POOL3D_TILE_LANES * RUN, g.kw, g.sw, g.dw, g.Wo);
+  dy_offset = (entries * (int)sizeof(int) + 15) / 16 * 16;
+  return (size_t)dy_offset + (size_t)entries * sizeof(T);
 }
 
 template <typename T, typename I, int RUN, int BLOCK>
 void pool3d_bwd_tile_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom& g, long long planes) {
   constexpr int kTileW = POOL3D_TILE_LANES * RUN;
-  const int entries = pool3d_tile_entries<RUN>(g);
-  const int dy_offset = (entries * (int)sizeof(int) + 15) / 16 * 16;
-  const size_t bytes = (size_t)dy_offset + (size_t)entries * sizeof(T);
+  int dy_offset = 0;
+  const size_t bytes = pool3d_tile_bytes<T, RUN>(g, dy_offset);
   CHECK(bytes <= 48 * 1024);  // the dispatcher's tile_shared_bytes: bwd_tile only where the box fits
   const Pool3dArgs<I> a = pool3d_args<I>(g, planes, ops_ceil_div(g.W, kTileW), ops_ceil_div(g.H, POOL3D_TILE_H),
                                          ops_ceil_div(g.D, POOL3D_TILE_D));

@@ -38,3 +38,20 @@ def compile_check(header: str, body: str = "", arch: str = "sm_90"):
         proc = subprocess.run([nvcc_path(), "-std=c++17", f"-arch={arch}", "--use_fast_math", "-ptx", path,
                                "-o", os.path.join(tmp, "check.ptx")], capture_output=True, text=True)
     return proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def run_host(header: str, main_body: str, arch: str = "sm_90"):
+    """Build ``header`` plus ``int main() { main_body }`` into a host program and run it (its host code only: no
+    GPU needed). Returns (ok, stdout or the compiler's log)."""
+    source = PRELUDE + header + "\nint main() {\n" + main_body + "\nreturn 0;\n}\n"
+    with tempfile.TemporaryDirectory() as tmp:
+        path, exe = os.path.join(tmp, "host.cu"), os.path.join(tmp, "host")
+        with open(path, "w") as f:
+            f.write(source)
+        proc = subprocess.run([nvcc_path(), "-std=c++17", f"-arch={arch}", path, "-o", exe], capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            return False, proc.stdout + proc.stderr
+        run = subprocess.run([exe], capture_output=True, text=True, timeout=60)
+    return run.returncode == 0, run.stdout + run.stderr
+

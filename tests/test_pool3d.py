@@ -1146,6 +1146,31 @@ def test_the_tiled_backward_is_the_reference_gradient(shape, kw, run, values, rn
     check_emulated_backward(lambda arg, dy: tile_backward_emulated(shape, arg, dy, kw, run), shape, kw, values, rng)
 
 
+@pytest.mark.nvcc
+def test_the_tile_launchers_shared_memory_is_the_dispatchers():
+    """pool3d_bwd_tile_launch's shared bytes (pool3d_tile_bytes: host code, built by nvcc and run here) equal
+    tile_shared_bytes, on which the dispatcher's choice of bwd_tile rests, for windows, outputs, runs and
+    element sizes of every kind."""
+    from nvcc_util import run_host
+    rng = np.random.default_rng(7)
+    cases = []
+    for _ in range(60):
+        k, s, d = (tuple(int(v) for v in rng.integers(lo, hi, 3)) for lo, hi in ((1, 6), (1, 4), (1, 4)))
+        out = tuple(int(v) for v in rng.integers(1, 80, 3))
+        cases += [(k, s, d, out, run, ctype, size) for run in (2, 4, 8)
+                  for ctype, size in (("__half", 2), ("float", 4), ("double", 8))]
+    lines = [f"{{ Pool3dGeom g = {{{', '.join(map(str, (0, 0, 0) + out + k + s + (0, 0, 0) + d))}}}; int o = 0; "
+             f"const size_t b = pool3d_tile_bytes<{ctype}, {run}>(g, o); std::printf(\"%zu\\n\", b); }}"
+             for k, s, d, out, run, ctype, _ in cases]
+    header = "#include <iostream>\n#define LOGf std::cerr\n" + ops._codegen.header(["common", "pool3d",
+                                                                                       "pool3d_gather"])
+    ok, printed = run_host(header, "\n".join(lines))
+    assert ok, printed[-4000:]
+    want = [P.tile_shared_bytes(out, P.PoolParams(k, s, (0, 0, 0), d), run, size) for k, s, d, out, run, _, size
+            in cases]
+    assert [int(v) for v in printed.split()] == want
+
+
 def test_the_tile_constants_are_the_kernels():
     """ops/pool3d.py's TILE_* are the POOL3D_TILE_* the kernel is compiled with (its box and shared memory)."""
     text = ops._codegen.snippet("pool3d_gather")
