@@ -65,13 +65,18 @@ POOL3D_GATHER_FN void pool3d_rows_holding(const Win& win, const Pool3dGatherDims
   }
 }
 
+// A run's sums, zeroed.
+template <typename A, int RUN> POOL3D_GATHER_FN void pool3d_clear_run(A (&acc)[RUN]) {
+  POOL3D_GATHER_UNROLL
+  for (int r = 0; r < RUN; ++r) acc[r] = A(0);
+}
+
 // Sums into acc[0 .. n) the dy of every window whose saved argmax is one of the run's n elements.
 // ip, gp: the plane's saved indices and dy; LOAD converts one dy value to A.
 template <typename A, int RUN, typename T, class Win, class Load>
 POOL3D_GATHER_FN void pool3d_gather_run(const Win& win, const Pool3dGatherDims& g, const int* ip, const T* gp,
                                         int id, int ih, int w0, int n, A (&acc)[RUN], Load load) {
-  POOL3D_GATHER_UNROLL
-  for (int r = 0; r < RUN; ++r) acc[r] = A(0);
+  pool3d_clear_run(acc);
   const int tw = w0 + g.pw;
   const int pos0 = (id * g.H + ih) * g.W + w0;
   int w_lo, w_hi;
@@ -196,37 +201,54 @@ void pool3d_bwd_scatter_launch(const int* idx, const T* dy, T* dx, const Pool3dG
   OPS_CHECK_LAUNCH();
 }
 
-// bwd_runs (overlapping windows, several along W per element: k3s1, k8s1, k3s1d2), two passes instead of the
-// gather's reads of every candidate window's argmax:
+// bwd_runs (overlapping windows, 5 or more along W per element: k8s1, k5s1), two passes instead of the gather's
+// reads of every candidate window's argmax:
 // 1. a warp per output row (plane, od, oh), its lanes over the windows of one W class (pool3d_w_classes) in
 //    chunks of 32, sums dy over each run of consecutive windows with one argmax (a segmented scan by argmax; a
 //    run that crosses a chunk is carried) and keeps the sum and the argmax at the argmax's column w (sums and
-//    heads: a row of W per output row, heads -1 where no run ends). Within a class, windows sharing an argmax
-//    are consecutive and a later window's argmax column is never smaller, so a class has at most one run per
+//    heads: a row of W per output row). A head is the argmax's place in the row's windows, (kz, ky) as the byte
+//    kz * kh + ky (pool3d_runs_head; 255 where no run ends): with the row and the column it names one element.
+//    Within a class, windows sharing an argmax are consecutive and a later window's argmax column is never smaller, so a class has at most one run per
 //    column, and classes share no column. A window without an argmax (-1) joins the run before it, adding -0
 //    (x + -0 == x for every x). NumPy emulation, lane for lane, and proof: tests/test_pool3d.py,
 //    runs_backward_emulated.
 // 2. a thread per run of RUN input elements of a row sums, over the output rows whose windows can hold its row
-//    (od, oh ascending), the kept sums whose head is the element: k_d * k_h reads per element where the gather
-//    reads k_d * k_h * (k_w + RUN - 1) / RUN.
+//    (od, oh ascending), the kept sums whose head is the element: k_d * k_h one-byte heads per element where the
+//    gather reads k_d * k_h * (k_w + RUN - 1) / RUN four-byte indices.
 // Deterministic: every sum in a fixed order. The scratch rows come from the device's stream-ordered pool
 // (cudaMallocAsync), told once per process to keep what it freed (its default release threshold of 0 would
 // give it back to the driver at every sync).
+// bwd_runs' head of a kept run: where the argmax `key` (its index in the plane) lies in the windows of output row
+// (od, oh), as kz * kh + ky; below 255 (the dispatcher: kd * kh < 255).
+#define POOL3D_RUNS_NO_HEAD 255
+__host__ __device__ __forceinline__ unsigned char pool3d_runs_head(const Pool3dGeom& g, int key, int od, int oh) {
+  const int d = key / (g.H * g.W), h = key / g.W - d * g.H;
+  return (unsigned char)(((d + g.pd - od * g.sd) / g.dd) * g.kh + (h + g.ph - oh * g.sh) / g.dh);
+}
+// The head pass 2 looks for in row (od, oh): input row (id, ih)'s place in that row's windows.
+template <class Win>
+__host__ __device__ __forceinline__ int pool3d_runs_head_of(const Win& win, const Pool3dGatherDims& gd, int id, int ih,
+                                                            int od, int oh) {
+  return ((id + gd.pd - od * win.sd) / win.dd) * win.kh + (ih + gd.ph - oh * win.sh) / win.dh;
+}
+
 template <typename T, typename I, int BLOCK>
 __global__ void __launch_bounds__(BLOCK) pool3d_bwd_runs(const int* __restrict__ idx, const T* __restrict__ dy,
                                                          typename Pool3dAcc<T>::type* __restrict__ sums,
-                                                         int* __restrict__ heads, const I rows, const int Wo,
-                                                         const int W, const int classes) {
+                                                         unsigned char* __restrict__ heads, const I rows,
+                                                         const Pool3dGeom g, const int classes) {
   typedef typename Pool3dAcc<T>::type A;
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = threadIdx.x & 31;
   const I row = (I)(((long long)blockIdx.x * BLOCK + threadIdx.x) >> 5);
   if (row >= rows) return;  // the whole warp: BLOCK is a multiple of 32
+  const int Wo = g.Wo, W = g.W;
   const int* __restrict__ ip = idx + row * Wo;
   const T* __restrict__ gp = dy + row * Wo;
   A* __restrict__ sp = sums + row * W;
-  int* __restrict__ hp = heads + row * W;
-  for (int w = lane; w < W; w += 32) hp[w] = -1;
+  unsigned char* __restrict__ hp = heads + row * W;
+  const int oh = (int)(row % g.Ho), od = (int)((row / g.Ho) % g.Do);
+  for (int w = lane; w < W; w += 32) hp[w] = POOL3D_RUNS_NO_HEAD;
   __syncwarp();
   // windows ow = c, c + classes, ...: one class at a time, since their columns never meet another class's
   for (int c = 0; c < classes; ++c) {
@@ -252,12 +274,12 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_runs(const int* __restrict__
       }
       const int next_key = __shfl_down_sync(kAll, key, 1);
       if (lane == 0 && carry_key >= 0 && key != carry_key) {
-        hp[carry_key % W] = carry_key;
+        hp[carry_key % W] = pool3d_runs_head(g, carry_key, od, oh);
         sp[carry_key % W] = carry;
       }
       const bool ends = lane < 31 ? next_key != key : base + 32 >= n;
       if (ends && key >= 0) {
-        hp[key % W] = key;
+        hp[key % W] = pool3d_runs_head(g, key, od, oh);
         sp[key % W] = v;
       }
       carry_key = __shfl_sync(kAll, key, 31);
@@ -268,7 +290,8 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_runs(const int* __restrict__
 
 template <typename T, typename I, int RUN, int BLOCK>
 __global__ void __launch_bounds__(BLOCK) pool3d_bwd_runs_gather(const typename Pool3dAcc<T>::type* __restrict__ sums,
-                                                                const int* __restrict__ heads, T* __restrict__ dx,
+                                                                const unsigned char* __restrict__ heads,
+                                                                T* __restrict__ dx,
                                                                 const Pool3dArgs<I> a, const Pool3dGatherDims gd,
                                                                 const bool vec_ok, const Pool3dWinR win) {
   typedef typename Pool3dAcc<T>::type A;
@@ -276,16 +299,15 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_runs_gather(const typename P
   int id, ih, w0, n;
   if (!pool3d_run_item<I, RUN, BLOCK>(a, gd, plane, id, ih, w0, n)) return;
   A acc[RUN];
-#pragma unroll
-  for (int r = 0; r < RUN; ++r) acc[r] = A(0);
-  const int pos0 = (id * gd.H + ih) * gd.W + w0;
+  pool3d_clear_run(acc);
   pool3d_rows_holding(win, gd, id, ih, [&](int od, int oh) {
     const I row = (plane * gd.Do + od) * gd.Ho + oh;
-    const int* __restrict__ hp = heads + row * gd.W + w0;
+    const unsigned char* __restrict__ hp = heads + row * gd.W + w0;
+    const int head = pool3d_runs_head_of(win, gd, id, ih, od, oh);
     const A* __restrict__ sp = sums + row * gd.W + w0;
 #pragma unroll
     for (int r = 0; r < RUN; ++r) {
-      if (r < n && hp[r] == pos0 + r) acc[r] = acc[r] + sp[r];
+      if (r < n && hp[r] == head) acc[r] = acc[r] + sp[r];
     }
   });
   pool3d_store_run<T, RUN>(dx + plane * a.plane_in + (I)(id * gd.H + ih) * gd.W + w0, acc, n, vec_ok);
@@ -323,12 +345,12 @@ void pool3d_bwd_runs_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom
   const size_t entries = (size_t)rows * g.W;
   pool3d_keep_freed_scratch();
   void* scratch = nullptr;
-  CHECK(cudaSuccess == cudaMallocAsync(&scratch, entries * (sizeof(A) + sizeof(int)) + sizeof(A), 0));
+  CHECK(cudaSuccess == cudaMallocAsync(&scratch, entries * (sizeof(A) + 1) + sizeof(A), 0));
   A* sums = (A*)scratch;
-  int* heads = (int*)(sums + entries);
+  unsigned char* heads = (unsigned char*)(sums + entries);
   if (rows > 0) {
     pool3d_bwd_runs<T, I, BLOCK><<<(unsigned int)ops_ceil_div<long long>((long long)rows * 32, BLOCK), BLOCK>>>(
-        idx, dy, sums, heads, rows, g.Wo, g.W, pool3d_w_classes(g));
+        idx, dy, sums, heads, rows, g, pool3d_w_classes(g));
   }
   const Pool3dRunLaunch<I> l = pool3d_run_launch<T, I, RUN>(g, planes, dx);
   pool3d_bwd_runs_gather<T, I, RUN, BLOCK><<<pool3d_grid<I, BLOCK>(l.a), BLOCK>>>(
@@ -416,8 +438,7 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_tile(const int* __restrict__
     if (id >= D) break;
     const int pos0 = (id * gd.H + ih) * gd.W + w0;
     A acc[RUN];
-#pragma unroll
-    for (int r = 0; r < RUN; ++r) acc[r] = A(0);
+    pool3d_clear_run(acc);
     pool3d_rows_holding(win, gd, id, ih, [&](int od, int oh) {
       const int srow = ((od - od_lo) * eh + (oh - oh_lo)) * ew - ow_lo;
       for (int ow = w_lo; ow <= w_hi; ++ow) {

@@ -133,6 +133,9 @@ SCATTER_MAX_COVERED = 0.5
 # ms, runs against gather: k8s1 (2,16,32,32,32) f32 0.062 vs 0.111, k3s1 (4,32,32,32,32) 0.093 vs 0.059, k3s1d2
 # 0.116 vs 0.080; 5 is where the two per-element costs cross, interpolated in log k (design.md).
 RUNS_MIN_W_WINDOWS = 5
+# bwd_runs keeps a run's argmax as its place in the row's windows, kz * kh + ky, in a byte (POOL3D_RUNS_NO_HEAD:
+# no run): pass 2 of k8s1 reads 64 bytes of heads per element instead of 256.
+RUNS_NO_HEAD = 255
 # bwd_tile: a block gathers a tile of TILE_D x TILE_H input rows and TILE_LANES runs from the indices and dy it
 # staged in shared memory (the POOL3D_TILE_* of cuda_snippets/pool3d_gather.cuh), where their box fits in
 # TILE_MAX_SHARED bytes; the gather's 13.5 index reads per element for k3s1 come from L1 and L2 (0.059 ms, 25%
@@ -393,7 +396,7 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
             return KernelConfig("bwd_gather_cpu", nopad=nopad, index_type=itype)
         if windows_disjoint(params) and covered_fraction(spatial, out, params) <= SCATTER_MAX_COVERED:
             return KernelConfig("bwd_scatter", block=BLOCK, index_type=itype)
-        if windows_along_w(params) >= RUNS_MIN_W_WINDOWS:
+        if windows_along_w(params) >= RUNS_MIN_W_WINDOWS and params.kernel[0] * params.kernel[1] < RUNS_NO_HEAD:
             return KernelConfig("bwd_runs", vec=GATHER_RUN_BYTES // itemsize, block=BLOCK, index_type=itype)
         run = gather_run(params.kernel, params.stride, itemsize, spatial[2])
         if not windows_disjoint(params) and tile_shared_bytes(out, params, run, itemsize) <= TILE_MAX_SHARED:

@@ -432,6 +432,9 @@ SELECT_TABLE = [
     ((4, 32, 32, 32, 32), "float32", _kw((3, 3, 7), (1, 1, 2)), "bwd", True, "bwd_tile", dict(vec=4)),
     ((4, 32, 32, 32, 32), "float32", _kw(3, 3, 0, 2), "bwd", True, "bwd_tile", dict(vec=8)),  # 1 along W
     ((4, 32, 32, 32, 32), "float32", _kw(5, 1, 0, (2, 2, 1)), "bwd", True, "bwd_runs", dict(vec=4)),
+    # 8 windows along W, but kd * kh = 256: a run's head would not fit bwd_runs' byte
+    ((1, 1, 20, 20, 20), "float32", _kw((16, 16, 8), 1), "bwd", True, "bwd_tile", dict(vec=4)),
+    ((1, 1, 20, 20, 20), "float32", _kw((15, 16, 8), 1), "bwd", True, "bwd_runs", dict(vec=4)),
     ((8, 64, 16, 56, 56), "float32", _kw(3, 2, 1), "bwd", True, "bwd_tile", dict(vec=8)),
     ((8, 64, 16, 56, 56), "float64", _kw(3, 2, 1), "bwd", True, "bwd_tile", dict(vec=4)),
     ((8, 64, 16, 56, 56), "bfloat16", _kw(3, 2, 1), "bwd", True, "bwd_tile", dict(vec=8)),
@@ -1040,12 +1043,19 @@ def runs_backward_emulated(x_shape, arg, dy, kw, lanes=32):
     def rows_holding(t, n_out, k, s, pad, dl):
         return [o for o in range(n_out) if (t + pad - o * s) % dl == 0 and 0 <= (t + pad - o * s) // dl < k]
 
+    (kd, kh, _), (sd, sh, _), (pd, ph, _), (dd, dh, _) = p.kernel, p.stride, p.padding, p.dilation
+    # what pass 1 stores of a head: the argmax's place (kz, ky) in its row's windows, kz * kh + ky (pool3d_runs_head)
+    od_of, oh_of = np.meshgrid(np.arange(Do), np.arange(Ho), indexing="ij")
+    kz = (heads // (H * W) + pd - od_of[None, :, :, None] * sd) // dd
+    ky = (heads // W % H + ph - oh_of[None, :, :, None] * sh) // dh
+    codes = np.where(heads >= 0, kz * kh + ky, P.RUNS_NO_HEAD)
+    assert np.all((heads < 0) | ((kz >= 0) & (kz < kd) & (ky >= 0) & (ky < kh))), "a head outside its windows"
     dx = np.zeros((planes, D, H, W))
     for d in range(D):
         for h in range(H):
-            for od in rows_holding(d, Do, p.kernel[0], p.stride[0], p.padding[0], p.dilation[0]):
-                for oh in rows_holding(h, Ho, p.kernel[1], p.stride[1], p.padding[1], p.dilation[1]):
-                    mine = heads[:, od, oh, :] == (d * H + h) * W + np.arange(W)
+            for od in rows_holding(d, Do, kd, sd, pd, dd):
+                for oh in rows_holding(h, Ho, kh, sh, ph, dh):
+                    mine = codes[:, od, oh, :] == (d + pd - od * sd) // dd * kh + (h + ph - oh * sh) // dh
                     dx[:, d, h, :] += np.where(mine, sums[:, od, oh, :], 0.0)
     return dx.reshape(x_shape)
 
@@ -1169,6 +1179,52 @@ def test_the_tile_launchers_shared_memory_is_the_dispatchers():
     want = [P.tile_shared_bytes(out, P.PoolParams(k, s, (0, 0, 0), d), run, size) for k, s, d, out, run, _, size
             in cases]
     assert [int(v) for v in printed.split()] == want
+
+
+@pytest.mark.nvcc
+def test_the_runs_heads_of_both_passes_agree():
+    """bwd_runs' heads (host code built by nvcc and run here): for random windows and every output row, the head
+    pass 1 keeps for each element a row's windows hold (pool3d_runs_head, from its index) is the one pass 2 looks
+    for (pool3d_runs_head_of, from its row), distinct elements of the row have distinct heads, and every head is
+    below kd * kh and so below POOL3D_RUNS_NO_HEAD where the dispatcher takes bwd_runs."""
+    from nvcc_util import run_host
+    body = r"""
+  unsigned seed = 12345u;
+  auto next = [&](int n) { seed = seed * 1664525u + 1013904223u; return (int)((seed >> 8) % (unsigned)n); };
+  int bad = 0, checked = 0;
+  for (int t = 0; t < 300; ++t) {
+    Pool3dGeom g = {};
+    g.kd = 1 + next(5); g.kh = 1 + next(5); g.kw = 1 + next(3);
+    g.sd = 1 + next(3); g.sh = 1 + next(3); g.sw = 1;
+    g.dd = 1 + next(3); g.dh = 1 + next(3); g.dw = 1;
+    g.pd = next(g.kd / 2 + 1); g.ph = next(g.kh / 2 + 1); g.pw = 0;
+    g.D = (g.kd - 1) * g.dd + 1 + next(6); g.H = (g.kh - 1) * g.dh + 1 + next(6); g.W = 1 + next(4);
+    g.Do = (g.D + 2 * g.pd - (g.kd - 1) * g.dd - 1) / g.sd + 1; g.Ho = (g.H + 2 * g.ph - (g.kh - 1) * g.dh - 1) / g.sh + 1;
+    g.Wo = g.W;
+    const Pool3dWinR win = {g.kd, g.kh, g.kw, g.sd, g.sh, g.sw, g.dd, g.dh, g.dw};
+    const Pool3dGatherDims gd = {g.H, g.W, g.Do, g.Ho, g.Wo, g.pd, g.ph, g.pw};
+    for (int od = 0; od < g.Do; ++od)
+      for (int oh = 0; oh < g.Ho; ++oh) {
+        int seen[256] = {0};
+        for (int kz = 0; kz < g.kd; ++kz)
+          for (int ky = 0; ky < g.kh; ++ky) {
+            const int id = od * g.sd - g.pd + kz * g.dd, ih = oh * g.sh - g.ph + ky * g.dh;
+            if (id < 0 || id >= g.D || ih < 0 || ih >= g.H) continue;
+            const int w = next(g.W), key = (id * g.H + ih) * g.W + w;
+            const int h1 = pool3d_runs_head(g, key, od, oh), h2 = pool3d_runs_head_of(win, gd, id, ih, od, oh);
+            ++checked;
+            if (h1 != h2 || h1 >= g.kd * g.kh || seen[h1]++) ++bad;
+          }
+      }
+  }
+  std::printf("%d %d\n", checked, bad);
+"""
+    header = "#include <iostream>\n#define LOGf std::cerr\n" + ops._codegen.header(["common", "pool3d",
+                                                                                       "pool3d_gather"])
+    ok, printed = run_host(header, body)
+    assert ok, printed[-4000:]
+    checked, bad = map(int, printed.split())
+    assert checked > 1000 and bad == 0
 
 
 def test_the_tile_constants_are_the_kernels():
