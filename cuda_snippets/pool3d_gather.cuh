@@ -71,18 +71,29 @@ template <typename A, int RUN> POOL3D_GATHER_FN void pool3d_clear_run(A (&acc)[R
   for (int r = 0; r < RUN; ++r) acc[r] = A(0);
 }
 
+// Where the saved indices and dy of output row (od, oh) start (their column 0): in the whole plane (the gather),
+// or in a box of rows [od0, ..] x [oh0, ..] and columns from ow0 staged in shared memory (bwd_tile).
+struct Pool3dPlaneRows {
+  int Ho, Wo;
+  POOL3D_GATHER_FN int at(int od, int oh) const { return (od * Ho + oh) * Wo; }
+};
+struct Pool3dBoxRows {
+  int od0, oh0, ow0, eh, ew;
+  POOL3D_GATHER_FN int at(int od, int oh) const { return ((od - od0) * eh + (oh - oh0)) * ew - ow0; }
+};
+
 // Sums into acc[0 .. n) the dy of every window whose saved argmax is one of the run's n elements.
-// ip, gp: the plane's saved indices and dy; LOAD converts one dy value to A.
-template <typename A, int RUN, typename T, class Win, class Load>
+// ip, gp: the saved indices and dy laid out as ROWS says; LOAD converts one dy value to A.
+template <typename A, int RUN, typename T, class Win, class Load, class Rows>
 POOL3D_GATHER_FN void pool3d_gather_run(const Win& win, const Pool3dGatherDims& g, const int* ip, const T* gp,
-                                        int id, int ih, int w0, int n, A (&acc)[RUN], Load load) {
+                                        int id, int ih, int w0, int n, A (&acc)[RUN], Load load, const Rows& rows) {
   pool3d_clear_run(acc);
   const int tw = w0 + g.pw;
   const int pos0 = (id * g.H + ih) * g.W + w0;
   int w_lo, w_hi;
   pool3d_gather_range(tw, tw + n - 1, win.kw, win.sw, win.dw, g.Wo, w_lo, w_hi);
   pool3d_rows_holding(win, g, id, ih, [&](int od, int oh) {
-    const int orow = (od * g.Ho + oh) * g.Wo;
+    const int orow = rows.at(od, oh);
     for (int ow = w_lo; ow <= w_hi; ++ow) {
       const int r = ip[orow + ow] - pos0;
       if ((unsigned int)r >= (unsigned int)n) continue;
@@ -171,7 +182,7 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather(const int* __restrict
   typedef typename Pool3dAcc<T>::type A;
   A acc[RUN];
   pool3d_gather_run<A, RUN>(win, gd, idx + plane * a.plane_out, dy + plane * a.plane_out, id, ih, w0, n, acc,
-                            Pool3dGatherLoad<T>());
+                            Pool3dGatherLoad<T>(), Pool3dPlaneRows{gd.Ho, gd.Wo});
   pool3d_store_run<T, RUN>(dx + plane * a.plane_in + (I)(id * gd.H + ih) * gd.W + w0, acc, n, vec_ok);
 }
 
@@ -208,28 +219,29 @@ void pool3d_bwd_scatter_launch(const int* idx, const T* dy, T* dx, const Pool3dG
 //    run that crosses a chunk is carried) and keeps the sum and the argmax at the argmax's column w (sums and
 //    heads: a row of W per output row). A head is the argmax's place in the row's windows, (kz, ky) as the byte
 //    kz * kh + ky (pool3d_runs_head; 255 where no run ends): with the row and the column it names one element.
-//    Within a class, windows sharing an argmax are consecutive and a later window's argmax column is never smaller, so a class has at most one run per
-//    column, and classes share no column. A window without an argmax (-1) joins the run before it, adding -0
-//    (x + -0 == x for every x). NumPy emulation, lane for lane, and proof: tests/test_pool3d.py,
-//    runs_backward_emulated.
+//    Within a class, windows sharing an argmax are consecutive and a later window's argmax column is never
+//    smaller, so a class has at most one run per column, and classes share no column. A window without an
+//    argmax (-1) joins the run before it, adding -0 (x + -0 == x for every x). NumPy emulation, lane for lane,
+//    and proof: tests/test_pool3d.py, runs_backward_emulated.
 // 2. a thread per run of RUN input elements of a row sums, over the output rows whose windows can hold its row
 //    (od, oh ascending), the kept sums whose head is the element: k_d * k_h one-byte heads per element where the
 //    gather reads k_d * k_h * (k_w + RUN - 1) / RUN four-byte indices.
 // Deterministic: every sum in a fixed order. The scratch rows come from the device's stream-ordered pool
 // (cudaMallocAsync), told once per process to keep what it freed (its default release threshold of 0 would
 // give it back to the driver at every sync).
-// bwd_runs' head of a kept run: where the argmax `key` (its index in the plane) lies in the windows of output row
-// (od, oh), as kz * kh + ky; below 255 (the dispatcher: kd * kh < 255).
+
+// bwd_runs' heads: input row (id, ih)'s place in the windows of output row (od, oh), kz * kh + ky (WIN: the
+// window; PADS: pd and ph), which pass 2 looks for; pool3d_runs_head: the same for a kept argmax `key` (its index
+// in the plane), which pass 1 keeps. Below 255 (the dispatcher: kd * kh < 255).
 #define POOL3D_RUNS_NO_HEAD 255
-__host__ __device__ __forceinline__ unsigned char pool3d_runs_head(const Pool3dGeom& g, int key, int od, int oh) {
-  const int d = key / (g.H * g.W), h = key / g.W - d * g.H;
-  return (unsigned char)(((d + g.pd - od * g.sd) / g.dd) * g.kh + (h + g.ph - oh * g.sh) / g.dh);
+template <class Win, class Pads>
+__host__ __device__ __forceinline__ int pool3d_runs_head_of(const Win& win, const Pads& pads, int id, int ih, int od,
+                                                            int oh) {
+  return ((id + pads.pd - od * win.sd) / win.dd) * win.kh + (ih + pads.ph - oh * win.sh) / win.dh;
 }
-// The head pass 2 looks for in row (od, oh): input row (id, ih)'s place in that row's windows.
-template <class Win>
-__host__ __device__ __forceinline__ int pool3d_runs_head_of(const Win& win, const Pool3dGatherDims& gd, int id, int ih,
-                                                            int od, int oh) {
-  return ((id + gd.pd - od * win.sd) / win.dd) * win.kh + (ih + gd.ph - oh * win.sh) / win.dh;
+__host__ __device__ __forceinline__ unsigned char pool3d_runs_head(const Pool3dGeom& g, int key, int od, int oh) {
+  const int d = key / (g.H * g.W);
+  return (unsigned char)pool3d_runs_head_of(g, g, d, key / g.W - d * g.H, od, oh);
 }
 
 template <typename T, typename I, int BLOCK>
@@ -375,7 +387,7 @@ void pool3d_bwd_gather_launch(const int* idx, const T* dy, T* dx, const Pool3dGe
 // of one plane and POOL3D_TILE_LANES runs of RUN columns; it first copies, row by row and coalesced, the saved
 // indices and dy of every window that can reach the tile (the output box [od_lo, od_hi] x [oh_lo, oh_hi] x
 // [ow_lo, ow_hi], at most pool3d_tile_extent of each), then each thread sums its runs' windows from shared
-// memory in the gather's (od, oh, ow) order: the same bits as bwd_gather. The gather reads each window's index
+// memory with the gather's own pool3d_gather_run (over Pool3dBoxRows): the same bits as bwd_gather. The gather reads each window's index
 // once per run that can hold it (13.5 times per element for k3s1, through L1 and L2); here once per block that
 // can, plus the box's halo. NumPy emulation of the tiling: tests/test_pool3d.py, tile_backward_emulated.
 #define POOL3D_TILE_D 8
@@ -430,28 +442,13 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_tile(const int* __restrict__
   const int ih = h0 + hy, w0 = c0 + lw * RUN;
   if (ih >= gd.H || w0 >= gd.W) return;
   const int n = pool3d_min(RUN, gd.W - w0);
-  const int tw = w0 + gd.pw;
-  int w_lo, w_hi;
-  pool3d_gather_range(tw, tw + n - 1, win.kw, win.sw, win.dw, gd.Wo, w_lo, w_hi);
+  const Pool3dBoxRows box_rows = {od_lo, oh_lo, ow_lo, eh, ew};
   for (int dz = threadIdx.x / (POOL3D_TILE_LANES * POOL3D_TILE_H); dz < POOL3D_TILE_D; dz += kDepthStep) {
     const int id = d0 + dz;
     if (id >= D) break;
-    const int pos0 = (id * gd.H + ih) * gd.W + w0;
     A acc[RUN];
-    pool3d_clear_run(acc);
-    pool3d_rows_holding(win, gd, id, ih, [&](int od, int oh) {
-      const int srow = ((od - od_lo) * eh + (oh - oh_lo)) * ew - ow_lo;
-      for (int ow = w_lo; ow <= w_hi; ++ow) {
-        const int r = s_idx[srow + ow] - pos0;
-        if ((unsigned int)r >= (unsigned int)n) continue;
-        const A v = pool3d_acc(s_dy[srow + ow]);
-#pragma unroll
-        for (int q = 0; q < RUN; ++q) {
-          if (q == r) acc[q] = acc[q] + v;
-        }
-      }
-    });
-    pool3d_store_run<T, RUN>(dx + plane * a.plane_in + (I)pos0, acc, n, vec_ok);
+    pool3d_gather_run<A, RUN>(win, gd, s_idx, s_dy, id, ih, w0, n, acc, Pool3dGatherLoad<T>(), box_rows);
+    pool3d_store_run<T, RUN>(dx + plane * a.plane_in + (I)((id * gd.H + ih) * gd.W + w0), acc, n, vec_ok);
   }
 }
 
