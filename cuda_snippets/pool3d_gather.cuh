@@ -1,5 +1,6 @@
-// pool3d_gather.cuh: the MaxPool3D backward for overlapping windows (bwd_gather), shared by the CUDA kernel
-// and the CPU path so that the CPU tests exercise the GPU's index math.
+// pool3d_gather.cuh: the MaxPool3D backwards on CUDA (bwd_gather, bwd_scatter, bwd_runs, bwd_tile). The index
+// math above `#ifdef __CUDACC__` also compiles as host code (the tests build and run it there); the CPU path
+// (pool3d_cpu.h) sums each element's windows in the same order.
 //
 // A work item is a run of up to RUN adjacent elements of one input row (plane, id, ih, w0 .. w0 + n - 1).
 // For every output row (od, oh) whose windows can hold input row (id, ih), the item reads the saved argmax of
@@ -20,9 +21,11 @@
 
 #ifdef __CUDACC__
 #define POOL3D_GATHER_FN __host__ __device__ __forceinline__
+#define POOL3D_GATHER_MEMBER __host__ __device__ __forceinline__
 #define POOL3D_GATHER_UNROLL _Pragma("unroll")
 #else
 #define POOL3D_GATHER_FN static inline
+#define POOL3D_GATHER_MEMBER inline
 #define POOL3D_GATHER_UNROLL
 #endif
 
@@ -75,11 +78,11 @@ template <typename A, int RUN> POOL3D_GATHER_FN void pool3d_clear_run(A (&acc)[R
 // or in a box of rows [od0, ..] x [oh0, ..] and columns from ow0 staged in shared memory (bwd_tile).
 struct Pool3dPlaneRows {
   int Ho, Wo;
-  POOL3D_GATHER_FN int at(int od, int oh) const { return (od * Ho + oh) * Wo; }
+  POOL3D_GATHER_MEMBER int at(int od, int oh) const { return (od * Ho + oh) * Wo; }
 };
 struct Pool3dBoxRows {
   int od0, oh0, ow0, eh, ew;
-  POOL3D_GATHER_FN int at(int od, int oh) const { return ((od - od0) * eh + (oh - oh0)) * ew - ow0; }
+  POOL3D_GATHER_MEMBER int at(int od, int oh) const { return ((od - od0) * eh + (oh - oh0)) * ew - ow0; }
 };
 
 // Sums into acc[0 .. n) the dy of every window whose saved argmax is one of the run's n elements.

@@ -46,7 +46,7 @@ bwd_gather          every other window layout: every input element sums, in a fi
                     can hold it and whose saved argmax is this element (the forward saves the int32 indices
                     when a backward may follow). A thread takes a run of ``vec`` adjacent elements of a row (16
                     bytes) and reads each window's index once for the run; window sizes, strides and dilations
-                    are compile-time. One code (cuda_snippets/pool3d_gather.cuh) for CUDA and the CPU path.
+                    are compile-time where the window is in GATHER_WINDOWS (cuda_snippets/pool3d_gather.cuh).
                     Moves dy + indices + dx.
 bwd_tile            other overlapping windows where the box of windows that can reach a tile of 8 x 8 input
                     rows and 8 runs fits in 48 KB of shared memory (k3s1, k3s1d2, k3s2p1): the gather, its
