@@ -1,6 +1,7 @@
 // pool3d_gather.cuh: the MaxPool3D backwards on CUDA (bwd_gather, bwd_scatter, bwd_runs, bwd_tile). The index
-// math above `#ifdef __CUDACC__` also compiles as host code (the tests build and run it there); the CPU path
-// (pool3d_cpu.h) sums each element's windows in the same order.
+// math above `#ifdef __CUDACC__` (the gather's work item, pool3d_gather_run) also compiles as host code: the CPU
+// tests run the GPU's gather with it (tests/test_cpu_path.py), and the CPU path (pool3d_cpu.h) sums each
+// element's windows in the same order.
 //
 // A work item is a run of up to RUN adjacent elements of one input row (plane, id, ih, w0 .. w0 + n - 1).
 // For every output row (od, oh) whose windows can hold input row (id, ih), the item reads the saved argmax of

@@ -216,7 +216,7 @@ for (long long p = 0; p < planes; ++p)
         const int n = std::min(RUN, (int)in0_shape4 - w0);
         A acc[RUN];
         pool3d_gather_run<A, RUN>(win, gd, (const int*)in2_p + p * plane_out, in1_p + p * plane_out, id, ih, w0, n,
-                                  acc, Load());
+                                  acc, Load(), Pool3dPlaneRows{gd.Ho, gd.Wo});
         in0_type* dp = out0_p + p * plane_in + ((long long)id * in0_shape3 + ih) * in0_shape4 + w0;
         for (int r = 0; r < n; ++r) dp[r] = ops_cpu::from_acc<in0_type>(acc[r]);
       }
