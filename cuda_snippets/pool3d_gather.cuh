@@ -1,4 +1,4 @@
-// pool3d_gather.cuh: the MaxPool3D backwards on CUDA (bwd_gather, bwd_scatter, bwd_runs, bwd_tile). The index
+// pool3d_gather.cuh: the MaxPool3D backwards on CUDA (bwd_gather, bwd_scatter, bwd_runs). The index
 // math above `#ifdef __CUDACC__` (the gather's work item, pool3d_gather_run) also compiles as host code: the CPU
 // tests run the GPU's gather with it (tests/test_cpu_path.py), and the CPU path (pool3d_cpu.h) sums each
 // element's windows in the same order.
@@ -75,15 +75,10 @@ template <typename A, int RUN> POOL3D_GATHER_FN void pool3d_clear_run(A (&acc)[R
   for (int r = 0; r < RUN; ++r) acc[r] = A(0);
 }
 
-// Where the saved indices and dy of output row (od, oh) start (their column 0): in the whole plane (the gather),
-// or in a box of rows [od0, ..] x [oh0, ..] and columns from ow0 staged in shared memory (bwd_tile).
+// Where the saved indices and dy of output row (od, oh) start (their column 0) in a plane.
 struct Pool3dPlaneRows {
   int Ho, Wo;
   POOL3D_GATHER_MEMBER int at(int od, int oh) const { return (od * Ho + oh) * Wo; }
-};
-struct Pool3dBoxRows {
-  int od0, oh0, ow0, eh, ew;
-  POOL3D_GATHER_MEMBER int at(int od, int oh) const { return ((od - od0) * eh + (oh - oh0)) * ew - ow0; }
 };
 
 // Sums into acc[0 .. n) the dy of every window whose saved argmax is one of the run's n elements.
@@ -383,104 +378,6 @@ void pool3d_bwd_gather_launch(const int* idx, const T* dy, T* dx, const Pool3dGe
   const Pool3dRunLaunch<I> l = pool3d_run_launch<T, I, RUN>(g, planes, dx);
   pool3d_bwd_gather<T, I, Win, RUN, BLOCK><<<pool3d_grid<I, BLOCK>(l.a), BLOCK>>>(idx, dy, dx, l.a, l.gd, l.vec_ok,
                                                                                   win);
-  OPS_CHECK_LAUNCH();
-}
-
-// bwd_tile (overlapping windows with few windows along W: k3s1, k3s1d2, k3s2p1): the gather of bwd_gather with
-// the indices and dy staged in shared memory. A block takes a tile of POOL3D_TILE_D x POOL3D_TILE_H input rows
-// of one plane and POOL3D_TILE_LANES runs of RUN columns; it first copies, row by row and coalesced, the saved
-// indices and dy of every window that can reach the tile (the output box [od_lo, od_hi] x [oh_lo, oh_hi] x
-// [ow_lo, ow_hi], at most pool3d_tile_extent of each), then each thread sums its runs' windows from shared
-// memory with the gather's own pool3d_gather_run (over Pool3dBoxRows): the same bits as bwd_gather. The gather reads each window's index
-// once per run that can hold it (13.5 times per element for k3s1, through L1 and L2); here once per block that
-// can, plus the box's halo. NumPy emulation of the tiling: tests/test_pool3d.py, tile_backward_emulated.
-#define POOL3D_TILE_D 8
-#define POOL3D_TILE_H 8
-#define POOL3D_TILE_LANES 8
-
-// Windows along a dim that can reach `span` consecutive positions: ((span - 1) + (k - 1) * dl) / s + 1, at most n.
-inline int pool3d_tile_extent(int span, int k, int s, int dl, int n) {
-  const int e = (span - 1 + (k - 1) * dl) / s + 1;
-  return e < n ? e : n;
-}
-
-template <typename T, typename I, int RUN, int BLOCK>
-__global__ void __launch_bounds__(BLOCK) pool3d_bwd_tile(const int* __restrict__ idx, const T* __restrict__ dy,
-                                                         T* __restrict__ dx, const Pool3dArgs<I> a,
-                                                         const Pool3dGatherDims gd, const bool vec_ok,
-                                                         const Pool3dWinR win, const int dy_offset) {
-  static_assert(BLOCK % (POOL3D_TILE_LANES * POOL3D_TILE_H) == 0, "threads: lanes x rows x a part of the depth");
-  constexpr int kTileW = POOL3D_TILE_LANES * RUN, kDepthStep = BLOCK / (POOL3D_TILE_LANES * POOL3D_TILE_H);
-  typedef typename Pool3dAcc<T>::type A;
-  extern __shared__ __align__(16) unsigned char pool3d_tile_smem[];
-  // the block's tile: (plane, d tile, h tile, w tile), w fastest
-  I plane;
-  int dt, ht, wt;
-  pool3d_split(a, (I)blockIdx.x, plane, dt, ht, wt);
-  const int d0 = dt * POOL3D_TILE_D, h0 = ht * POOL3D_TILE_H, c0 = wt * kTileW;
-  const int D = a.g.D;
-  int od_lo, od_hi, oh_lo, oh_hi, ow_lo, ow_hi;
-  pool3d_gather_range(d0 + gd.pd, pool3d_min(d0 + POOL3D_TILE_D, D) - 1 + gd.pd, win.kd, win.sd, win.dd, gd.Do,
-                      od_lo, od_hi);
-  pool3d_gather_range(h0 + gd.ph, pool3d_min(h0 + POOL3D_TILE_H, gd.H) - 1 + gd.ph, win.kh, win.sh, win.dh, gd.Ho,
-                      oh_lo, oh_hi);
-  pool3d_gather_range(c0 + gd.pw, pool3d_min(c0 + kTileW, gd.W) - 1 + gd.pw, win.kw, win.sw, win.dw, gd.Wo, ow_lo,
-                      ow_hi);
-  const int ed = od_hi - od_lo + 1, eh = oh_hi - oh_lo + 1, ew = ow_hi - ow_lo + 1;
-  const int box = (ed > 0 && eh > 0 && ew > 0) ? ed * eh * ew : 0;
-  int* s_idx = reinterpret_cast<int*>(pool3d_tile_smem);
-  T* s_dy = reinterpret_cast<T*>(pool3d_tile_smem + dy_offset);
-  const int* __restrict__ ip = idx + plane * a.plane_out;
-  const T* __restrict__ gp = dy + plane * a.plane_out;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int row = warp; row < ed * eh && box; row += BLOCK / 32) {
-    const int bd = row / eh, bh = row - bd * eh;
-    const int src = ((od_lo + bd) * gd.Ho + oh_lo + bh) * gd.Wo + ow_lo;
-    for (int c = lane; c < ew; c += 32) {
-      s_idx[row * ew + c] = ip[src + c];
-      s_dy[row * ew + c] = gp[src + c];
-    }
-  }
-  __syncthreads();
-  const int lw = threadIdx.x % POOL3D_TILE_LANES, hy = (threadIdx.x / POOL3D_TILE_LANES) % POOL3D_TILE_H;
-  const int ih = h0 + hy, w0 = c0 + lw * RUN;
-  if (ih >= gd.H || w0 >= gd.W) return;
-  const int n = pool3d_min(RUN, gd.W - w0);
-  const Pool3dBoxRows box_rows = {od_lo, oh_lo, ow_lo, eh, ew};
-  for (int dz = threadIdx.x / (POOL3D_TILE_LANES * POOL3D_TILE_H); dz < POOL3D_TILE_D; dz += kDepthStep) {
-    const int id = d0 + dz;
-    if (id >= D) break;
-    A acc[RUN];
-    pool3d_gather_run<A, RUN>(win, gd, s_idx, s_dy, id, ih, w0, n, acc, Pool3dGatherLoad<T>(), box_rows);
-    pool3d_store_run<T, RUN>(dx + plane * a.plane_in + (I)((id * gd.H + ih) * gd.W + w0), acc, n, vec_ok);
-  }
-}
-
-// The shared memory of one block (bytes; dy_offset: where dy starts): the box of windows that can reach a tile,
-// its indices, then (from a 16-byte boundary) its dy.
-template <typename T, int RUN>
-inline size_t pool3d_tile_bytes(const Pool3dGeom& g, int& dy_offset) {
-  const int entries = pool3d_tile_extent(POOL3D_TILE_D, g.kd, g.sd, g.dd, g.Do) *
-                      pool3d_tile_extent(POOL3D_TILE_H, g.kh, g.sh, g.dh, g.Ho) *
-                      pool3d_tile_extent(POOL3D_TILE_LANES * RUN, g.kw, g.sw, g.dw, g.Wo);
-  dy_offset = (entries * (int)sizeof(int) + 15) / 16 * 16;
-  return (size_t)dy_offset + (size_t)entries * sizeof(T);
-}
-
-template <typename T, typename I, int RUN, int BLOCK>
-void pool3d_bwd_tile_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom& g, long long planes) {
-  constexpr int kTileW = POOL3D_TILE_LANES * RUN;
-  int dy_offset = 0;
-  const size_t bytes = pool3d_tile_bytes<T, RUN>(g, dy_offset);
-  CHECK(bytes <= 48 * 1024);  // the dispatcher's tile_shared_bytes: bwd_tile only where the box fits
-  const Pool3dArgs<I> a = pool3d_args<I>(g, planes, ops_ceil_div(g.W, kTileW), ops_ceil_div(g.H, POOL3D_TILE_H),
-                                         ops_ceil_div(g.D, POOL3D_TILE_D));
-  const Pool3dGatherDims gd = {g.H, g.W, g.Do, g.Ho, g.Wo, g.pd, g.ph, g.pw};
-  const bool vec_ok = g.W % RUN == 0 && ((unsigned long long)dx) % (RUN * sizeof(T)) == 0;
-  if (a.total == 0) return;
-  CHECK((long long)a.total <= 0x7fffffffLL);  // one block per tile
-  pool3d_bwd_tile<T, I, RUN, BLOCK><<<(unsigned int)a.total, BLOCK, bytes>>>(
-      idx, dy, dx, a, gd, vec_ok, pool3d_gather_window(g, Pool3dWinR()), dy_offset);
   OPS_CHECK_LAUNCH();
 }
 #endif

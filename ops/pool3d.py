@@ -48,9 +48,6 @@ bwd_gather          every other window layout: every input element sums, in a fi
                     bytes) and reads each window's index once for the run; window sizes, strides and dilations
                     are compile-time where the window is in GATHER_WINDOWS (cuda_snippets/pool3d_gather.cuh).
                     Moves dy + indices + dx.
-bwd_tile            other overlapping windows where the box of windows that can reach a tile of 8 x 8 input
-                    rows and 8 runs fits in 48 KB of shared memory (k3s1, k3s1d2, k3s2p1): the gather, its
-                    indices and dy staged per block in shared memory. The same sums in the same order.
 bwd_scatter         disjoint windows that hold at most half of the input (k2s3): dx zeroed, then each window's dy
                     copied to its saved argmax, a thread per window (no element is written twice). Moves dx + dy
                     + indices.
@@ -136,20 +133,18 @@ RUNS_MIN_W_WINDOWS = 5
 # bwd_runs keeps a run's argmax as its place in the row's windows, kz * kh + ky, in a byte (POOL3D_RUNS_NO_HEAD:
 # no run): pass 2 of k8s1 reads 64 bytes of heads per element instead of 256.
 RUNS_NO_HEAD = 255
-# bwd_tile: a block gathers a tile of TILE_D x TILE_H input rows and TILE_LANES runs from the indices and dy it
-# staged in shared memory (the POOL3D_TILE_* of cuda_snippets/pool3d_gather.cuh), where their box fits in
-# TILE_MAX_SHARED bytes; the gather's 13.5 index reads per element for k3s1 come from L1 and L2 (0.059 ms, 25%
-# of the copy roofline, H100).
-TILE_D, TILE_H, TILE_LANES = 8, 8, 8
-TILE_MAX_SHARED = 48 * 1024
-# Windows (kernel, stride, dilation) the gather takes at compile time (disjoint ones: overlapping windows take
-# bwd_tile); any other layer runs the same kernel with the window at run time (Pool3dWinR).
-GATHER_WINDOWS = (((2, 2, 2), (2, 2, 2), (1, 1, 1)), ((1, 2, 2), (1, 2, 2), (1, 1, 1)))
+# Windows (kernel, stride, dilation) the gather takes at compile time; any other layer runs the same kernel with
+# the window at run time (Pool3dWinR). Staging the overlapping windows' indices and dy in shared memory per
+# block instead was 1.3-2.1x slower on an H200 (k3s1 0.084 ms against 0.057; design.md, bwd_tile).
+GATHER_WINDOWS = (
+    ((2, 2, 2), (2, 2, 2), (1, 1, 1)), ((3, 3, 3), (1, 1, 1), (1, 1, 1)), ((3, 3, 3), (2, 2, 2), (1, 1, 1)),
+    ((2, 2, 2), (1, 1, 1), (1, 1, 1)), ((1, 3, 3), (1, 2, 2), (1, 1, 1)), ((1, 2, 2), (1, 2, 2), (1, 1, 1)),
+)
 # The backward gathers from the int32 indices the forward saves, for every layout: recomputing each argmax from
 # x instead (no indices kept) was 1.1-3.4x slower (k4s4 (4,32,32,64,64) f32 0.108 ms against 0.032).
 VARIANTS = {
     "fwd": ("fwd_k2s2_vec", "fwd_flat", "fwd_warp", "fwd_rows", "fwd_cpu"),
-    "bwd": ("bwd_gather", "bwd_tile", "bwd_scatter", "bwd_runs", "bwd_gather_cpu"),
+    "bwd": ("bwd_gather", "bwd_scatter", "bwd_runs", "bwd_gather_cpu"),
 }
 # Forward modes (bit 1: values, bit 2: indices), as the kernels' MODE template argument.
 MODE_VALUES, MODE_BOTH = 1, 3
@@ -358,20 +353,6 @@ def windows_along_w(params) -> int:
     return -(-params.kernel[2] * math.gcd(s, d) // s)
 
 
-def tile_extent(span: int, k: int, s: int, d: int, n: int) -> int:
-    """Windows along a dim that can reach ``span`` consecutive positions (at most ``n``): pool3d_tile_extent."""
-    return min(n, (span - 1 + (k - 1) * d) // s + 1)
-
-
-def tile_shared_bytes(out: Triple, params: PoolParams, run: int, itemsize: int) -> int:
-    """bwd_tile's shared memory per block (pool3d_bwd_tile_launch): the box of windows that can reach a tile,
-    its int32 indices, then from a 16-byte boundary its dy."""
-    spans = (TILE_D, TILE_H, TILE_LANES * run)
-    entries = math.prod(tile_extent(span, k, s, d, n) for span, k, s, d, n in
-                        zip(spans, params.kernel, params.stride, params.dilation, out))
-    return -(-entries * 4 // 16) * 16 + entries * itemsize
-
-
 def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: str = "fwd",
                   on_cuda: Optional[bool] = None, indices: bool = False) -> KernelConfig:
     """The kernel for pooling a tensor of ``x_shape`` (any leading dims, then D, H, W) of ``dtype``.
@@ -398,12 +379,9 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
             return KernelConfig("bwd_scatter", block=BLOCK, index_type=itype)
         if windows_along_w(params) >= RUNS_MIN_W_WINDOWS and params.kernel[0] * params.kernel[1] < RUNS_NO_HEAD:
             return KernelConfig("bwd_runs", vec=GATHER_RUN_BYTES // itemsize, block=BLOCK, index_type=itype)
-        run = gather_run(params.kernel, params.stride, itemsize, spatial[2])
-        if not windows_disjoint(params) and tile_shared_bytes(out, params, run, itemsize) <= TILE_MAX_SHARED:
-            return KernelConfig("bwd_tile", vec=run, block=BLOCK, index_type=itype)
         window = (params.kernel, params.stride, params.dilation)
-        return KernelConfig("bwd_gather", vec=run, block=BLOCK, index_type=itype,
-                            window=window if window in GATHER_WINDOWS else None)
+        return KernelConfig("bwd_gather", vec=gather_run(params.kernel, params.stride, itemsize, spatial[2]),
+                            block=BLOCK, index_type=itype, window=window if window in GATHER_WINDOWS else None)
     if not cuda:
         return KernelConfig("fwd_cpu", nopad=nopad, index_type=itype)
     vec = _k2s2_vec(params, spatial[2], itemsize) if nopad else 0
@@ -447,7 +425,7 @@ def _entry(cfg: KernelConfig) -> tuple:
         return (v, cfg.window, cfg.vec)
     if v == "bwd_scatter":
         return (v,)
-    if v in ("bwd_runs", "bwd_tile"):
+    if v == "bwd_runs":
         return (v, cfg.vec)
     return (v, cfg.k, cfg.nopad)  # fwd_warp
 
@@ -473,8 +451,6 @@ def _call(entry: tuple, mode: int = MODE_VALUES) -> str:
         return f"pool3d_bwd_scatter_launch<T, I, {BLOCK}>(idx, dy, dx, g, planes)"
     if v == "bwd_runs":
         return f"pool3d_bwd_runs_launch<T, I, {entry[1]}, {BLOCK}>(idx, dy, dx, g, planes)"
-    if v == "bwd_tile":
-        return f"pool3d_bwd_tile_launch<T, I, {entry[1]}, {BLOCK}>(idx, dy, dx, g, planes)"
     _, window, run = entry  # bwd_gather
     win = "Pool3dWinR" if window is None else f"Pool3dWinC<{', '.join(ks(t) for t in window)}>"
     return f"pool3d_bwd_gather_launch<T, I, {win}, {run}, {BLOCK}>(idx, dy, dx, g, planes)"
@@ -496,8 +472,7 @@ def menus(itemsize: int) -> dict:
     narrow, wide = GATHER_RUN_BYTES // itemsize, GATHER_WIDE_RUN_BYTES // itemsize
     gather = [("bwd_gather", w, run) for w in GATHER_WINDOWS
               for run in ((narrow, wide) if wide_gather_allowed(w[0], w[1], itemsize) else (narrow,))]
-    runs = sorted({narrow, wide if itemsize >= 4 else narrow})
-    gather += [("bwd_gather", None, run) for run in runs] + [("bwd_tile", run) for run in runs]
+    gather += [("bwd_gather", None, run) for run in sorted({narrow, wide if itemsize >= 4 else narrow})]
     gather += [("bwd_scatter",), ("bwd_runs", narrow)]
     return {"values": _codegen.Menu(k2s2 + flat + warp + rows, lambda e: _call(e, MODE_VALUES)),
             "both": _codegen.Menu(k2s2 + flat + warp, lambda e: _call(e, MODE_BOTH)),
@@ -546,7 +521,7 @@ def cuda_backward_src(index_type: str) -> str:
 def menu_index(cfg: KernelConfig, dtype, mode: int = MODE_VALUES) -> int:
     """The index of a CUDA configuration in its translation unit's menu (``data["v"]`` / ``data["bv"]``)."""
     itemsize = _codegen.ITEMSIZE[_codegen.dtype_name(dtype)]
-    if cfg.variant in ("bwd_gather", "bwd_tile", "bwd_scatter", "bwd_runs"):
+    if cfg.variant in ("bwd_gather", "bwd_scatter", "bwd_runs"):
         name = "gather"
     else:
         name = "values" if mode == MODE_VALUES else "both"

@@ -419,32 +419,33 @@ SELECT_TABLE = [
     ((1, 2, 12, 12, 12), "float32", _kw(5, 1, 2), "fwd", True, "fwd_warp", dict(k=(0, 0, 0), nopad=False)),
     ((2, 3, 8, 8, 8), "float32", _kw(2), "fwd", False, "fwd_cpu", dict(nopad=True, block=0)),
     ((64, 64, 64, 128, 128), "float32", _kw(2), "fwd", True, "fwd_k2s2_vec", dict(index_type="long long")),
-    # overlapping windows: bwd_tile (the gather's runs: 16 bytes along W (4 floats, 8 halves, 2 doubles), or 32
-    # bytes of 4- and 8-byte elements where an element lies in at most 8 windows) where the box of windows
-    # reaching a tile fits in shared memory; 5 or more windows along W take bwd_runs
-    ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "bwd", True, "bwd_tile", dict(vec=4)),
-    ((4, 32, 32, 32, 32), "float32", _kw(3, 1, 0, 2), "bwd", True, "bwd_tile", dict(vec=4)),  # 31.5 KB
+    # gather: runs of 16 bytes along W (4 floats, 8 halves, 2 doubles), one per thread, or 32 bytes of 4- and
+    # 8-byte elements where an element lies in at most 8 windows; 3 windows along W gather, 5 or more take bwd_runs
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "bwd", True, "bwd_gather",
+     dict(vec=4, window=((3, 3, 3), (1, 1, 1), (1, 1, 1)))),
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 1, 0, 2), "bwd", True, "bwd_gather", dict(vec=4, window=None)),
     ((2, 4, 40, 40, 32), "float32", _kw((5, 5, 3), 1, 0, (3, 3, 1)), "bwd", True, "bwd_gather",
-     dict(vec=4, window=None)),  # its box: 20 x 20 x 34 windows, 106 KB
+     dict(vec=4, window=None)),
     ((4, 32, 32, 32, 32), "float32", _kw(5, 1), "bwd", True, "bwd_runs", dict(vec=4)),
     ((4, 32, 32, 32, 32), "float32", _kw((3, 3, 5), 1, 0, (1, 1, 2)), "bwd", True, "bwd_runs", dict(vec=4)),
     ((4, 32, 32, 32, 32), "float32", _kw((3, 3, 9), (1, 1, 2)), "bwd", True, "bwd_runs", dict(vec=4)),
-    ((4, 32, 32, 32, 32), "float32", _kw((3, 3, 7), (1, 1, 2)), "bwd", True, "bwd_tile", dict(vec=4)),
-    ((4, 32, 32, 32, 32), "float32", _kw(3, 3, 0, 2), "bwd", True, "bwd_tile", dict(vec=8)),  # 1 along W
+    ((4, 32, 32, 32, 32), "float32", _kw((3, 3, 7), (1, 1, 2)), "bwd", True, "bwd_gather", dict(vec=4)),
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 3, 0, 2), "bwd", True, "bwd_gather", dict(vec=8)),  # 1 along W
     ((4, 32, 32, 32, 32), "float32", _kw(5, 1, 0, (2, 2, 1)), "bwd", True, "bwd_runs", dict(vec=4)),
     # 8 windows along W, but kd * kh = 256: a run's head would not fit bwd_runs' byte
-    ((1, 1, 20, 20, 20), "float32", _kw((16, 16, 8), 1), "bwd", True, "bwd_tile", dict(vec=4)),
+    ((1, 1, 20, 20, 20), "float32", _kw((16, 16, 8), 1), "bwd", True, "bwd_gather", dict(vec=4)),
     ((1, 1, 20, 20, 20), "float32", _kw((15, 16, 8), 1), "bwd", True, "bwd_runs", dict(vec=4)),
-    ((8, 64, 16, 56, 56), "float32", _kw(3, 2, 1), "bwd", True, "bwd_tile", dict(vec=8)),
-    ((8, 64, 16, 56, 56), "float64", _kw(3, 2, 1), "bwd", True, "bwd_tile", dict(vec=4)),
-    ((8, 64, 16, 56, 56), "bfloat16", _kw(3, 2, 1), "bwd", True, "bwd_tile", dict(vec=8)),
+    ((8, 64, 16, 56, 56), "float32", _kw(3, 2, 1), "bwd", True, "bwd_gather",
+     dict(vec=8, window=((3, 3, 3), (2, 2, 2), (1, 1, 1)))),
+    ((8, 64, 16, 56, 56), "float64", _kw(3, 2, 1), "bwd", True, "bwd_gather", dict(vec=4)),
+    ((8, 64, 16, 56, 56), "bfloat16", _kw(3, 2, 1), "bwd", True, "bwd_gather", dict(vec=8)),
     ((2, 16, 32, 32, 32), "float32", _kw(8, 1), "bwd", True, "bwd_runs", dict(vec=4)),
     ((2, 16, 32, 32, 30), "float16", _kw(8, 1), "bwd", True, "bwd_runs", dict(vec=8)),
     ((2, 3, 5, 6, 9), "float64", _kw(5, 1), "bwd", True, "bwd_runs", dict(vec=2)),
     ((64, 64, 64, 128, 128), "float32", _kw(5, 1), "bwd", True, "bwd_runs", dict(index_type="long long")),
-    ((64, 64, 64, 128, 128), "float32", _kw(3, 1), "bwd", True, "bwd_tile", dict(index_type="long long")),
-    ((64, 64, 64, 128, 128), "float32", _kw(3, 2, 1), "bwd", True, "bwd_tile", dict(index_type="long long")),
-    # disjoint windows gather
+    ((64, 64, 64, 128, 128), "float32", _kw(3, 1), "bwd", True, "bwd_gather", dict(index_type="long long")),
+    ((64, 64, 64, 128, 128), "float32", _kw(3, 2, 1), "bwd", True, "bwd_gather", dict(index_type="long long")),
+    # disjoint windows gather too
     ((8, 32, 32, 64, 64), "float32", _kw(2), "bwd", True, "bwd_gather",
      dict(vec=8, window=((2, 2, 2), (2, 2, 2), (1, 1, 1)))),
     # k4s4: the runtime window
@@ -647,15 +648,15 @@ GRAD_CASES = [
     ((2, 3, 7, 8, 11), _kw(3)),  # the same with k3: remainders of 1 and 2 elements
     ((2, 3, 8, 9, 11), _kw(2, 3)),  # scatter: gaps between windows
     ((2, 3, 10, 11, 12), _kw((1, 2, 2), (1, 3, 3), (0, 1, 1))),  # scatter with padding
-    ((2, 3, 9, 9, 9), _kw(3, 1)),  # overlapping: the tile on the GPU
-    ((1, 2, 19, 17, 70), _kw(3, 1)),  # tiles cut D, H and W (8 x 8 x 32 elements), partial at the ends
-    ((2, 2, 9, 12, 11), _kw(3, 2, 1)),  # tile with padding
+    ((2, 3, 9, 9, 9), _kw(3, 1)),  # gather
+    ((1, 2, 19, 17, 70), _kw(3, 1)),  # gather, W longer than a block's runs
+    ((2, 2, 9, 12, 11), _kw(3, 2, 1)),  # gather with padding
     ((1, 2, 12, 12, 12), _kw(8, 1)),  # big windows: runs on the GPU
-    ((2, 3, 10, 11, 12), _kw((1, 3, 2), (1, 2, 1), (0, 1, 1), (1, 2, 1))),  # tile with dilation
-    ((3, 9, 8, 7), _kw(3, 2, ceil=True)),  # 4-D input, tile with ceil_mode
-    ((1, 2, 9, 10, 13), _kw(3, 2, 1, 2)),  # tile, dilated and strided along W: runs split windows
-    ((2, 3, 6, 5, 3), _kw(2, 1)),  # tile, a row shorter than one run
-    ((1, 1, 32, 32, 40), _kw((5, 5, 3), 1, 0, (3, 3, 1))),  # the box too large for shared memory: gather
+    ((2, 3, 10, 11, 12), _kw((1, 3, 2), (1, 2, 1), (0, 1, 1), (1, 2, 1))),  # gather with dilation
+    ((3, 9, 8, 7), _kw(3, 2, ceil=True)),  # 4-D input, gather with ceil_mode
+    ((1, 2, 9, 10, 13), _kw(3, 2, 1, 2)),  # gather, dilated and strided along W: runs split windows
+    ((2, 3, 6, 5, 3), _kw(2, 1)),  # gather, a row shorter than one run
+    ((1, 1, 32, 32, 40), _kw((5, 5, 3), 1, 0, (3, 3, 1))),  # gather, the runtime window dilated along D and H
     ((2, 3, 8, 9, 10), _kw(2, 3)),  # disjoint windows holding 30% of x: scatter on the GPU
     ((2, 3, 10, 11, 13), _kw(2, 3, 1, ceil=True)),  # the same with padding
     ((1, 2, 10, 11, 9), _kw((3, 3, 5), 1, 1, (2, 2, 1), ceil=True)),  # runs: padding, D and H dilated
@@ -1090,97 +1091,6 @@ def check_emulated_backward(emulated, shape, kw, values, rng):
     np.testing.assert_allclose(emulated(arg, dy), F.reference_grad(shape, arg, dy), rtol=1e-12, atol=1e-12)
 
 
-def gather_range_c(t_first, t_last, k, s, dl, n_out):
-    """pool3d_gather_range (pool3d_gather.cuh): windows [lo, hi] that can reach padded positions [t_first, t_last]
-    (C's division, on non-negative operands)."""
-    reach = t_first - (k - 1) * dl
-    lo = 0 if reach <= 0 else (reach + s - 1) // s
-    return lo, min(t_last // s, n_out - 1)
-
-
-def tile_backward_emulated(x_shape, arg, dy, kw, run):
-    """bwd_tile (pool3d_gather.cuh) in NumPy, block by block: the box of windows that can reach the block's tile
-    (no larger than tile_shared_bytes allows for: the assertion), copied out of the indices and dy as the block
-    stages it, then each thread's runs summed from the copy in the gather's (od, oh, ow) order."""
-    (D, H, W), (Do, Ho, Wo), a, g, p = emulation_operands(x_shape, arg, dy, kw)
-    (kd, kh, kwd), (sd, sh, sw), (pd, ph, pw), (dd, dh, dw) = p.kernel, p.stride, p.padding, p.dilation
-    tile_w = P.TILE_LANES * run
-    bound = [P.tile_extent(span, k, s, d, n) for span, k, s, d, n in
-             zip((P.TILE_D, P.TILE_H, tile_w), p.kernel, p.stride, p.dilation, (Do, Ho, Wo))]
-    dx = np.zeros((a.shape[0], D, H, W))
-    for pl in range(a.shape[0]):
-        for d0 in range(0, D, P.TILE_D):
-            for h0 in range(0, H, P.TILE_H):
-                for c0 in range(0, W, tile_w):
-                    od_lo, od_hi = gather_range_c(d0 + pd, min(d0 + P.TILE_D, D) - 1 + pd, kd, sd, dd, Do)
-                    oh_lo, oh_hi = gather_range_c(h0 + ph, min(h0 + P.TILE_H, H) - 1 + ph, kh, sh, dh, Ho)
-                    ow_lo, ow_hi = gather_range_c(c0 + pw, min(c0 + tile_w, W) - 1 + pw, kwd, sw, dw, Wo)
-                    box = [max(0, od_hi - od_lo + 1), max(0, oh_hi - oh_lo + 1), max(0, ow_hi - ow_lo + 1)]
-                    assert all(e <= b for e, b in zip(box, bound)), (box, bound)
-                    s_idx = a[pl, od_lo:od_hi + 1, oh_lo:oh_hi + 1, ow_lo:ow_hi + 1].copy()
-                    s_dy = g[pl, od_lo:od_hi + 1, oh_lo:oh_hi + 1, ow_lo:ow_hi + 1].copy()
-                    for id_ in range(d0, min(d0 + P.TILE_D, D)):
-                        for ih in range(h0, min(h0 + P.TILE_H, H)):
-                            for w0 in range(c0, min(c0 + tile_w, W), run):
-                                n = min(run, W - w0)
-                                pos0 = (id_ * H + ih) * W + w0
-                                w_lo, w_hi = gather_range_c(w0 + pw, w0 + n - 1 + pw, kwd, sw, dw, Wo)
-                                d_lo, d_hi = gather_range_c(id_ + pd, id_ + pd, kd, sd, dd, Do)
-                                h_lo, h_hi = gather_range_c(ih + ph, ih + ph, kh, sh, dh, Ho)
-                                for od in range(d_lo, d_hi + 1):
-                                    if (id_ + pd - od * sd) % dd:
-                                        continue
-                                    for oh in range(h_lo, h_hi + 1):
-                                        if (ih + ph - oh * sh) % dh:
-                                            continue
-                                        for ow in range(w_lo, w_hi + 1):
-                                            r = s_idx[od - od_lo, oh - oh_lo, ow - ow_lo] - pos0
-                                            if 0 <= r < n:
-                                                dx[pl, id_, ih, w0 + r] += s_dy[od - od_lo, oh - oh_lo, ow - ow_lo]
-    return dx.reshape(x_shape)
-
-
-@pytest.mark.parametrize("shape, kw, run", [((2, 2, 9, 10, 13), _kw(3, 1), 4), ((1, 2, 11, 9, 37), _kw(3, 1), 2),
-                                            ((1, 2, 9, 10, 40), _kw(3, 1, 0, 2), 4),
-                                            ((2, 2, 10, 17, 19), _kw(3, 2, 1), 8),
-                                            ((1, 2, 9, 12, 70), _kw(3, 2, 1, ceil=True), 8),
-                                            ((2, 2, 5, 18, 35), _kw((1, 3, 3), (1, 2, 2), (0, 1, 1)), 8),
-                                            ((1, 2, 12, 9, 21), _kw((3, 3, 7), (1, 1, 2), (1, 1, 3)), 4),
-                                            ((1, 1, 9, 17, 33), _kw(3, 3, 0, 2), 2)])
-@pytest.mark.parametrize("values", ["ties", "edge"])
-def test_the_tiled_backward_is_the_reference_gradient(shape, kw, run, values, rng):
-    """The tiled gather of overlapping windows (bwd_tile), emulated: every window that can reach a tile lies in
-    the block's box (within the shared memory the dispatcher allows for), and the sums from the staged copy are
-    the reference gradient; tiles cut D, H and W (several tiles each, partial at the ends), with padding,
-    ceil mode, strides and dilation, ties, NaN and -inf."""
-    check_emulated_backward(lambda arg, dy: tile_backward_emulated(shape, arg, dy, kw, run), shape, kw, values, rng)
-
-
-@pytest.mark.nvcc
-def test_the_tile_launchers_shared_memory_is_the_dispatchers():
-    """pool3d_bwd_tile_launch's shared bytes (pool3d_tile_bytes: host code, built by nvcc and run here) equal
-    tile_shared_bytes, on which the dispatcher's choice of bwd_tile rests, for windows, outputs, runs and
-    element sizes of every kind."""
-    from nvcc_util import run_host
-    rng = np.random.default_rng(7)
-    cases = []
-    for _ in range(60):
-        k, s, d = (tuple(int(v) for v in rng.integers(lo, hi, 3)) for lo, hi in ((1, 6), (1, 4), (1, 4)))
-        out = tuple(int(v) for v in rng.integers(1, 80, 3))
-        cases += [(k, s, d, out, run, ctype, size) for run in (2, 4, 8)
-                  for ctype, size in (("__half", 2), ("float", 4), ("double", 8))]
-    lines = [f"{{ Pool3dGeom g = {{{', '.join(map(str, (0, 0, 0) + out + k + s + (0, 0, 0) + d))}}}; int o = 0; "
-             f"const size_t b = pool3d_tile_bytes<{ctype}, {run}>(g, o); std::printf(\"%zu\\n\", b); }}"
-             for k, s, d, out, run, ctype, _ in cases]
-    header = "#include <iostream>\n#define LOGf std::cerr\n" + ops._codegen.header(["common", "pool3d",
-                                                                                       "pool3d_gather"])
-    ok, printed = run_host(header, "\n".join(lines))
-    assert ok, printed[-4000:]
-    want = [P.tile_shared_bytes(out, P.PoolParams(k, s, (0, 0, 0), d), run, size) for k, s, d, out, run, _, size
-            in cases]
-    assert [int(v) for v in printed.split()] == want
-
-
 @pytest.mark.nvcc
 def test_the_runs_heads_of_both_passes_agree():
     """bwd_runs' heads (host code built by nvcc and run here): for random windows and every output row, the head
@@ -1225,14 +1135,6 @@ def test_the_runs_heads_of_both_passes_agree():
     assert ok, printed[-4000:]
     checked, bad = map(int, printed.split())
     assert checked > 1000 and bad == 0
-
-
-def test_the_tile_constants_are_the_kernels():
-    """ops/pool3d.py's TILE_* are the POOL3D_TILE_* the kernel is compiled with (its box and shared memory)."""
-    text = ops._codegen.snippet("pool3d_gather")
-    for name, value in (("D", P.TILE_D), ("H", P.TILE_H), ("LANES", P.TILE_LANES)):
-        assert re.search(rf"#define POOL3D_TILE_{name} (\d+)", text).group(1) == str(value), name
-    assert "CHECK(bytes <= 48 * 1024)" in text and P.TILE_MAX_SHARED == 48 * 1024
 
 
 @pytest.mark.parametrize("lanes", [32, 4, 2])
