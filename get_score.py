@@ -24,5 +24,7 @@ def _parse():
 
 if __name__ == "__main__":
     parsed = _parse()
+    # This process makes inputs and judges outputs; only its workers need jittor (ops/__init__.py)
+    os.environ["OPS_GRADER_PARENT"] = "1"
     from ops.scoring.cli import main
     sys.exit(main(parsed=parsed))

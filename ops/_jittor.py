@@ -36,8 +36,6 @@ import importlib.util
 import json
 import os
 import re
-import shutil
-import subprocess
 import sys
 import sysconfig
 import warnings
@@ -46,6 +44,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Tuple
 
 from . import _cuda_libs
+from ._machine import Machine, parse_nvcc_version, probe_machine  # noqa: F401  (the bootstrap's probe)
 
 BOOTSTRAP_SWITCH = "OPS_JITTOR_BOOTSTRAP"
 PATCH_SWITCH = "OPS_PATCH_JITTOR_CUDA13"
@@ -65,15 +64,6 @@ _REMOVED_FIELDS = {
     # so a constant keeps the ranking by SM count and cores per SM.
     "deviceProp.clockRate": "1",
 }
-
-
-@dataclass(frozen=True)
-class Machine:
-    """What the bootstrap needs to know about this machine."""
-
-    gpu_count: int
-    nvcc: Optional[str]
-    nvcc_version: Optional[Tuple[int, int]]
 
 
 def _switch_on(env: Mapping[str, str], name: str) -> bool:
@@ -168,42 +158,6 @@ def patch_helper_cuda(jittor_dir: Path) -> str:
     header.write_text(patch_header_text(text))
     return (f"ops: patched {header} for CUDA 13 (computeMode/clockRate reads replaced; original kept as "
             f"{backup.name}); set {PATCH_SWITCH}=0 to skip")
-
-
-def _count_gpus() -> int:
-    """GPUs visible through the CUDA driver; 0 when there is no driver (no libcuda) or no device."""
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return 0
-    count = ctypes.c_int(0)
-    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
-        return 0
-    return count.value
-
-
-def _find_nvcc(env: Mapping[str, str]) -> Optional[str]:
-    if env.get("nvcc_path"):
-        return env["nvcc_path"]
-    return shutil.which("nvcc") or next(
-        (p for p in ("/usr/local/cuda/bin/nvcc", "/usr/bin/nvcc", "/opt/cuda/bin/nvcc") if os.path.exists(p)), None)
-
-
-def parse_nvcc_version(text: str) -> Optional[Tuple[int, int]]:
-    match = re.search(r"release (\d+)\.(\d+)", text)
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
-def probe_machine(env: Mapping[str, str]) -> Machine:
-    nvcc = _find_nvcc(env)
-    version = None
-    if nvcc:
-        try:
-            out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
-            version = parse_nvcc_version(out)
-        except (OSError, subprocess.SubprocessError):
-            version = None
-    return Machine(gpu_count=_count_gpus(), nvcc=nvcc, nvcc_version=version)
 
 
 def _jittor_dir() -> Optional[Path]:

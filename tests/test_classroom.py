@@ -152,13 +152,16 @@ def test_a_class_on_several_gpus_gives_each_child_its_share_of_the_cores(tmp_pat
     assert "--cpus" not in C.child_argv(args, "m", "t.json", str(tmp_path))
 
 
-def _run_class(tmp_path, *argv):
+def _run_class(tmp_path, *argv, env=None):
+    """get_score.py on the CPU's f16 permute cases; ``env``: variables to set (PYTHONPATH goes after the root's)."""
     import os
     import subprocess
     import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.path.join(root, "tests"),
-                                                       os.environ.get("PYTHONPATH", "")]))
+    extra = dict(env or {})
+    path = os.pathsep.join([root, os.path.join(root, "tests"), extra.pop("PYTHONPATH", ""),
+                            os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, PYTHONPATH=path, **extra)
     return subprocess.run([sys.executable, os.path.join(root, "get_score.py"), "--device", "cpu", "--op", "permute",
                            "-k", "f16", "--no-torch", *argv], env=env, cwd=tmp_path, capture_output=True, text=True,
                           timeout=900)
@@ -225,6 +228,27 @@ def test_a_class_on_the_cpu(tmp_path):
         with open(out / f"{impl}.json") as f:
             return sum(len(r["ours"]["rounds"]) for r in json.load(f)["results"])
     assert 0 < rounds("class_wrong") < rounds("ops")  # a case judged wrong stops timing early
+
+
+def test_no_grader_parent_imports_jittor(tmp_path):
+    """With --device given, get_score.py's process and a class's children make inputs and judge without jittor
+    (its import takes 6-7 s on a GPU machine, under a lock over jittor's whole cache): a start-up hook that fails
+    every jittor import where OPS_GRADER_PARENT is set (tests/parent_without_jittor) leaves a run and a class
+    graded as usual; only the workers, started without the variable, import it."""
+    import os
+    hook = os.path.join(os.path.dirname(os.path.abspath(__file__)), "parent_without_jittor")
+    env = {"PYTHONPATH": os.pathsep.join([hook, os.environ.get("PYTHONPATH", "")]), "OPS_GRADER_PARENT": "1"}
+    proc = _run_class(tmp_path, "--direction", "fwd", "--impl", "ops", "class_wrong", "--csv",
+                      str(tmp_path / "c.csv"), "--class-dir", str(tmp_path / "class"), env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(tmp_path / "c.csv") as f:
+        rows = {r["impl"]: r for r in csv.DictReader(f)}
+    assert rows["ops"]["status"] == "ok" and rows["ops"]["correct"] == rows["ops"]["cases"] != "0"
+    assert rows["class_wrong"]["status"] == "wrong"
+    solo = _run_class(tmp_path, "--direction", "fwd", "--json", str(tmp_path / "solo.json"), env=env)
+    assert solo.returncode == 0, solo.stderr[-3000:]
+    listed = _run_class(tmp_path, "--direction", "fwd", "--list", env=env)
+    assert listed.returncode == 0 and listed.stdout.split()
 
 
 def test_the_parents_threads_scale_with_the_cores_it_may_use(monkeypatch):

@@ -25,6 +25,25 @@ def forget(ids):
             json.dump(known, f)
 
 
+def test_the_parent_finds_the_kernel_folder_and_version_without_jittor(tmp_path, monkeypatch):
+    """compile_record's answers from jittor_utils are jittor's own on this machine's build; for CUDA, the
+    cu* folder whose record was written last, none where no pass wrote one."""
+    import jittor_utils
+
+    from ops.scoring import compile_record
+    assert compile_record.jittor_version() == jt.__version__
+    if not jt.has_cuda:
+        assert compile_record.kernel_folder("cpu") == os.path.join(jt.flags.cache_path, "jit")
+    monkeypatch.setattr(jittor_utils, "cache_path", str(tmp_path))
+    assert compile_record.kernel_folder("cuda") is None
+    for i, name in enumerate(("cu13.0_sm_90", "cu12.8_sm_80")):
+        folder = tmp_path / name / "jit"
+        folder.mkdir(parents=True)
+        (folder / compile_record.COMPILED_FILE).write_text("{}")
+        os.utime(folder / compile_record.COMPILED_FILE, (1e9 + i, 1e9 + i))
+    assert compile_record.kernel_folder("cuda") == str(tmp_path / "cu12.8_sm_80" / "jit")
+
+
 def test_a_worker_that_dies_in_a_batch_costs_that_batch_only(toy_worker_env, tmp_path):
     ids = ["toy/fwd/ok", "toy/fwd/crash", "toy/fwd/after"]
     forget(ids)
@@ -59,13 +78,14 @@ def test_the_parent_skips_the_pass_without_a_worker_where_every_case_was_built(t
     from ops.scoring import compile_driver
     ids = ["toy/fwd/ok", "toy/bwd/ok"]
     forget(ids + ["toy/fwd/after"])
-    assert not compile_driver.compiled_before(ids, "ops", None)
+    assert not compile_driver.compiled_before(ids, "ops", None, "cpu")
     assert warm_compile(ids, device="cpu", impl="ops", budget_s=300, limit_bytes=1 << 30,
                         scratch=str(tmp_path))["finished"]
-    assert compile_driver.compiled_before(ids, "ops", None) and compile_driver.compiled_before(ids, "ops", [])
-    assert not compile_driver.compiled_before(ids + ["toy/fwd/after"], "ops", None)
-    assert not compile_driver.compiled_before(ids, "ops.scoring", None)
-    assert not compile_driver.compiled_before(ids, "no_such_module_here", None)
+    assert compile_driver.compiled_before(ids, "ops", None, "cpu")
+    assert compile_driver.compiled_before(ids, "ops", [], "cpu")
+    assert not compile_driver.compiled_before(ids + ["toy/fwd/after"], "ops", None, "cpu")
+    assert not compile_driver.compiled_before(ids, "ops.scoring", None, "cpu")
+    assert not compile_driver.compiled_before(ids, "no_such_module_here", None, "cpu")
     assert compile_pass.code_fingerprint("ops", ops.__file__) == compile_pass.fingerprint(ops)
     assert compile_pass.code_fingerprint("toy_family", "") != compile_pass.fingerprint(ops)
 
@@ -188,7 +208,7 @@ def test_failing_groups_are_bisected_and_their_syncs_counted(monkeypatch):
 def test_a_known_failure_is_probed_once_and_skips_its_keys(monkeypatch, tmp_path, error, remembered):
     from ops.scoring.fam_pool3d import FAMILY as pool
 
-    monkeypatch.setattr(compile_pass, "_state_path", lambda name: str(tmp_path / name))
+    monkeypatch.setattr(compile_pass, "_folder", lambda: str(tmp_path))
     synced = []
 
     def fake_sync(vs):

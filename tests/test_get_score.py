@@ -222,6 +222,22 @@ def test_a_module_that_does_not_import_is_a_usage_error_of_one_line(tmp_path):
         assert "ModuleNotFoundError" in proc.stderr and not out_json.exists()
 
 
+def test_device_cuda_without_cuda_is_a_usage_error_of_one_line(tmp_path):
+    """The parent imports no jittor when --device is given: the worker finds that jittor has no CUDA, before any
+    case runs, found by the compile pass's worker or by the first case's."""
+    from ops import has_cuda
+    if has_cuda():
+        pytest.skip("jittor has CUDA here")
+    for warm in ((), ("--no-warm",)):
+        proc = subprocess.run([sys.executable, GET_SCORE, "--device", "cuda", "--no-torch", "--no-progress", *warm,
+                               "--op", "permute", "-k", "021_f16", "--json", str(tmp_path / "r.json")],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+        assert proc.stderr.count("\n") == 1 and "--device cuda, but jittor has no CUDA here" in proc.stderr, \
+            proc.stderr[-2000:]
+        assert not (tmp_path / "r.json").exists()
+
+
 def test_exit_status_all_correct_and_under_fail_under(tmp_path):
     ok = toy_run("-k", "fwd/ok,fwd/after", "--references", "naive")
     assert ok.returncode == 0, ok.stderr[-3000:]

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
+from .. import GRADER_PARENT
 from .args import allowed_cpus, format_cpus, split_cpus
 
 CSV_COLUMNS = ("impl", "points", "max_points", "correct", "cases", "seconds", "status")
@@ -222,6 +223,7 @@ class Grader:
             if os.path.exists(stale):
                 os.remove(stale)
         env = dict(os.environ)
+        env[GRADER_PARENT] = "1"  # the child's own process imports no jittor (its workers do)
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(gpu)
         started = time.monotonic()

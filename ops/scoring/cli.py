@@ -23,7 +23,7 @@ from .grading import CaseResult, grade_all, result_from_json
 from .isolation import Isolation, become_subreaper, descendants, reap
 from .prepare import fresh_seed, scratch_root
 from .runner import Interrupted, run_cases
-from .worker_proxy import PACKAGE_ROOT, ImplError
+from .worker_proxy import PACKAGE_ROOT, DeviceError, ImplError
 
 # The compile pass stops after this (or a third of --budget); timing compiles the rest, one kernel at a time
 # (5-25 s each). On an H100 host with an empty kernel cache the whole table's pass needs ~250 s (2026-11-26:
@@ -263,12 +263,13 @@ def run_class(ap, args, argv_shown, stored: Optional[dict] = None) -> int:
     except ValueError as err:
         return _usage_error(str(err))
     impls = classroom.shard(args.impls, index, count)
-    from .. import has_cuda
-    from .._jittor import MACHINE, PROBED
-    args.device = args.device or ("cuda" if has_cuda() else "cpu")
+    if args.device is None:
+        from .. import has_cuda  # only to choose the device: the children get it and import no jittor themselves
+        args.device = "cuda" if has_cuda() else "cpu"
     slots = [None]
     if args.device == "cuda":
-        visible = (MACHINE or PROBED).gpu_count if (MACHINE or PROBED) else 1
+        from .._machine import count_gpus
+        visible = count_gpus()
         try:
             slots = classroom.parse_gpus(args.gpus, visible)
         except ValueError as err:
@@ -369,11 +370,12 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
                        f"{ap.prog} results merged from {len(args.from_json)} run(s), {stamp}", prog=ap.prog)
         return exit_status(results, args.fail_under)
 
-    from .. import has_cuda
     from .worker import device_name
-    device = args.device or ("cuda" if has_cuda() else "cpu")
-    if device == "cuda" and not has_cuda():
-        ap.error("--device cuda, but jittor has no CUDA here")
+    if args.device is None:
+        from .. import has_cuda  # the one reason this process imports jittor: --device spares it (the worker checks)
+        device = "cuda" if has_cuda() else "cpu"
+    else:
+        device = args.device
     try:
         items = selected_cases(args, device)
     except ValueError as err:
@@ -399,7 +401,7 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
         if args.compile:
             references.append("compile")
     if stored is not None:
-        warnings, _ = report.tier_warnings(args.tiers, stored, tiers_device, device_name_for(device, device_name),
+        warnings, _ = report.tier_warnings(args.tiers, stored, tiers_device, device_name(device),
                                            [c.id for _, c in items])
         notes += warnings
     shadowed = shadowing_note(os.getcwd())
@@ -434,7 +436,7 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
     for f, c in items:
         lanes.setdefault(c.family, []).append((f, c))
     order = [lane[i] for i in range(max(map(len, lanes.values()))) for lane in lanes.values() if i < len(lane)]
-    interrupted, impl_error = None, None
+    interrupted, impl_error, device_error = None, None, None
     env, results = {}, []
     scratch = None
     warmed = None
@@ -471,6 +473,8 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
         interrupted = why
     except ImplError as why:
         impl_error = why
+    except DeviceError as why:
+        device_error = why
     finally:
         for s in (signal.SIGTERM, signal.SIGINT):
             signal.signal(s, signal.SIG_IGN)
@@ -481,6 +485,8 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
             shutil.rmtree(scratch, ignore_errors=True)
     if impl_error is not None:
         return _usage_error(f"--impl {args.impl} does not import: {impl_error}")
+    if device_error is not None:
+        return _usage_error(str(device_error), ap.prog)
     announce()
     if interrupted is None and any(r.why.startswith("not run: interrupted") for r in results):
         interrupted = "signal"  # run_cases stopped at the signal and returned what it had
@@ -495,7 +501,7 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
     if device == "cpu":
         env.setdefault("cache_bytes", last_level_cache_bytes())
     if "name" not in env:  # no worker said (none started): ask, unless interrupted (nvidia-smi may wait)
-        env["name"] = device if interrupted is not None else device_name_for(device, device_name)
+        env["name"] = device if interrupted is not None else device_name(device)
     title = f"{ap.prog} on {env.get('name', device)}, {stamp}"
     meta = {"date": stamp, "argv": argv_shown, "seed": seed, "seed_given": args.seed is not None,
             "impl": args.impl, "references": references, "tiers": args.tiers or "this run",
@@ -508,13 +514,3 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
         sys.stderr.flush()
         os._exit(EXIT_INTERRUPTED)  # nothing left to wait for: jittor's exit hooks must not keep it alive
     return exit_status(results, args.fail_under)
-
-
-def device_name_for(device: str, device_name) -> str:
-    from .._jittor import jt
-    previous = jt.flags.use_cuda
-    try:
-        jt.flags.use_cuda = 1 if device == "cuda" else 0
-        return device_name(jt)
-    finally:
-        jt.flags.use_cuda = previous

@@ -10,22 +10,27 @@ import time
 from typing import Callable, List, Optional, Sequence
 
 from .logs import error_lines
-from .worker_proxy import PACKAGE_ROOT, ImplError, Worker, WorkerTimeout
+from .worker_proxy import PACKAGE_ROOT, Worker, WorkerTimeout, check_start
 
 
-def compiled_before(case_ids: Sequence[str], impl: str, references: Optional[Sequence[str]]) -> bool:
+def compiled_before(case_ids: Sequence[str], impl: str, references: Optional[Sequence[str]],
+                    device: str) -> bool:
     """Whether a finished pass built every case's graphs under the code the worker would import, found here
     without running it: a top-level module or package, looked up on the worker's path (the grader's package
     root, the working directory, then this interpreter's). A dotted name would run its parent package: the worker
-    decides. A wrong answer costs time only: timing rounds in which jittor compiled are run again."""
+    decides. Read without jittor (``compile_record.kernel_folder``). A wrong answer costs time only: timing rounds
+    in which jittor compiled are run again."""
     if "." in impl:
         return False
     spec = importlib.machinery.PathFinder.find_spec(impl, [PACKAGE_ROOT, os.getcwd()] + sys.path[1:])
     if spec is None:
         return False
-    from . import compile_pass
-    code = compile_pass.code_fingerprint(impl, spec.origin if spec.has_location else "")
-    return set(case_ids) <= compile_pass.compiled_cases(code, compile_pass.pass_names(references))
+    from . import compile_record as record
+    folder = record.kernel_folder(device)
+    if folder is None:
+        return False
+    code = record.code_fingerprint(record.jittor_version(), impl, spec.origin if spec.has_location else "")
+    return set(case_ids) <= record.compiled_cases(folder, code, record.pass_names(references))
 
 
 def warm_compile(case_ids: Sequence[str], *, device: str, impl: str, budget_s: float, limit_bytes: int,
@@ -39,8 +44,8 @@ def warm_compile(case_ids: Sequence[str], *, device: str, impl: str, budget_s: f
     with the cases after it. Returns what was done: {"finished", "batches": [each batch's figures],
     "crashed": [case ids of batches whose worker died], "graphs", "seconds" or "skipped", "errors"}."""
     done: dict = {"finished": False, "batches": [], "crashed": []}
-    if compiled_before(case_ids, impl, references):  # no worker to start (a jittor import, 5-7 s on an H100)
-        from .compile_pass import COMPILED_FILE
+    if compiled_before(case_ids, impl, references, device):  # no worker to start (a jittor import: 6-7 s, H200)
+        from .compile_record import COMPILED_FILE
         return dict(done, finished=True, graphs=0, skipped=f"compiled before ({COMPILED_FILE})", errors=[])
     deadline = time.monotonic() + budget_s
     remaining, attempt = list(case_ids), 0
@@ -50,8 +55,7 @@ def warm_compile(case_ids: Sequence[str], *, device: str, impl: str, budget_s: f
         started_batch = 0  # cases of the batch being synced
         try:
             msg = w.next(max(0.0, deadline - time.monotonic()))
-            if msg is not None and msg[0] == "impl_error":
-                raise ImplError(msg[1])
+            check_start(msg)
             if msg is None or msg[0] != "env":
                 return done
             on_ready()

@@ -15,48 +15,25 @@ folder forgets it too:
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Sequence
 
 import numpy as np
 
 from .._jittor import jt
+from . import compile_record as record
 from . import fresh
+from .compile_record import COMPILED_FILE, FAILED_COMPILES_FILE, PASS_IMPLS, pass_names  # noqa: F401
 from .harness import InputSet, JittorImpl, compiled_kernels, for_hand_back, input_dtypes, upload
 from .logs import LOG_TAIL, compile_reason, log_size, read_log, without_colors
 from .spec import Case
 
-FAILED_COMPILES_FILE = "ops_grader_failed_compiles.json"
-COMPILED_FILE = "ops_grader_compiled.json"
 COMPILE_FAILURE_MARKS = ("Compile operator", "Compile fused operator", "compilation of", "Check failed: ret")
 
 
-def _state_path(name: str) -> str:
-    return os.path.join(jt.flags.cache_path, "jit", name)
-
-
-def _load(name: str) -> dict:
-    try:
-        with open(_state_path(name)) as f:
-            known = json.load(f)
-        return known if isinstance(known, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def _add(name: str, key: str, value) -> None:
-    known = _load(name)
-    known[key] = value
-    path = _state_path(name)
-    try:
-        with open(path + ".tmp", "w") as f:
-            json.dump(known, f, indent=1, sort_keys=True)
-        os.replace(path + ".tmp", path)
-    except OSError:
-        pass  # a cache folder we cannot write: the work is redone next run, nothing worse
+def _folder() -> str:
+    return os.path.join(jt.flags.cache_path, "jit")
 
 
 def compile_key(case: Case, name: str) -> str:
@@ -75,7 +52,7 @@ LOG_PATH = None
 def failed_compiles() -> Dict[str, dict]:
     """{compile key: {"case": where it first failed, "reason": one line, "log": the compiler's output}} from
     earlier runs with this kernel cache."""
-    return {k: v for k, v in _load(FAILED_COMPILES_FILE).items() if isinstance(v, dict)}
+    return {k: v for k, v in record.load(_folder(), FAILED_COMPILES_FILE).items() if isinstance(v, dict)}
 
 
 def remember_failed_compile(key: str, case_id: str, error: str) -> None:
@@ -83,7 +60,8 @@ def remember_failed_compile(key: str, case_id: str, error: str) -> None:
     if key in failed_compiles():
         return
     log = without_colors(read_log(LOG_PATH))[-LOG_TAIL:]
-    _add(FAILED_COMPILES_FILE, key, {"case": case_id, "reason": compile_reason(log) or error, "log": log})
+    record.add(_folder(), FAILED_COMPILES_FILE, key, {"case": case_id, "reason": compile_reason(log) or error,
+                                                      "log": log})
 
 
 def fingerprint(api) -> str:
@@ -92,57 +70,17 @@ def fingerprint(api) -> str:
 
 
 def code_fingerprint(name: str, module_file: str) -> str:
-    """jittor's version and every source file of the graded module (``name``, its file or package's
-    ``__init__.py`` ``module_file``; "" for none), of this package and of its snippets: what decides which kernels
-    a case's graphs compile."""
-    from .. import _codegen
-    roots = {os.path.dirname(os.path.dirname(os.path.abspath(__file__))), str(_codegen.snippet_dir())}
-    module_file = os.path.abspath(module_file) if module_file else ""
-    if module_file:
-        roots.add(os.path.dirname(module_file) if module_file.endswith("__init__.py") else module_file)
-    h = hashlib.sha256(f"{jt.__version__}\n{name}\n".encode())
-    for root in sorted(roots):
-        files = [root] if os.path.isfile(root) else sorted(
-            os.path.join(d, f) for d, _, names in os.walk(root) for f in names if f.endswith((".py", ".cuh", ".h")))
-        for path in files:
-            h.update(path.encode())
-            with open(path, "rb") as f:
-                h.update(f.read())
-    return h.hexdigest()[:24]
-
-
-# The implementations whose graphs the pass builds: the graded module's and the references jittor runs. A run that
-# times no reference (a class child graded against stored tiers) builds ours alone.
-PASS_IMPLS = ("ours", "naive", "jittor")
-
-
-def pass_names(references: Optional[Sequence[str]]) -> List[str]:
-    """The implementations a run with ``references`` (None: all) builds in the pass."""
-    refs = PASS_IMPLS if references is None else references
-    return [n for n in PASS_IMPLS if n == "ours" or n in refs]
-
-
-def _record_key(code: str, names: Sequence[str]) -> str:
-    return code if set(names) >= set(PASS_IMPLS) else code + "/" + "+".join(sorted(set(names)))
+    """``compile_record.code_fingerprint`` under this jittor."""
+    return record.code_fingerprint(jt.__version__, name, module_file)
 
 
 def compiled_cases(code: str, names: Sequence[str] = PASS_IMPLS) -> set:
-    """Ids of the cases whose graphs of ``names`` (or more) a finished pass built under the code fingerprint
-    ``code``."""
-    found = set()
-    for key, kept in _load(COMPILED_FILE).items():
-        base, _, built = key.partition("/")
-        if base == code and set(built.split("+") if built else PASS_IMPLS) >= set(names) and \
-                isinstance(kept, dict) and isinstance(kept.get("cases"), list):
-            found |= set(kept["cases"])
-    return found
+    """``compile_record.compiled_cases`` in this jittor's kernel folder."""
+    return record.compiled_cases(_folder(), code, names)
 
 
 def remember_compiled(code: str, case_ids: Sequence[str], names: Sequence[str] = PASS_IMPLS) -> None:
-    key = _record_key(code, names)
-    kept = _load(COMPILED_FILE).get(key)
-    before = set(kept["cases"]) if isinstance(kept, dict) and isinstance(kept.get("cases"), list) else set()
-    _add(COMPILED_FILE, key, {"cases": sorted(before | set(case_ids)), "date": time.strftime("%Y-%m-%d %H:%M")})
+    record.remember_compiled(_folder(), code, case_ids, names)
 
 
 def handed_back(outs) -> list:

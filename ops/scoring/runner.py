@@ -25,7 +25,7 @@ from .judging import judge_outputs
 from .logs import compile_error
 from .prepare import Prepared, fresh_seed, prepare_case, scratch_root
 from .spec import Case, Family
-from .worker_proxy import ImplError, Worker, WorkerTimeout
+from .worker_proxy import DeviceError, ImplError, Worker, WorkerTimeout, check_start
 
 START_TIMEOUT_S = 300.0  # a worker imports jittor, ops and the graded module, and measures the copy bandwidth
 # After a signal, judges of cases measured before it get this long (an interrupted run must end within 10 s of
@@ -70,9 +70,11 @@ class Runner:
             w.stop()
             raise RuntimeError(f"the grading worker did not start within {max(START_TIMEOUT_S, self.timeout_s):.0f} s"
                                f"\n(importing jittor, ops and the graded module)")
-        if msg is not None and msg[0] == "impl_error":
+        try:
+            check_start(msg)
+        except (ImplError, DeviceError):
             w.stop()
-            raise ImplError(msg[1])
+            raise
         if msg is None or msg[0] != "env":
             code = w.exit_code()
             tail = w.log_since(0)[-1500:]

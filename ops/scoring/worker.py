@@ -48,8 +48,10 @@ def measure_copy_gbps(jt) -> float:
     return 2 * 4 * n / (ms * 1e-3) / 1e9
 
 
-def device_name(jt) -> str:
-    if jt.flags.use_cuda:
+def device_name(device: str) -> str:
+    """The reports' name of ``device``: the GPU's (nvidia-smi) or the CPU's; asked without jittor, in the parent
+    too."""
+    if device == "cuda":
         import subprocess
         try:
             out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "0"],
@@ -191,6 +193,10 @@ def main(argv=None) -> int:
     from .._jittor import jt
     from .families import load_families
 
+    if job["device"] == "cuda" and not jt.has_cuda:  # the parent left this check to the worker: no jittor there
+        emit("device_error", "--device cuda, but jittor has no CUDA here")
+        sys.stdout.flush()
+        os._exit(IMPORT_FAILED)
     jt.flags.use_cuda = 1 if job["device"] == "cuda" else 0
     from . import compile_pass
     compile_pass.LOG_PATH = job.get("log")
@@ -206,7 +212,7 @@ def main(argv=None) -> int:
         sys.stderr.flush()
         os._exit(IMPORT_FAILED)
     by_id = {c.id: (fam, c) for fam in load_families() for c in fam.all_cases()}
-    env = {"device": job["device"], "name": device_name(jt)}
+    env = {"device": job["device"], "name": device_name(job["device"])}
     if job.get("copy"):
         from . import harness as H
         env["copy_gbps"] = measure_copy_gbps(jt)

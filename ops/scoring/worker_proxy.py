@@ -2,6 +2,7 @@
 ``@@`` protocol lines, kills it when it hangs. The protocol is ``ops.scoring.worker``'s."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import queue
@@ -25,6 +26,18 @@ class ImplError(Exception):
     """The graded module does not import (the worker's one line says why): nothing can be graded."""
 
 
+class DeviceError(Exception):
+    """The worker's jittor cannot run on the device asked for (--device cuda without CUDA): nothing can be graded."""
+
+
+def check_start(msg) -> None:
+    """A starting worker's first message: ImplError or DeviceError where it says it cannot grade."""
+    if msg is not None and msg[0] == "impl_error":
+        raise ImplError(msg[1])
+    if msg is not None and msg[0] == "device_error":
+        raise DeviceError(msg[1])
+
+
 # The grader's own package root, first on a worker's sys.path: an ``ops.py`` or ``ops/`` in the working directory
 # (which ``python -m`` would put first) does not replace the grader's package; the working directory comes next,
 # for the graded module. Before anything is imported (``ops`` imports jittor, which may start a pool of compiler
@@ -43,9 +56,16 @@ def worker_command(job: dict) -> List[str]:
     return [sys.executable, "-c", _BOOT, PACKAGE_ROOT, "--job", json.dumps(job)]
 
 
+@functools.lru_cache(maxsize=None)
 def _grader_nvcc_path() -> str:
-    from .._jittor import jt
-    return str(getattr(jt.flags, "nvcc_path", "") or "")
+    """The nvcc of the jittor build this machine's bootstrap makes: the one jittor took where this process
+    imported it, else the bootstrap's probe (ops/_machine.py; "" where it finds no GPU: the CPU build)."""
+    if "jittor" in sys.modules:
+        from .._jittor import jt
+        return str(getattr(jt.flags, "nvcc_path", "") or "")
+    from .._machine import probe_machine
+    machine = probe_machine(os.environ)
+    return (machine.nvcc or "") if machine.gpu_count else ""
 
 
 class Worker:
