@@ -12,19 +12,24 @@ import os
 import sys
 
 
-def _parse():
+def _parse(argv=None, prog="get_score.py"):
     """Parse the arguments before anything imports jittor (importing ``ops`` does): --help and mistakes
     answer at once, even where jittor's core is not built yet."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ops", "scoring", "args.py")
     spec = importlib.util.spec_from_file_location("_get_score_args", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.parse_args()
+    return module.parse_args(argv, prog=prog)
 
 
-if __name__ == "__main__":
-    parsed = _parse()
+def run(argv=None, prog="ops-get-score"):
+    """The grader's command (``python get_score.py``, and ``ops-get-score`` where the package is installed)."""
+    parsed = _parse(argv, prog)
     # This process makes inputs and judges outputs; only its workers need jittor (ops/__init__.py)
     os.environ["OPS_GRADER_PARENT"] = "1"
     from ops.scoring.cli import main
-    sys.exit(main(parsed=parsed))
+    return main(parsed=parsed)
+
+
+if __name__ == "__main__":
+    sys.exit(run(prog="get_score.py"))

@@ -216,7 +216,7 @@ def test_a_class_on_the_cpu(tmp_path):
         rows = {r["impl"]: r for r in csv.DictReader(f)}
     assert list(rows) == ["ops", "class_wrong", "class_broken"]
     assert rows["ops"]["status"] == "ok" and rows["ops"]["correct"] == rows["ops"]["cases"] != "0"
-    assert rows["ops"]["points"] == rows["ops"]["max_points"]
+    assert int(rows["ops"]["max_points"]) == 100 * int(rows["ops"]["cases"])  # (its points are timing: not tested)
     assert rows["class_wrong"]["status"] == "wrong" and rows["class_wrong"]["correct"] == "0"
     assert rows["class_broken"]["status"] == "import error" and rows["class_broken"]["cases"] == "0"
     for name in ("ops.json", "ops.md", "class_wrong.json", "class_wrong.md", "class_broken.log", "tiers.json",

@@ -132,13 +132,20 @@ def test_help_states_each_default_once_and_never_none():
 
 
 def test_the_installed_command_says_its_own_name(capsys):
-    """``ops-get-score`` (setup.cfg's console script, cli.main) names itself in its usage and errors."""
+    """``ops-get-score`` (setup.cfg's console script: get_score.run, as ``python get_score.py`` runs) names itself
+    in its usage and errors, as cli.main does when called alone."""
+    import importlib.util
+
     from ops.scoring import args as cli_args
     from ops.scoring.cli import main
     assert cli_args.build_parser("ops-get-score").format_usage().startswith("usage: ops-get-score ")
-    with pytest.raises(SystemExit) as stop:
-        main(["--op", "no_such_op"])
-    assert stop.value.code == 2 and "ops-get-score: error: argument --op" in capsys.readouterr().err
+    spec = importlib.util.spec_from_file_location("get_score", GET_SCORE)
+    command = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(command)
+    for entry in (main, command.run):
+        with pytest.raises(SystemExit) as stop:
+            entry(["--op", "no_such_op"])
+        assert stop.value.code == 2 and "ops-get-score: error: argument --op" in capsys.readouterr().err
 
 
 def test_unknown_family_is_an_argument_error():
