@@ -7,13 +7,13 @@ import pytest
 
 import ops
 from ops._jittor import jt
-from ops.scoring import compile_pass
+from ops.scoring import compile_pass, compile_record
 from ops.scoring.compile_driver import warm_compile
 
 
 def forget(ids):
     """Drop ``ids`` from the kernel folder's records of cases built (an earlier test run may have left them)."""
-    path = os.path.join(jt.flags.cache_path, "jit", compile_pass.COMPILED_FILE)
+    path = os.path.join(jt.flags.cache_path, "jit", compile_record.COMPILED_FILE)
     code = compile_pass.fingerprint(ops)
     if os.path.exists(path):
         with open(path) as f:

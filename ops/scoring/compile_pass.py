@@ -24,7 +24,7 @@ import numpy as np
 from .._jittor import jt
 from . import compile_record as record
 from . import fresh
-from .compile_record import COMPILED_FILE, FAILED_COMPILES_FILE, PASS_IMPLS, pass_names  # noqa: F401
+from .compile_record import FAILED_COMPILES_FILE, PASS_IMPLS
 from .harness import InputSet, JittorImpl, compiled_kernels, for_hand_back, input_dtypes, upload
 from .logs import LOG_TAIL, compile_reason, log_size, read_log, without_colors
 from .spec import Case

@@ -68,7 +68,7 @@ def run_case(fam, case, api, cmd, pristine=None) -> None:
     checked outputs as the rounds go."""
     import numpy as np
 
-    from . import compile_pass, fresh
+    from . import compile_pass, compile_record, fresh
     from . import harness as H
     from .grading import TIER_FRACTION, WRONG_FLAG, Timing
     from .spec import ReferenceSkipped
@@ -123,7 +123,7 @@ def run_case(fam, case, api, cmd, pristine=None) -> None:
             known = known_failures[key]
             where = "" if known.get("case") == case.id else f"as in {known.get('case')}; "
             failed = Timing(error=f"{known.get('reason', 'compile failed')} ({where}remembered in "
-                                  f"{compile_pass.FAILED_COMPILES_FILE})", log=known.get("log") or None)
+                                  f"{compile_record.FAILED_COMPILES_FILE})", log=known.get("log") or None)
         else:
             try:
                 guard()
@@ -198,7 +198,7 @@ def main(argv=None) -> int:
         sys.stdout.flush()
         os._exit(IMPORT_FAILED)
     jt.flags.use_cuda = 1 if job["device"] == "cuda" else 0
-    from . import compile_pass
+    from . import compile_pass, compile_record
     compile_pass.LOG_PATH = job.get("log")
     # as they are before the graded module runs: put back before each reference is timed
     pristine = Pristine([time, resource, jt, jt.nn, jt.Var, jt.profiler] + [m for m in (
@@ -228,11 +228,11 @@ def main(argv=None) -> int:
         if "warm" in cmd:
             started = time.monotonic()
             code = compile_pass.fingerprint(api)
-            names = compile_pass.pass_names(cmd.get("references"))
+            names = compile_record.pass_names(cmd.get("references"))
             built_before = compile_pass.compiled_cases(code, names)
             todo = [c for c in cmd["warm"] if c not in built_before]
             if not todo:
-                emit("warmed", {"graphs": 0, "skipped": f"compiled before ({compile_pass.COMPILED_FILE})"})
+                emit("warmed", {"graphs": 0, "skipped": f"compiled before ({compile_record.COMPILED_FILE})"})
             else:
                 built = compile_pass.warm_graphs([by_id[c] for c in todo], api, cmd["limit_bytes"],
                                                  report=lambda kind, figures: emit("warm" + kind, figures),

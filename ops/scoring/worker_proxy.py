@@ -58,11 +58,8 @@ def worker_command(job: dict) -> List[str]:
 
 @functools.lru_cache(maxsize=None)
 def _grader_nvcc_path() -> str:
-    """The nvcc of the jittor build this machine's bootstrap makes: the one jittor took where this process
-    imported it, else the bootstrap's probe (ops/_machine.py; "" where it finds no GPU: the CPU build)."""
-    if "jittor" in sys.modules:
-        from .._jittor import jt
-        return str(getattr(jt.flags, "nvcc_path", "") or "")
+    """The nvcc of the jittor build this machine's bootstrap makes, by its own probe (ops/_machine.py; "" where
+    it finds no GPU: the CPU build). No jittor: the grader's process may not have imported it."""
     from .._machine import probe_machine
     machine = probe_machine(os.environ)
     return (machine.nvcc or "") if machine.gpu_count else ""
