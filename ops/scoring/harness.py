@@ -62,12 +62,11 @@ MAX_RERUN = 256
 # every reference at 20 ms or more was at least 21x slower than ours, far from any tier boundary, and timing
 # them in rounds (jittor's permutes of 50-100 ms a call, the naive timex) cost 36 s of a 170 s run.
 SLOW_MS = 20.0
-# A first call in which nothing compiled still loads the kernels from jittor's cache and makes the first
-# allocations: the naive 16 MB permute's took 22.6 ms on an H100 (its later calls ~0.03 ms), and measured by that
-# call it set a tier that a module taking 2.2 ms a call passed (2026-11-27). Only a first call slower than this is
-# a measurement (jittor's timex references: 1-3.9 s a call); the second call of the 62 references of 20-1000 ms
-# costs ~9 s of a warm run.
-SLOW_FIRST_CALL_MS = 1000.0
+# A first call is never a measurement: besides loading kernels and making the first allocations (the naive 16 MB
+# permute's: 22.6 ms, later calls ~0.03 ms; H100), it may wait on jittor's cache lock, which every process on the
+# jittor install shares across cache names, while another compiles (a 0.05 ms jittor max_pool3d: 9.2 s; H200),
+# or initialize PyTorch's autograd (its expand_as backward: 2.1 s against ~0.07 ms). The second call of the six
+# references slower than 1 s costs ~15 s of a warm GPU run.
 WINDOWS = 4  # timed windows per round (see Meter.round)
 NEAR_TIER = 0.06  # ours within this fraction of a tier's 0.95 boundary: more rounds (up to 3x)
 # Ours this far (a fraction) from every tier's boundary after MIN_ROUNDS rounds: no more rounds, since the
@@ -784,11 +783,9 @@ class Meter:
 
     @_adds_seconds
     def warm(self) -> None:
-        """Compile and run until a call compiled nothing; that call's synced wall time is the estimate that plans
-        the rounds (a first call also loads kernels and allocates: the second at the earliest, unless the first
-        compiled nothing and took more than SLOW_FIRST_CALL_MS). A slow implementation's estimate is its
-        measurement, and rounds leave it out (one call of jittor's timex reference costs up to 3.9 s on an
-        H100)."""
+        """Compile and run until a call after the first compiled nothing; that call's synced wall time is the
+        estimate that plans the rounds. A slow implementation's estimate is its measurement, and rounds leave it
+        out (one call of jittor's timex reference costs up to 5.2 s on an H200)."""
         self.guard()
         for attempt in range(WARM_CALLS):
             [(k, number, prepared)] = self.inputs.take(self._sets(1))
@@ -796,19 +793,16 @@ class Meter:
                 self.inputs.prime(k)
             self._idle()  # (the copies may still run on the device)
             children = children_cpu_seconds()
-            started, cpu_started = _perf_counter(), _process_time()
+            started = _perf_counter()
             outs = self.impl.call(k, prepared)
             self._sync(outs, True)
             self.estimate_ms = (_perf_counter() - started) * 1e3
             clean = children_cpu_seconds() == children
-            # on the CPU clock a slow first call must have computed: one that waited (on another process's
-            # compile of the same kernel, say: 4.4 s for a 0.02 ms permute) is no measurement
-            computed_ms = (_process_time() - cpu_started) * 1e3 if self.cpu_clock else self.estimate_ms
             if self.watch is not None:
                 self.watch.prime(outs, self.is_jittor and not self.cpu_clock, self.inputs.call_bytes)
             if self.is_jittor:
                 self.output_bytes = sum(o.numel() * _itemsize(str(o.dtype)) for o in outs)
-            if clean and (attempt > 0 or min(self.estimate_ms, computed_ms) > SLOW_FIRST_CALL_MS):
+            if clean and attempt > 0:
                 break
             del outs, prepared
         else:
