@@ -1,4 +1,4 @@
-// pool3d_gather.cuh: the MaxPool3D backwards on CUDA (bwd_gather, bwd_scatter, bwd_runs). The index
+// pool3d_gather.cuh: the MaxPool3D backwards on CUDA (bwd_gather, bwd_disjoint, bwd_runs). The index
 // math above `#ifdef __CUDACC__` (the gather's work item, pool3d_gather_run) also compiles as host code: the CPU
 // tests run the GPU's gather with it (tests/test_cpu_path.py), and the CPU path (pool3d_cpu.h) sums each
 // element's windows in the same order.
@@ -19,6 +19,8 @@
 // quotient and remainder by a stride is a multiply-shift) and run-time for the others and on the CPU
 // (Pool3dWinR: one compile serves every layer).
 #pragma once
+// (the "# include" form: see common.cuh)
+# include "index_math.h"
 
 #ifdef __CUDACC__
 #define POOL3D_GATHER_FN __host__ __device__ __forceinline__
@@ -105,6 +107,60 @@ POOL3D_GATHER_FN void pool3d_gather_run(const Win& win, const Pool3dGatherDims& 
   });
 }
 
+// bwd_disjoint: windows that never share an element (along each dim the stride is at least the window's extent,
+// (k - 1) * dilation + 1), so element t of a dim (padded position) can lie only in window t / s, and dx of an
+// element is dy of that window where its saved argmax is the element, else +0: a copy of dy's bits, as the CPU
+// path's. Dims of one launch; the strides divide as multiply-shifts (OpsDiv).
+struct Pool3dDisjoint {
+  int D, H, W, Do, Ho, Wo, pd, ph, pw;
+  int ed, eh, ew;  // (k - 1) * dilation: a window's last offset
+  OpsDiv<int> sd, sh, sw;
+};
+
+// The window of a dim that can hold padded position t, or -1: window t / s reaches offsets up to e of its start.
+// (A dilated window skips some of them; its saved argmax is never one, so the index comparison settles those.)
+POOL3D_GATHER_FN int pool3d_disjoint_window(int t, const OpsDiv<int>& s, int e, int n_out) {
+  int r;
+  const int o = ops_divmod(s, t, r);
+  return o < n_out && r <= e ? o : -1;
+}
+
+// dx of n <= VEC consecutive elements of the flattened planes from (plane, id, ih, iw), each of type T:
+// out[q] = dy of the window whose saved argmax it is, else `zero`. The D and H windows change only with the row.
+template <typename T, int VEC, typename I>
+POOL3D_GATHER_FN void pool3d_disjoint_run(const Pool3dDisjoint& g, const int* idx, const T* dy, I plane_out,
+                                          I plane, int id, int ih, int iw, int n, T zero, T (&out)[VEC]) {
+  int od = pool3d_disjoint_window(id + g.pd, g.sd, g.ed, g.Do);
+  int oh = pool3d_disjoint_window(ih + g.ph, g.sh, g.eh, g.Ho);
+  int rw, ow = ops_divmod(g.sw, iw + g.pw, rw);
+  POOL3D_GATHER_UNROLL
+  for (int q = 0; q < VEC; ++q) {
+    out[q] = zero;
+    if (q >= n) continue;
+    if (od >= 0 && oh >= 0 && ow < g.Wo && rw <= g.ew) {
+      const I at = plane * plane_out + (I)((od * g.Ho + oh) * g.Wo + ow);
+      if (idx[at] == (id * g.H + ih) * g.W + iw) out[q] = dy[at];
+    }
+    if (++rw == g.sw.value()) {
+      rw = 0;
+      ++ow;
+    }
+    if (++iw == g.W) {  // the next row (of the next plane after the last)
+      iw = 0;
+      ow = ops_divmod(g.sw, g.pw, rw);
+      if (++ih == g.H) {
+        ih = 0;
+        if (++id == g.D) {
+          id = 0;
+          ++plane;
+        }
+        od = pool3d_disjoint_window(id + g.pd, g.sd, g.ed, g.Do);
+      }
+      oh = pool3d_disjoint_window(ih + g.ph, g.sh, g.eh, g.Ho);
+    }
+  }
+}
+
 #ifdef __CUDACC__
 template <int KD, int KH, int KW, int SD, int SH, int SW, int DD, int DH, int DW>
 inline Pool3dWinC<KD, KH, KW, SD, SH, SW, DD, DH, DW> pool3d_gather_window(
@@ -185,29 +241,47 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather(const int* __restrict
   pool3d_store_run<T, RUN>(dx + plane * a.plane_in + (I)(id * gd.H + ih) * gd.W + w0, acc, n, vec_ok);
 }
 
-// bwd_scatter (disjoint windows that leave most of the input in none, such as k2s3): dx zeroed by a memset,
-// then each window's dy copied to its saved argmax, a thread per window. No element is the argmax of two
-// windows, so every element is written once at most: deterministic without atomics, and dx is dy's bits (as
-// the CPU path's copy). Moves dx once (the memset) + dy + indices, where the gather reads every element's
-// candidate windows.
-template <typename T, typename I, int BLOCK>
-__global__ void __launch_bounds__(BLOCK) pool3d_bwd_scatter(const int* __restrict__ idx, const T* __restrict__ dy,
-                                                            T* __restrict__ dx, const I windows, const I plane_out,
-                                                            const I plane_in) {
-  const I w = (I)blockIdx.x * BLOCK + threadIdx.x;
-  if (w >= windows) return;
-  const int at = idx[w];
-  if (at >= 0) dx[(w / plane_out) * plane_in + at] = dy[w];
+inline Pool3dDisjoint pool3d_disjoint_dims(const Pool3dGeom& g) {
+  Pool3dDisjoint d;
+  d.D = g.D; d.H = g.H; d.W = g.W; d.Do = g.Do; d.Ho = g.Ho; d.Wo = g.Wo; d.pd = g.pd; d.ph = g.ph; d.pw = g.pw;
+  d.ed = (g.kd - 1) * g.dd; d.eh = (g.kh - 1) * g.dh; d.ew = (g.kw - 1) * g.dw;
+  d.sd = OpsDiv<int>::make(g.sd); d.sh = OpsDiv<int>::make(g.sh); d.sw = OpsDiv<int>::make(g.sw);
+  return d;
 }
 
-template <typename T, typename I, int BLOCK>
-void pool3d_bwd_scatter_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom& g, long long planes) {
-  const I plane_in = (I)g.D * g.H * g.W, plane_out = (I)g.Do * g.Ho * g.Wo;
-  CHECK(cudaSuccess == cudaMemsetAsync(dx, 0, (size_t)planes * plane_in * sizeof(T), 0));
-  const I windows = (I)planes * plane_out;
-  if (windows == 0) return;
-  pool3d_bwd_scatter<T, I, BLOCK><<<(unsigned int)ops_ceil_div<long long>(windows, BLOCK), BLOCK>>>(
-      idx, dy, dx, windows, plane_out, plane_in);
+// bwd_disjoint (disjoint windows that leave most of the input in none, such as k2s3): a thread per VEC
+// consecutive elements of dx (16 bytes), every element written once, with one vector store where whole and
+// aligned: dx moves once, coalesced, and no memset precedes it. Deterministic without atomics.
+template <typename T, typename I, int VEC, int BLOCK>
+__global__ void __launch_bounds__(BLOCK) pool3d_bwd_disjoint(const int* __restrict__ idx, const T* __restrict__ dy,
+                                                             T* __restrict__ dx, const Pool3dArgs<I> a,
+                                                             const Pool3dDisjoint dims, const bool vec_ok) {
+  const I e0 = ((I)blockIdx.x * BLOCK + threadIdx.x) * VEC;
+  if (e0 >= a.total) return;
+  I plane;
+  int id, ih, iw;
+  pool3d_split(a, e0, plane, id, ih, iw);
+  const int n = a.total - e0 < (I)VEC ? (int)(a.total - e0) : VEC;
+  T out[VEC];
+  pool3d_disjoint_run<T, VEC, I>(dims, idx, dy, a.plane_out, plane, id, ih, iw, n, pool3d_from_acc<T>(0.0f), out);
+  if (vec_ok && n == VEC) {
+    OpsVec<T, VEC> v;
+#pragma unroll
+    for (int q = 0; q < VEC; ++q) v.v[q] = out[q];
+    *reinterpret_cast<OpsVec<T, VEC>*>(dx + e0) = v;
+  } else {
+    for (int q = 0; q < n; ++q) dx[e0 + q] = out[q];
+  }
+}
+
+template <typename T, typename I, int VEC, int BLOCK>
+void pool3d_bwd_disjoint_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom& g, long long planes) {
+  const Pool3dArgs<I> a = pool3d_args<I>(g, planes, g.W, g.H, g.D);
+  if (a.total == 0) return;
+  const bool vec_ok = ((unsigned long long)dx) % (VEC * sizeof(T)) == 0;
+  const long long items = ops_ceil_div<long long>((long long)a.total, VEC);
+  pool3d_bwd_disjoint<T, I, VEC, BLOCK><<<(unsigned int)ops_ceil_div<long long>(items, BLOCK), BLOCK>>>(
+      idx, dy, dx, a, pool3d_disjoint_dims(g), vec_ok);
   OPS_CHECK_LAUNCH();
 }
 

@@ -48,9 +48,10 @@ bwd_gather          every other window layout: every input element sums, in a fi
                     bytes) and reads each window's index once for the run; window sizes, strides and dilations
                     are compile-time where the window is in GATHER_WINDOWS (cuda_snippets/pool3d_gather.cuh).
                     Moves dy + indices + dx.
-bwd_scatter         disjoint windows that hold at most half of the input (k2s3): dx zeroed, then each window's dy
-                    copied to its saved argmax, a thread per window (no element is written twice). Moves dx + dy
-                    + indices.
+bwd_disjoint        disjoint windows that hold at most half of the input (k2s3): a thread per 16 bytes of dx,
+                    each element dy of the one window that can hold it where that window's saved argmax is the
+                    element, else +0 (dy's bits, as the CPU path's copy). Moves dx once, coalesced, + the dy and
+                    indices of the windows.
 bwd_runs            overlapping windows, 5+ windows along W per element (k8s1, k5s1): per output row
                     and W class, one dy sum for each run of consecutive windows sharing an argmax, kept at the argmax's
                     column; then each element sums, over the k_d * k_h rows that can hold it, the kept sums that
@@ -122,9 +123,10 @@ GATHER_RUN_BYTES = 16
 # 0.0356 ms against 0.0558; partial runs (W = 63: k2s2 ceil 0.100 against 0.0728) and more windows (k8s1 0.182
 # against 0.115) lost.
 GATHER_WIDE_RUN_BYTES, GATHER_WIDE_MAX_WINDOWS = 32, 8
-# Disjoint windows that hold at most this share of the input scatter instead (bwd_scatter: memset, then a copy per
-# window): k2s3 (8,32,32,63,63) f32 (30% held) 0.091 ms against the gather's 0.108 (H100).
-SCATTER_MAX_COVERED = 0.5
+# Disjoint windows that hold at most this share of the input take bwd_disjoint instead of the gather (k2s3
+# (8,32,32,63,63) f32, 30% held: the gather 0.108 ms on an H100, the memset-and-scatter it replaces 0.0747 on an
+# H200 against PyTorch's 0.0709; design.md).
+DISJOINT_MAX_COVERED = 0.5
 # Overlapping windows with at least this many windows along W per element take the two passes of bwd_runs
 # (per output row, one dy sum per run of windows sharing an argmax; then k_d * k_h reads per element). H100 kernel
 # ms, runs against gather: k8s1 (2,16,32,32,32) f32 0.062 vs 0.111, k3s1 (4,32,32,32,32) 0.093 vs 0.059, k3s1d2
@@ -144,7 +146,7 @@ GATHER_WINDOWS = (
 # x instead (no indices kept) was 1.1-3.4x slower (k4s4 (4,32,32,64,64) f32 0.108 ms against 0.032).
 VARIANTS = {
     "fwd": ("fwd_k2s2_vec", "fwd_flat", "fwd_warp", "fwd_rows", "fwd_cpu"),
-    "bwd": ("bwd_gather", "bwd_scatter", "bwd_runs", "bwd_gather_cpu"),
+    "bwd": ("bwd_gather", "bwd_disjoint", "bwd_runs", "bwd_gather_cpu"),
 }
 # Forward modes (bit 1: values, bit 2: indices), as the kernels' MODE template argument.
 MODE_VALUES, MODE_BOTH = 1, 3
@@ -375,8 +377,8 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
     if direction == "bwd":
         if not cuda:
             return KernelConfig("bwd_gather_cpu", nopad=nopad, index_type=itype)
-        if windows_disjoint(params) and covered_fraction(spatial, out, params) <= SCATTER_MAX_COVERED:
-            return KernelConfig("bwd_scatter", block=BLOCK, index_type=itype)
+        if windows_disjoint(params) and covered_fraction(spatial, out, params) <= DISJOINT_MAX_COVERED:
+            return KernelConfig("bwd_disjoint", vec=GATHER_RUN_BYTES // itemsize, block=BLOCK, index_type=itype)
         if windows_along_w(params) >= RUNS_MIN_W_WINDOWS and params.kernel[0] * params.kernel[1] < RUNS_NO_HEAD:
             return KernelConfig("bwd_runs", vec=GATHER_RUN_BYTES // itemsize, block=BLOCK, index_type=itype)
         window = (params.kernel, params.stride, params.dilation)
@@ -423,9 +425,7 @@ def _entry(cfg: KernelConfig) -> tuple:
         return (v, cfg.vec, cfg.k[2], cfg.sw, cfg.pw, cfg.nopad)
     if v == "bwd_gather":
         return (v, cfg.window, cfg.vec)
-    if v == "bwd_scatter":
-        return (v,)
-    if v == "bwd_runs":
+    if v in ("bwd_disjoint", "bwd_runs"):
         return (v, cfg.vec)
     return (v, cfg.k, cfg.nopad)  # fwd_warp
 
@@ -447,8 +447,8 @@ def _call(entry: tuple, mode: int = MODE_VALUES) -> str:
     if v == "fwd_rows":
         _, vec, kw, sw, pw, nopad = entry
         return f"pool3d_fwd_rows_launch<T, I, {vec}, {kw}, {sw}, {pw}, {_TF[nopad]}, {BLOCK}>(x, y, yi, g, planes)"
-    if v == "bwd_scatter":
-        return f"pool3d_bwd_scatter_launch<T, I, {BLOCK}>(idx, dy, dx, g, planes)"
+    if v == "bwd_disjoint":
+        return f"pool3d_bwd_disjoint_launch<T, I, {entry[1]}, {BLOCK}>(idx, dy, dx, g, planes)"
     if v == "bwd_runs":
         return f"pool3d_bwd_runs_launch<T, I, {entry[1]}, {BLOCK}>(idx, dy, dx, g, planes)"
     _, window, run = entry  # bwd_gather
@@ -473,7 +473,7 @@ def menus(itemsize: int) -> dict:
     gather = [("bwd_gather", w, run) for w in GATHER_WINDOWS
               for run in ((narrow, wide) if wide_gather_allowed(w[0], w[1], itemsize) else (narrow,))]
     gather += [("bwd_gather", None, run) for run in sorted({narrow, wide if itemsize >= 4 else narrow})]
-    gather += [("bwd_scatter",), ("bwd_runs", narrow)]
+    gather += [("bwd_disjoint", narrow), ("bwd_runs", narrow)]
     return {"values": _codegen.Menu(k2s2 + flat + warp + rows, lambda e: _call(e, MODE_VALUES)),
             "both": _codegen.Menu(k2s2 + flat + warp, lambda e: _call(e, MODE_BOTH)),
             "gather": _codegen.Menu(gather, _call)}
@@ -521,7 +521,7 @@ def cuda_backward_src(index_type: str) -> str:
 def menu_index(cfg: KernelConfig, dtype, mode: int = MODE_VALUES) -> int:
     """The index of a CUDA configuration in its translation unit's menu (``data["v"]`` / ``data["bv"]``)."""
     itemsize = _codegen.ITEMSIZE[_codegen.dtype_name(dtype)]
-    if cfg.variant in ("bwd_gather", "bwd_scatter", "bwd_runs"):
+    if cfg.variant in ("bwd_gather", "bwd_disjoint", "bwd_runs"):
         name = "gather"
     else:
         name = "values" if mode == MODE_VALUES else "both"

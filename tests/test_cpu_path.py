@@ -254,6 +254,59 @@ def test_backward_from_indices_is_the_gather_bit_for_bit(dtype, rng):
         assert again.numpy().tobytes() == got.numpy().tobytes(), (shape, kw)
 
 
+# The CUDA bwd_disjoint's work items (pool3d_gather.cuh: VEC consecutive elements of the flattened planes, which
+# cross rows and planes where W is not a multiple of VEC) one after another.
+_DISJOINT_SRC = r"""
+const int VEC = 4;
+Pool3dDisjoint g;
+g.D = (int)in0_shape2; g.H = (int)in0_shape3; g.W = (int)in0_shape4;
+g.Do = (int)in1_shape2; g.Ho = (int)in1_shape3; g.Wo = (int)in1_shape4;
+g.pd = (int)data["pd"]; g.ph = (int)data["ph"]; g.pw = (int)data["pw"];
+g.ed = ((int)data["kd"] - 1) * (int)data["dd"]; g.eh = ((int)data["kh"] - 1) * (int)data["dh"];
+g.ew = ((int)data["kw"] - 1) * (int)data["dw"];
+g.sd = OpsDiv<int>::make((int)data["sd"]); g.sh = OpsDiv<int>::make((int)data["sh"]);
+g.sw = OpsDiv<int>::make((int)data["sw"]);
+const long long total = (long long)in0_shape0 * in0_shape1 * g.D * g.H * g.W;
+const long long plane_out = (long long)g.Do * g.Ho * g.Wo;
+for (long long e0 = 0; e0 < total; e0 += VEC) {
+  const long long row = e0 / g.W, q = row / g.H;
+  const int n = (int)std::min<long long>(VEC, total - e0);
+  const in0_type zero = (in0_type)0.0f;
+  in0_type out[VEC] = {zero, zero, zero, zero};  // (jittor's host half types have no default constructor)
+  pool3d_disjoint_run<in0_type, VEC, long long>(g, (const int*)in2_p, in1_p, plane_out, q / g.D, (int)(q % g.D),
+                                                (int)(row % g.H), (int)(e0 % g.W), n, zero, out);
+  for (int r = 0; r < n; ++r) out0_p[e0 + r] = out[r];
+}
+"""
+
+DISJOINT_PATHS = [
+    ((2, 3, 8, 9, 11), _kw(2, 3)),  # gaps; rows of 11: items cross rows and planes
+    ((8, 2, 7, 9, 13), _kw(2, 3, ceil=True)),  # partial last windows
+    ((2, 2, 10, 11, 13), _kw(2, 3, 1, ceil=True)),  # padding
+    ((1, 3, 9, 10, 14), _kw((1, 2, 2), (2, 3, 4), (0, 1, 1), (1, 2, 2))),  # dilation: offsets 0 and 2 of 3 or 4
+    ((2, 3, 8, 10, 12), _kw(2)),  # windows that tile x
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_disjoint_backward_is_the_cpu_paths_copy_bit_for_bit(dtype, rng):
+    """dy's bits where an element is its window's argmax (ties, NaN and -0.0 in x and dy), +0 elsewhere."""
+    header = _codegen.include(("cpu_common.h", "pool3d_gather"))
+    for shape, kw in DISJOINT_PATHS:
+        params = P.normalize_params(**kw)
+        assert P.windows_disjoint(params), kw
+        x = rng.choice(np.array([-0.0, 0.0, 1.0, np.nan, -np.inf], np.float32), size=shape)
+        x = to_jittor(x, dtype) if rng.random() < 0.5 else to_jittor(random_array(shape, dtype, rng), dtype)
+        y, idx = ops.max_pool3d(x, return_indices=True, **kw)
+        dy = random_array(tuple(y.shape), dtype, rng)
+        dy.reshape(-1)[::5] = -0.0
+        dy = to_jittor(dy, dtype)
+        got = jt.code(x.shape, x.dtype, [x, dy, idx], cpu_header="#include <algorithm>\n" + header,
+                      cpu_src=_DISJOINT_SRC, data=P.PoolParams.data(params))
+        want = jt.grad(InjectGrad.apply(ops.max_pool3d(x, **kw), dy).sum(), x)
+        assert got.numpy().tobytes() == want.numpy().tobytes(), (shape, kw)
+
+
 # ---- permute / transpose_add ------------------------------------------------------------------------------
 
 def test_cpu_plan_modes():

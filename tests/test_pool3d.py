@@ -450,8 +450,8 @@ SELECT_TABLE = [
      dict(vec=8, window=((2, 2, 2), (2, 2, 2), (1, 1, 1)))),
     # k4s4: the runtime window
     ((4, 32, 32, 64, 64), "float32", _kw(4), "bwd", True, "bwd_gather", dict(vec=8, window=None)),
-    ((8, 32, 32, 63, 63), "float32", _kw(2, 3), "bwd", True, "bwd_scatter", {}),  # 30% of x in a window
-    ((2, 3, 10, 11, 13), "float16", _kw(2, 3, 1, ceil=True), "bwd", True, "bwd_scatter", {}),  # the tests' case
+    ((8, 32, 32, 63, 63), "float32", _kw(2, 3), "bwd", True, "bwd_disjoint", dict(vec=4)),  # 30% of x in a window
+    ((2, 3, 10, 11, 13), "float16", _kw(2, 3, 1, ceil=True), "bwd", True, "bwd_disjoint", dict(vec=8)),  # the tests' case
     ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8), (3, 8, 8)), "bwd", True, "bwd_gather", {}),  # 67%: gathers
     ((8, 32, 31, 63, 63), "float32", _kw(2, ceil=True), "bwd", True, "bwd_gather",
      dict(vec=4, window=((2, 2, 2), (2, 2, 2), (1, 1, 1)))),
@@ -646,8 +646,8 @@ GRAD_CASES = [
     ((2, 3, 7, 8, 11), _kw(3, ceil=True)),  # the same with k3: last windows of 1 and 2 elements
     ((2, 3, 7, 9, 11), _kw(2)),  # tile: floor mode's remainder, zeroed by the last windows
     ((2, 3, 7, 8, 11), _kw(3)),  # the same with k3: remainders of 1 and 2 elements
-    ((2, 3, 8, 9, 11), _kw(2, 3)),  # scatter: gaps between windows
-    ((2, 3, 10, 11, 12), _kw((1, 2, 2), (1, 3, 3), (0, 1, 1))),  # scatter with padding
+    ((2, 3, 8, 9, 11), _kw(2, 3)),  # disjoint: gaps between windows
+    ((2, 3, 10, 11, 12), _kw((1, 2, 2), (1, 3, 3), (0, 1, 1))),  # disjoint with padding
     ((2, 3, 9, 9, 9), _kw(3, 1)),  # gather
     ((1, 2, 19, 17, 70), _kw(3, 1)),  # gather, W longer than a block's runs
     ((2, 2, 9, 12, 11), _kw(3, 2, 1)),  # gather with padding
@@ -657,7 +657,7 @@ GRAD_CASES = [
     ((1, 2, 9, 10, 13), _kw(3, 2, 1, 2)),  # gather, dilated and strided along W: runs split windows
     ((2, 3, 6, 5, 3), _kw(2, 1)),  # gather, a row shorter than one run
     ((1, 1, 32, 32, 40), _kw((5, 5, 3), 1, 0, (3, 3, 1))),  # gather, the runtime window dilated along D and H
-    ((2, 3, 8, 9, 10), _kw(2, 3)),  # disjoint windows holding 30% of x: scatter on the GPU
+    ((2, 3, 8, 9, 10), _kw(2, 3)),  # disjoint windows holding 30% of x: bwd_disjoint on the GPU
     ((2, 3, 10, 11, 13), _kw(2, 3, 1, ceil=True)),  # the same with padding
     ((1, 2, 10, 11, 9), _kw((3, 3, 5), 1, 1, (2, 2, 1), ceil=True)),  # runs: padding, D and H dilated
     ((2, 2, 8, 9, 23), _kw((5, 5, 9), (1, 1, 2), 2)),  # runs: W stride 2, 5 windows along W

@@ -422,7 +422,7 @@ _CUDA_BWD = _classics("bwd") + [
     # floor mode on odd sizes: trailing elements in no window (zeroed by the last windows of the tile kernels)
     _c("k2s2floor_8x32x31x63x63", "bwd", (8, 32, 31, 63, 63), kernel_size=2, stride=2),
     _c("hw1floor_k2x8x8_16x32x33x8x8", "bwd", (16, 32, 33, 8, 8), kernel_size=(2, 8, 8), stride=(2, 8, 8)),
-    # disjoint windows with gaps between them: the scatter kernels (zeroed dx, dy written at each argmax)
+    # disjoint windows with gaps between them: bwd_disjoint (each element dy of its one window, or 0)
     _c("k2s3_8x32x32x63x63", "bwd", (8, 32, 32, 63, 63), kernel_size=2, stride=3),
     _c("hw1gaps_k2x8x8s3x8x8_16x32x33x8x8", "bwd", (16, 32, 33, 8, 8), kernel_size=(2, 8, 8), stride=(3, 8, 8)),
     _c("k3s1d2_4x32x32x32x32", "bwd", (4, 32, 32, 32, 32), kernel_size=3, stride=1, dilation=2),
