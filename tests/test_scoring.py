@@ -600,6 +600,7 @@ def test_workers_share_one_hash_seed_and_cpu_workers_one_thread(tmp_path, monkey
         def __init__(self, *args, env=None, **kwargs):
             seen.append(env)
 
+    worker_proxy._grader_nvcc_path()  # (its probe runs processes: before Popen is faked)
     monkeypatch.setattr(worker_proxy.subprocess, "Popen", FakeProcess)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv("PYTHONHASHSEED", "random")
