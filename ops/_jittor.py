@@ -343,31 +343,40 @@ def cudnn_sources(jittor_dir: Path) -> list:
 CONV_COMPUTE_TYPE = ("CUDNN_CROSS_CORRELATION, getDataType<Ty>()",
                      "CUDNN_CROSS_CORRELATION, (getDataType<Ty>() == CUDNN_DATA_HALF || getDataType<Ty>() == "
                      "CUDNN_DATA_BFLOAT16 ? CUDNN_DATA_FLOAT : getDataType<Ty>())")
+# They also remember the algorithm cuDNN found for a convolution in a map keyed by its sizes alone, so an algorithm
+# found for float32 data would run for bfloat16 data of the same sizes, which it need not support: the key gets
+# the three data types.
+CONV_ALGO_KEY = ('<< groups << ".";',
+                 '<< groups << "," << (int)getDataType<Tx>() << "," << (int)getDataType<Tw>() << "," '
+                 '<< (int)getDataType<Ty>() << ".";')
+CONV_EDITS = {"convolution descriptor": CONV_COMPUTE_TYPE, "algorithm key": CONV_ALGO_KEY}
 PATCHED_OPS = "cudnn-ops"  # in the links folder: the convolution ops with float compute
 
 
-def conv_float_compute(text: str) -> Optional[str]:
-    """A convolution op's source with float compute for half and bfloat16 data, or None for a source without
-    jittor's convolution descriptor (the other cudnn files)."""
-    old, new = CONV_COMPUTE_TYPE
-    count = text.count(old)
-    if count == 0:
+def conv_op_copy(text: str) -> Optional[str]:
+    """A convolution op's source with float compute for half and bfloat16 data and its algorithms remembered by
+    data type too (``CONV_EDITS``), or None for a source without jittor's convolution descriptor (the other
+    cudnn files)."""
+    if CONV_COMPUTE_TYPE[0] not in text:
         return None
-    if count != 1:
-        raise ValueError(f"expected one convolution descriptor, found {count}")
-    return text.replace(old, new)
+    for name, (old, new) in CONV_EDITS.items():
+        count = text.count(old)
+        if count != 1:
+            raise ValueError(f"expected one {name}, found {count}")
+        text = text.replace(old, new)
+    return text
 
 
 def cudnn_build_sources(jittor_dir: Path, folder: str) -> list:
     """``cudnn_sources``, where each convolution op (its ``_op.cc`` and ``_op.h``: jittor's JIT reads the source
-    that lies beside the header) is a copy in ``folder``/cudnn-ops with float compute for half and bfloat16
-    data, written only where its text differs. jittor's installed files stay as they are."""
+    that lies beside the header) is a copy in ``folder``/cudnn-ops (``conv_op_copy``), written only where its
+    text differs. jittor's installed files stay as they are."""
     sources = cudnn_sources(jittor_dir)
     out_dir = Path(folder) / PATCHED_OPS
     moved = {}
     for path in sources:
         if path.endswith("_op.cc"):
-            patched = conv_float_compute(Path(path).read_text())
+            patched = conv_op_copy(Path(path).read_text())
             if patched is not None:
                 header = path[:-3] + ".h"
                 moved[path] = patched

@@ -237,8 +237,8 @@ CONV_OPS = ("cudnn_conv", "cudnn_conv_backward_x", "cudnn_conv_backward_w", "cud
 
 
 def test_the_convolution_ops_are_built_from_copies_with_float_compute(tmp_path):
-    """Half and bfloat16 convolutions need float compute on cuDNN (no bfloat16 compute exists): the six
-    convolution ops build from copies in the cache's folder (source and header together: jittor's JIT reads the
+    """Half and bfloat16 convolutions need float compute on cuDNN (no bfloat16 compute exists), and an algorithm
+    found for one data type must not run for another: the six convolution ops build from copies in the cache's folder (source and header together: jittor's JIT reads the
     source beside the header), the rest from jittor's files, which stay unchanged; a second build writes nothing."""
     from pathlib import Path
     jittor_dir = Path(boot.jt.__file__).parent
@@ -248,20 +248,24 @@ def test_the_convolution_ops_are_built_from_copies_with_float_compute(tmp_path):
     assert sorted(os.path.basename(p) for p in copies) == sorted(f"{op}_op.{ext}" for op in CONV_OPS
                                                                for ext in ("cc", "h"))
     assert len(sources) == len(originals)
-    old, new = boot.CONV_COMPUTE_TYPE
     for path in copies:
         text = Path(path).read_text()
         if path.endswith(".cc"):
-            assert text.count(new) == 1 and old not in text
+            for old, new in reversed(list(boot.CONV_EDITS.values())):
+                assert text.count(new) == 1 and old not in text.replace(new, ""), (path, old)
+                text = text.replace(new, old)
             original = jittor_dir / "extern" / "cuda" / "cudnn" / "ops" / os.path.basename(path)
-            assert text.replace(new, old) == originals[str(original)]
+            assert text == originals[str(original)]
     assert all(Path(p).read_text() == t for p, t in originals.items())
     stamps = {p: os.stat(p).st_mtime_ns for p in copies}
     assert boot.cudnn_build_sources(jittor_dir, str(tmp_path)) == sources
     assert {p: os.stat(p).st_mtime_ns for p in copies} == stamps
-    assert boot.conv_float_compute("int x;") is None
+    assert boot.conv_op_copy("int x;") is None
+    descriptor, key = (old for old, _ in boot.CONV_EDITS.values())
     with pytest.raises(ValueError, match="one convolution descriptor"):
-        boot.conv_float_compute(old + old)
+        boot.conv_op_copy(descriptor + descriptor + key)
+    with pytest.raises(ValueError, match="one algorithm key"):
+        boot.conv_op_copy(descriptor)
 
 
 def test_rnn_layers_run_with_cudnn_hidden(monkeypatch):

@@ -132,3 +132,28 @@ def test_half_and_bfloat16_convolutions_run_on_cudnn(rng, dtype, dims, groups):
         assert got.dtype == dtype
         err = np.abs(got.float32().numpy().astype(np.float64) - want)
         assert np.all(err <= eps * np.abs(want) + 2.0 ** -14 * scale + 1e-30), err.max()
+
+
+@needs_cudnn
+def test_one_convolution_in_each_dtype_after_another(rng):
+    """jittor remembers the algorithm cuDNN found for a convolution by its sizes; the bootstrap's copies of its
+    ops key it by the data types too, so an algorithm found for float32 data is not run on bfloat16 or half data
+    of the same sizes. Forward and both gradients of each against float64 on the same rounded inputs."""
+    torch = _torch()
+    x = rng.standard_normal((2, 4, 9, 33)).astype(np.float32)
+    w = rng.standard_normal((4, 4, 3, 3)).astype(np.float32)
+    for dtype in ("float32", "bfloat16", "float16", "float32"):
+        jx, jw = jt.array(x).astype(dtype), jt.array(w).astype(dtype)
+        y = jt.nn.conv2d(jx, jw, None, 1, 1)
+        g = jt.array(rng.standard_normal(y.shape).astype(np.float32)).astype(dtype)
+        gx, gw = jt.grad((y * g).sum(), [jx, jw])
+        jt.sync([y, gx, gw])
+        wants, scales = torch_reference(torch.nn.functional.conv2d, *(v.float32().numpy() for v in (jx, jw, g)),
+                                        1, 1)
+        for got, want, scale in zip((y, gx, gw), wants, scales):
+            err = np.abs(got.float32().numpy().astype(np.float64) - want)
+            if dtype == "float32":
+                bound = tf32_bound(scale)
+            else:  # float sums (error under 2^-14 of the absolute sum), then the output's rounding
+                bound = (2.0 ** -11 if dtype == "float16" else 2.0 ** -8) * np.abs(want) + 2.0 ** -14 * scale
+            assert np.all(err <= bound + 1e-30), (dtype, err.max())
