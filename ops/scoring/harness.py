@@ -65,8 +65,8 @@ SLOW_MS = 20.0
 # A first call is never a measurement: besides loading kernels and making the first allocations (the naive 16 MB
 # permute's: 22.6 ms, later calls ~0.03 ms; H100), it may wait on jittor's cache lock, which every process on the
 # jittor install shares across cache names, while another compiles (a 0.05 ms jittor max_pool3d: 9.2 s; H200),
-# or initialize PyTorch's autograd (its expand_as backward: 2.1 s against ~0.07 ms). The second call of the six
-# references slower than 1 s costs ~15 s of a warm GPU run.
+# or initialize PyTorch's autograd (its expand_as backward: 2.1 s against ~0.07 ms). The second calls of the five
+# references that do take over 1 s a call (jittor's, 1.1-5.2 s) cost ~14 s of a warm H200 run.
 WINDOWS = 4  # timed windows per round (see Meter.round)
 NEAR_TIER = 0.06  # ours within this fraction of a tier's 0.95 boundary: more rounds (up to 3x)
 # Ours this far (a fraction) from every tier's boundary after MIN_ROUNDS rounds: no more rounds, since the
