@@ -53,26 +53,6 @@ def test_a_worker_that_dies_in_a_batch_costs_that_batch_only(toy_worker_env, tmp
     assert not done["finished"]
 
 
-def test_the_worker_that_finished_the_pass_grades_the_cases(toy_worker_env, tmp_path):
-    from ops.scoring import runner
-    from ops.scoring.families import load_families as families
-    ids = ["toy/fwd/ok", "toy/bwd/ok"]
-    forget(ids)
-    adopted = []
-    done = warm_compile(ids, device="cpu", impl="ops", budget_s=300, limit_bytes=1 << 30, scratch=str(tmp_path),
-                        adopt=lambda w, figures: adopted.append((w, figures)))
-    assert done["finished"] and len(adopted) == 1
-    w, figures = adopted[0]
-    assert w.proc.poll() is None and "copy_gbps" in figures  # alive, and it measured the copy
-    by_id = {c.id: (f, c) for f in families() for c in f.all_cases()}
-    env, results = runner.run_cases([by_id[i] for i in ids], device="cpu", impl="ops", references=["naive"],
-                                    seed=None, repeats=1, timeout_s=120, scratch=str(tmp_path), worker=adopted[0])
-    assert all(r.correct for r in results), [(r.case_id, r.why) for r in results]
-    assert env["copy_gbps"] == figures["copy_gbps"]
-    assert not [n for n in os.listdir(tmp_path) if n.startswith("worker")]  # no second worker started
-    assert w.proc.poll() is not None  # stopped at the end of the run
-
-
 def test_cases_built_before_are_not_built_again(toy_worker_env, tmp_path):
     ids = ["toy/fwd/ok", "toy/bwd/ok", "toy/fwd/after"]
     forget(ids)

@@ -229,22 +229,6 @@ def test_a_module_that_does_not_import_is_a_usage_error_of_one_line(tmp_path):
         assert "ModuleNotFoundError" in proc.stderr and not out_json.exists()
 
 
-def test_a_run_with_a_compile_pass_imports_the_graded_module_once(tmp_path):
-    """The worker that finished the compile pass grades the cases: one import of jittor and the module, where a
-    second worker would cost another (6-7 s on an H200, waiting on jittor's lock beside a class's other runs)."""
-    (tmp_path / "counted_ops.py").write_text(
-        "import os\nwith open(os.environ['COUNT_FILE'], 'a') as f:\n    f.write('import\\n')\nfrom ops import *\n")
-    count = tmp_path / "imports.txt"
-    env = toy_env(COUNT_FILE=str(count), OPS_GRADER_ISOLATION="none")  # (the count is written outside the scratch)
-    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
-    proc = subprocess.run([sys.executable, GET_SCORE, "--device", "cpu", "--no-torch", "--no-progress", "--repeats",
-                           "1", "-k", "fwd/ok,bwd/ok", "--references", "naive", "--impl", "counted_ops"],
-                          capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert count.read_text() == "import\n"
-    assert proc.stderr.count("ok ours=") == 2 and "copy roofline" in proc.stdout  # (the first worker measures it)
-
-
 def test_device_cuda_without_cuda_is_a_usage_error_of_one_line(tmp_path):
     """The parent imports no jittor when --device is given: the worker finds that jittor has no CUDA, before any
     case runs, found by the compile pass's worker or by the first case's."""

@@ -440,7 +440,6 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
     env, results = {}, []
     scratch = None
     warmed = None
-    adopted = []  # the compile pass's worker, which then grades
     seed = args.seed if args.seed is not None else fresh_seed()
     # Processes the graded module leaves behind (a double fork, setsid) end up children of this process, and
     # are killed before the reports are written.
@@ -462,15 +461,14 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
             warm_started = time.monotonic()
             warmed = warm_compile([c.id for _, c in order], device=device, impl=args.impl, budget_s=warm_budget,
                                   limit_bytes=WARM_BATCH_BYTES[device], scratch=scratch, isolation=isolation,
-                                  on_ready=announce, references=references,
-                                  adopt=lambda w, figures: adopted.append((w, figures)))
+                                  on_ready=announce, references=references)
             warmed["wall_s"] = round(time.monotonic() - warm_started, 1)
         progress.status("scoring")
         env, results = run_cases(order, device=device, impl=args.impl, references=references, seed=seed,
                                  timeout_s=args.timeout, reference_timeout_s=args.reference_timeout,
                                  repeats=args.repeats, stored_tiers=stored, deadline=deadline,
                                  nbytes_of=nbytes.get, on_result=progress.case_done, scratch=scratch,
-                                 isolation=isolation, on_ready=announce, worker=adopted[0] if adopted else None)
+                                 isolation=isolation, on_ready=announce)
     except Interrupted as why:
         interrupted = why
     except ImplError as why:

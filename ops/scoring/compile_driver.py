@@ -35,18 +35,14 @@ def compiled_before(case_ids: Sequence[str], impl: str, references: Optional[Seq
 
 def warm_compile(case_ids: Sequence[str], *, device: str, impl: str, budget_s: float, limit_bytes: int,
                  scratch: str, isolation=None, on_ready: Callable[[], None] = lambda: None,
-                 references: Optional[Sequence[str]] = None,
-                 adopt: Optional[Callable[[Worker, dict], None]] = None) -> dict:
+                 references: Optional[Sequence[str]] = None) -> dict:
     """Compile every case's kernels before timing (``ops.scoring.compile_pass``), in one worker at a time: jittor
     compiles the new kernels of each batch of graphs in parallel, and no two processes race over jittor's
     generated files. Best effort within ``budget_s``: the worker is killed then, and timing compiles what is
     left. ``references``: the run's (None: all); the pass builds jittor's references only where the run times
     them. A worker that dies in a batch (a kernel that faults, say) costs that batch: a new worker goes on
     with the cases after it. Returns what was done: {"finished", "batches": [each batch's figures],
-    "crashed": [case ids of batches whose worker died], "graphs", "seconds" or "skipped", "errors"}.
-    ``adopt``: called with the worker that finished the pass and the figures it started with (it measured the
-    copy, as the first grading worker does), which then grades the cases: one import of jittor and the graded
-    module fewer (6-7 s on an H200, where imports of other processes wait on jittor's lock)."""
+    "crashed": [case ids of batches whose worker died], "graphs", "seconds" or "skipped", "errors"}."""
     done: dict = {"finished": False, "batches": [], "crashed": []}
     if compiled_before(case_ids, impl, references, device):  # no worker to start (a jittor import: 6-7 s, H200)
         from .compile_record import COMPILED_FILE
@@ -54,15 +50,14 @@ def warm_compile(case_ids: Sequence[str], *, device: str, impl: str, budget_s: f
     deadline = time.monotonic() + budget_s
     remaining, attempt = list(case_ids), 0
     while remaining and time.monotonic() < deadline:
-        w = Worker(device=device, impl=impl, log_path=os.path.join(scratch, f"warm{attempt}.log"),
-                   copy=adopt is not None, isolation=isolation)
-        started_batch, kept = 0, False  # cases of the batch being synced; the worker handed to ``adopt``
+        w = Worker(device=device, impl=impl, log_path=os.path.join(scratch, f"warm{attempt}.log"), copy=False,
+                   isolation=isolation)
+        started_batch = 0  # cases of the batch being synced
         try:
             msg = w.next(max(0.0, deadline - time.monotonic()))
             check_start(msg)
             if msg is None or msg[0] != "env":
                 return done
-            env = json.loads(msg[1]) if msg[1] else {}
             on_ready()
             w.next(max(0.0, deadline - time.monotonic()))
             job = {"warm": remaining, "limit_bytes": limit_bytes, "whole": attempt == 0}
@@ -84,15 +79,11 @@ def warm_compile(case_ids: Sequence[str], *, device: str, impl: str, budget_s: f
                     remaining, started_batch = remaining[figures["items"]:], 0
                 elif kind == "warmed":
                     done.update(figures, finished=not done["crashed"])
-                    if adopt is not None:
-                        adopt(w, env)
-                        kept = True
                     return done
         except WorkerTimeout:
             return done
         finally:
-            if not kept:
-                w.stop()
+            w.stop()
             done["errors"] = first_errors(w.log_path, done.get("errors", []))
             attempt += 1
     return done

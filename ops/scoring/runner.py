@@ -43,7 +43,7 @@ class Runner:
     def __init__(self, *, device: str, impl: str, references: Sequence[str], timeout_s: float,
                  reference_timeout_s: float, repeats: int, seed: Optional[int], scratch: str,
                  stored_tiers: Optional[dict] = None, deadline: Optional[float] = None, isolation=None,
-                 on_ready: Callable[[], None] = lambda: None, worker: Optional[Tuple[Worker, dict]] = None):
+                 on_ready: Callable[[], None] = lambda: None):
         self.device, self.impl, self.references = device, impl, list(references)
         self.timeout_s, self.reference_timeout_s, self.repeats = timeout_s, reference_timeout_s, repeats
         self.scratch, self.stored, self.deadline = scratch, stored_tiers or {}, deadline
@@ -59,10 +59,6 @@ class Runner:
         self.logs: List[str] = []
         # Judged cases' files kept for the next writers (ops.scoring.spare): at most this many bytes of memory
         self.spares, self.spare_bytes = os.path.join(scratch, "spare"), budget.spare_limit()
-        if worker is not None:  # the compile pass's worker, ready for cases (compile_driver.warm_compile's adopt)
-            self.worker = worker[0]
-            self.env.update(worker[1])
-            self.logs.append(self.worker.log_path)
 
     def _start(self) -> Worker:
         log = os.path.join(self.scratch, f"worker{len(self.logs)}.log")
@@ -262,13 +258,11 @@ def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, r
               stored_tiers: Optional[dict] = None, deadline: Optional[float] = None,
               nbytes_of: Optional[Callable[[str], int]] = None,
               on_result: Optional[Callable[[CaseResult], None]] = None, scratch: Optional[str] = None,
-              overlap: Optional[bool] = None, isolation=None, on_ready: Callable[[], None] = lambda: None,
-              worker: Optional[Tuple[Worker, dict]] = None):
+              overlap: Optional[bool] = None, isolation=None, on_ready: Callable[[], None] = lambda: None):
     """Run every case; returns (env, results in the given order). A hang or crash fails that case only.
     ``overlap`` (default: on a GPU): prepare and judge cases in the parent while the worker runs others.
     ``seed``: the run's seed (``Runner``; None: a fresh one); ``isolation``: how workers start
-    (``ops.scoring.isolation.Isolation``); ``on_ready``: called when a worker has imported the graded module;
-    ``worker``: a started worker and its figures to grade with first (the compile pass's).
+    (``ops.scoring.isolation.Isolation``); ``on_ready``: called when a worker has imported the graded module.
     :class:`ImplError` where the graded module does not import.
 
     ``deadline`` (a time.monotonic() value): the case running then is stopped and it and the rest are reported
@@ -279,8 +273,7 @@ def run_cases(items: Sequence[Tuple[Family, Case]], *, device: str, impl: str, r
     scratch = scratch or tempfile.mkdtemp(prefix="get_score-", dir=scratch_root())
     runner = Runner(device=device, impl=impl, references=references, timeout_s=timeout_s,
                     reference_timeout_s=reference_timeout_s, repeats=repeats, seed=seed, scratch=scratch,
-                    stored_tiers=stored_tiers, deadline=deadline, isolation=isolation, on_ready=on_ready,
-                    worker=worker)
+                    stored_tiers=stored_tiers, deadline=deadline, isolation=isolation, on_ready=on_ready)
 
     def not_run(why):
         for fam, case in items:

@@ -240,7 +240,6 @@ def main(argv=None) -> int:
                 if cmd.get("whole"):  # a pass after a crash is not known to have built every graph it was given
                     compile_pass.remember_compiled(code, todo, names)
                 emit("warmed", {"graphs": built, "seconds": round(time.monotonic() - started, 1)})
-            jt.gc()  # the pass's graphs: this worker may grade the cases next
         else:
             fam, case = by_id[cmd["case"]]
             emit("start", case.id)
