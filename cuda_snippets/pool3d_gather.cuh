@@ -117,6 +117,15 @@ struct Pool3dDisjoint {
   OpsDiv<int> sd, sh, sw;
 };
 
+// A launch's dims from its geometry (Pool3dGeom, or any struct of its fields: the CPU tests build one).
+template <class Geom> inline Pool3dDisjoint pool3d_disjoint_dims(const Geom& g) {
+  Pool3dDisjoint d;
+  d.D = g.D; d.H = g.H; d.W = g.W; d.Do = g.Do; d.Ho = g.Ho; d.Wo = g.Wo; d.pd = g.pd; d.ph = g.ph; d.pw = g.pw;
+  d.ed = (g.kd - 1) * g.dd; d.eh = (g.kh - 1) * g.dh; d.ew = (g.kw - 1) * g.dw;
+  d.sd = OpsDiv<int>::make(g.sd); d.sh = OpsDiv<int>::make(g.sh); d.sw = OpsDiv<int>::make(g.sw);
+  return d;
+}
+
 // The window of a dim that can hold padded position t, or -1: window t / s reaches offsets up to e of its start.
 // (A dilated window skips some of them; its saved argmax is never one, so the index comparison settles those.)
 POOL3D_GATHER_FN int pool3d_disjoint_window(int t, const OpsDiv<int>& s, int e, int n_out) {
@@ -239,14 +248,6 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather(const int* __restrict
   pool3d_gather_run<A, RUN>(win, gd, idx + plane * a.plane_out, dy + plane * a.plane_out, id, ih, w0, n, acc,
                             Pool3dGatherLoad<T>(), Pool3dPlaneRows{gd.Ho, gd.Wo});
   pool3d_store_run<T, RUN>(dx + plane * a.plane_in + (I)(id * gd.H + ih) * gd.W + w0, acc, n, vec_ok);
-}
-
-inline Pool3dDisjoint pool3d_disjoint_dims(const Pool3dGeom& g) {
-  Pool3dDisjoint d;
-  d.D = g.D; d.H = g.H; d.W = g.W; d.Do = g.Do; d.Ho = g.Ho; d.Wo = g.Wo; d.pd = g.pd; d.ph = g.ph; d.pw = g.pw;
-  d.ed = (g.kd - 1) * g.dd; d.eh = (g.kh - 1) * g.dh; d.ew = (g.kw - 1) * g.dw;
-  d.sd = OpsDiv<int>::make(g.sd); d.sh = OpsDiv<int>::make(g.sh); d.sw = OpsDiv<int>::make(g.sw);
-  return d;
 }
 
 // bwd_disjoint (disjoint windows that leave most of the input in none, such as k2s3): a thread per VEC

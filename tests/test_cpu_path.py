@@ -258,14 +258,11 @@ def test_backward_from_indices_is_the_gather_bit_for_bit(dtype, rng):
 # cross rows and planes where W is not a multiple of VEC) one after another.
 _DISJOINT_SRC = r"""
 const int VEC = 4;
-Pool3dDisjoint g;
-g.D = (int)in0_shape2; g.H = (int)in0_shape3; g.W = (int)in0_shape4;
-g.Do = (int)in1_shape2; g.Ho = (int)in1_shape3; g.Wo = (int)in1_shape4;
-g.pd = (int)data["pd"]; g.ph = (int)data["ph"]; g.pw = (int)data["pw"];
-g.ed = ((int)data["kd"] - 1) * (int)data["dd"]; g.eh = ((int)data["kh"] - 1) * (int)data["dh"];
-g.ew = ((int)data["kw"] - 1) * (int)data["dw"];
-g.sd = OpsDiv<int>::make((int)data["sd"]); g.sh = OpsDiv<int>::make((int)data["sh"]);
-g.sw = OpsDiv<int>::make((int)data["sw"]);
+struct { int D, H, W, Do, Ho, Wo, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw; } geom = {
+    (int)in0_shape2, (int)in0_shape3, (int)in0_shape4, (int)in1_shape2, (int)in1_shape3, (int)in1_shape4,
+    (int)data["kd"], (int)data["kh"], (int)data["kw"], (int)data["sd"], (int)data["sh"], (int)data["sw"],
+    (int)data["pd"], (int)data["ph"], (int)data["pw"], (int)data["dd"], (int)data["dh"], (int)data["dw"]};
+const Pool3dDisjoint g = pool3d_disjoint_dims(geom);  // the launcher's dims, from the same fields
 const long long total = (long long)in0_shape0 * in0_shape1 * g.D * g.H * g.W;
 const long long plane_out = (long long)g.Do * g.Ho * g.Wo;
 for (long long e0 = 0; e0 < total; e0 += VEC) {

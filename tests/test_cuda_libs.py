@@ -238,8 +238,9 @@ CONV_OPS = ("cudnn_conv", "cudnn_conv_backward_x", "cudnn_conv_backward_w", "cud
 
 def test_the_convolution_ops_are_built_from_copies_with_float_compute(tmp_path):
     """Half and bfloat16 convolutions need float compute on cuDNN (no bfloat16 compute exists), and an algorithm
-    found for one data type must not run for another: the six convolution ops build from copies in the cache's folder (source and header together: jittor's JIT reads the
-    source beside the header), the rest from jittor's files, which stay unchanged; a second build writes nothing."""
+    found for one data type must not run for another: the six convolution ops build from copies in the cache's
+    folder (source and header together: jittor's JIT reads the source beside the header), the rest from jittor's
+    files, which stay unchanged; a second build writes nothing."""
     from pathlib import Path
     jittor_dir = Path(boot.jt.__file__).parent
     originals = {p: Path(p).read_text() for p in boot.cudnn_sources(jittor_dir)}

@@ -451,7 +451,8 @@ SELECT_TABLE = [
     # k4s4: the runtime window
     ((4, 32, 32, 64, 64), "float32", _kw(4), "bwd", True, "bwd_gather", dict(vec=8, window=None)),
     ((8, 32, 32, 63, 63), "float32", _kw(2, 3), "bwd", True, "bwd_disjoint", dict(vec=4)),  # 30% of x in a window
-    ((2, 3, 10, 11, 13), "float16", _kw(2, 3, 1, ceil=True), "bwd", True, "bwd_disjoint", dict(vec=8)),  # the tests' case
+    # the tests' case
+    ((2, 3, 10, 11, 13), "float16", _kw(2, 3, 1, ceil=True), "bwd", True, "bwd_disjoint", dict(vec=8)),
     ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8), (3, 8, 8)), "bwd", True, "bwd_gather", {}),  # 67%: gathers
     ((8, 32, 31, 63, 63), "float32", _kw(2, ceil=True), "bwd", True, "bwd_gather",
      dict(vec=4, window=((2, 2, 2), (2, 2, 2), (1, 1, 1)))),
