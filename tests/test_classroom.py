@@ -194,6 +194,98 @@ def test_an_interrupted_class_reports_the_submissions_it_finished(tmp_path):
     assert not (tmp_path / "class" / "class_slow.log").exists()  # nothing starts after the signal
 
 
+def marked_processes(mark):
+    """The live processes whose environment holds ``mark`` (all that a run given it started): [(pid, argv)]."""
+    import os
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if mark.encode() not in f.read():
+                    continue
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                found.append((int(pid), f.read().replace(b"\0", b" ").decode(errors="replace")))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="reads /proc")
+def test_a_killed_class_grader_leaves_no_process(tmp_path):
+    """SIGKILL, which the class grader cannot handle, while a submission's worker hangs in its import: the child
+    grader is sent SIGTERM by the kernel (its parent ended), stops its worker and exits."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    import uuid
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    mark = "class-test-" + uuid.uuid4().hex
+    env = dict(os.environ, CLASS_TEST_MARK=mark,
+               PYTHONPATH=os.pathsep.join([root, os.path.join(root, "tests"), os.environ.get("PYTHONPATH", "")]))
+    # jittor's SIGCHLD handler ends this process when a child dies of a signal
+    handler = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    proc = subprocess.Popen([sys.executable, os.path.join(root, "get_score.py"), "--device", "cpu", "--op", "permute",
+                             "-k", "cpu_10_int8", "--direction", "fwd", "--no-torch", "--references", "naive",
+                             "--impl", "class_hang", "--class-dir", str(tmp_path / "class")],
+                            env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not any("class_hang" in argv and "--job" in argv for _, argv in marked_processes(mark)):
+            assert proc.poll() is None and time.monotonic() < deadline, "no worker importing class_hang"
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 60
+        while marked_processes(mark) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert marked_processes(mark) == []
+    finally:
+        for pid, _ in marked_processes(mark):
+            os.kill(pid, signal.SIGKILL)
+        signal.signal(signal.SIGCHLD, handler)
+
+
+ORPHAN_SCRIPT = """
+import os, sys, time
+from ops.scoring import classroom as C
+# a child grader killed before it stopped its worker, which runs on in a session of its own
+C.child_argv = lambda *a, **k: [sys.executable, "-c", "import os, time\\nif os.fork() == 0:\\n    os.setsid()\\n"
+                                "    time.sleep(300)\\nos._exit(9)"]
+grader = C.Grader(object(), sys.argv[1], [None], None)
+row = grader._run("orphaning", None, None)
+print(grader.subreaper, row.status)
+"""
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="reads /proc")
+def test_what_a_killed_child_grader_left_is_killed_as_it_ends(tmp_path):
+    import inspect
+    import os
+    import subprocess
+    import sys
+    import uuid
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    mark = "class-test-" + uuid.uuid4().hex
+    env = dict(os.environ, CLASS_TEST_MARK=mark, OPS_GRADER_PARENT="1",  # as get_score.py: no jittor in it
+               PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    script = ORPHAN_SCRIPT + f"print(len([p for p, _ in marked_processes({mark!r}) if p != os.getpid()]))"
+    script = "\n".join([inspect.getsource(marked_processes), script])
+    try:
+        proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        subreaper, left = proc.stdout.split("\n")[:2]
+        assert subreaper == "True crashed" and left == "0"
+    finally:
+        for pid, _ in marked_processes(mark):
+            os.kill(pid, 9)
+
+
 def test_a_hanging_submission_times_out_alone(tmp_path):
     started = __import__("time").monotonic()
     proc = _run_class(tmp_path, "--impl", "class_hang", "--submission-timeout", "10", "--csv", str(tmp_path / "c.csv"),

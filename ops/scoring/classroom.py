@@ -28,12 +28,14 @@ from typing import Dict, List, Optional, Sequence
 
 from .. import GRADER_PARENT
 from .args import allowed_cpus, format_cpus, split_cpus
+from .isolation import become_subreaper, descendants, reap
 
 CSV_COLUMNS = ("impl", "points", "max_points", "correct", "cases", "seconds", "status")
 STATUSES = ("ok", "wrong", "crashed", "import error", "timeout")
 IMPORT_ERROR_EXIT = 2  # the grader's exit status for a usage error or an --impl it cannot import
 TIERS_FILE = "tiers.json"
 STOP_GRACE_S = 30.0  # a stopped child's time to write its partial report before SIGKILL
+CLASS_PARENT = "OPS_GRADER_CLASS_PARENT"  # a child grader's environment: the class grader's pid, whose end stops it
 CLASS_MARKDOWN = "class.md"
 # The options of the class run that each child gets as they are (the rest: --impl, --tiers and the outputs are
 # the child's own).
@@ -203,7 +205,9 @@ def child_argv(args, impl: str, tiers: Optional[str], out_dir: str, save_tiers: 
 class Grader:
     """Runs the children: one slot per GPU (or one on the CPU), each slot takes the next submission. With several
     slots each child runs on its slot's share of the host's cores (``split_cpus``): the parent's preparers and
-    judges of one child do not preempt another child's timed calls."""
+    judges of one child do not preempt another child's timed calls. This process is the subreaper of the
+    children's processes: what a child that was killed leaves behind (its workers, what they started) is killed
+    as that child ends, and a child is sent SIGTERM when this process ends."""
 
     def __init__(self, args, out_dir: str, slots: Sequence[Optional[int]], submission_timeout: Optional[float],
                  on_row=None):
@@ -214,6 +218,8 @@ class Grader:
         self._running: Dict[int, subprocess.Popen] = {}
         self.stopped = False
         self.finished: Dict[int, Row] = {}  # submissions graded to the end (not stopped by stop_all), by position
+        self.subreaper = become_subreaper()
+        self.own = descendants(os.getpid())  # this process's own helpers, from before any child
 
     def _run(self, impl: str, gpu: Optional[int], tiers: Optional[str], save_tiers: Optional[str] = None,
              name: Optional[str] = None, timeout: Optional[float] = -1.0, index: Optional[int] = None) -> Row:
@@ -224,6 +230,7 @@ class Grader:
                 os.remove(stale)
         env = dict(os.environ)
         env[GRADER_PARENT] = "1"  # the child's own process imports no jittor (its workers do)
+        env[CLASS_PARENT] = str(os.getpid())
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(gpu)
         started = time.monotonic()
@@ -232,9 +239,9 @@ class Grader:
             cpus = None  # the tiers' run has the host to itself
             if self.cpu_shares and index is not None:
                 cpus = self.cpu_shares[self.slots.index(gpu) % len(self.cpu_shares)]
-            proc = subprocess.Popen(child_argv(self.args, impl, tiers, self.out_dir, save_tiers, name, cpus),
-                                    stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-            with self._lock:
+            with self._lock:  # started and registered at once: a sweep never takes a new child for an orphan
+                proc = subprocess.Popen(child_argv(self.args, impl, tiers, self.out_dir, save_tiers, name, cpus),
+                                        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
                 self._running[proc.pid] = proc
                 late = self.stopped  # started while stop_all ran: it did not see this child
             if late:
@@ -247,6 +254,7 @@ class Grader:
             finally:
                 with self._lock:
                     self._running.pop(proc.pid, None)
+                    self.sweep()
         row = row_from_run(impl, proc.returncode, json_path, log_path, time.monotonic() - started, timed_out)
         with self._lock:
             if index is not None and not self.stopped:
@@ -274,6 +282,11 @@ class Grader:
                     pass
             if all(proc.poll() is not None for proc in procs):
                 return
+
+    def sweep(self) -> int:
+        """Kill every process below this one that no running child owns: the orphans of a child that ended (a
+        child killed before it could stop its workers leaves them to this subreaper). Call with the lock held."""
+        return reap(set(self.own) | set(self._running), timeout_s=5.0, collect_all=False)
 
     def stop_all(self) -> None:
         """No submission starts after this; the running ones are stopped together."""

@@ -16,11 +16,12 @@ import time
 from typing import List, Optional
 
 from . import args as cli_args
+from . import classroom
 from . import report
 from .compile_driver import warm_compile
 from .families import load_families
 from .grading import CaseResult, grade_all, result_from_json
-from .isolation import Isolation, become_subreaper, descendants, reap
+from .isolation import Isolation, become_subreaper, descendants, reap, signal_on_parent_exit
 from .prepare import fresh_seed, scratch_root
 from .runner import Interrupted, run_cases
 from .worker_proxy import PACKAGE_ROOT, DeviceError, ImplError
@@ -176,6 +177,12 @@ def _stop_on_signals(cleanup) -> None:
     signal.signal(signal.SIGINT, stop)
 
 
+def _exit_killing(spare, status: int) -> None:
+    """End this process now, with every process below it but ``spare`` killed first."""
+    reap(spare, timeout_s=1.0)
+    os._exit(status)
+
+
 def _usage_error(text: str, prog: str = "get_score.py") -> int:
     print(f"{prog}: error: {text}", file=sys.stderr, flush=True)
     return EXIT_USAGE
@@ -248,7 +255,6 @@ def selected_cases(args, device: str):
 def run_class(ap, args, argv_shown, stored: Optional[dict] = None) -> int:
     """Grade every module of --impl (this --shard's share), each by a grader child of its own against one set of
     tiers, one child per GPU at a time; write each one's reports, the class table, and --csv."""
-    from . import classroom
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     out_dir = args.class_dir or "get_score_class"
     os.makedirs(out_dir, exist_ok=True)
@@ -298,7 +304,8 @@ def run_class(ap, args, argv_shown, stored: Optional[dict] = None) -> int:
     def stop_class():
         # As a single run's watchdog: the process ends even where exiting hangs (seen on a 2-GPU host, cause
         # not found), after the children's grace and the report.
-        watchdog = threading.Timer(classroom.STOP_GRACE_S + 10 + INTERRUPT_EXIT_S, os._exit, (EXIT_INTERRUPTED,))
+        watchdog = threading.Timer(classroom.STOP_GRACE_S + 10 + INTERRUPT_EXIT_S, _exit_killing,
+                                   (grader.own, EXIT_INTERRUPTED))
         watchdog.daemon = True
         watchdog.start()
         grader.stop_all()
@@ -327,11 +334,11 @@ def run_class(ap, args, argv_shown, stored: Optional[dict] = None) -> int:
     finally:
         for s in (signal.SIGTERM, signal.SIGINT):
             signal.signal(s, signal.SIG_DFL)
+        reap(grader.own)  # no child, nor anything a child left, outlives the class run
     return _class_report(args, rows, out_dir, f"{ap.prog}: class of {len(rows)} on {args.device}, {stamp}", notes)
 
 
 def _class_report(args, rows, out_dir: str, title: str, notes) -> int:
-    from . import classroom
     print(classroom.render_terminal(rows), flush=True)
     markdown = args.markdown or os.path.join(out_dir, classroom.CLASS_MARKDOWN)
     _replace(markdown, _write_text(classroom.render_markdown(rows, title, notes)))
@@ -450,6 +457,9 @@ def main(argv: Optional[List[str]] = None, parsed=None) -> int:
     own = descendants(os.getpid())  # the grader's own processes (jittor's compilers' pool): not the workers'
     isolation = None
     try:
+        class_parent = os.environ.pop(classroom.CLASS_PARENT, "")
+        if class_parent and not signal_on_parent_exit(int(class_parent)):
+            raise Interrupted("the class grader ended")
         scratch = tempfile.mkdtemp(prefix="get_score-", dir=scratch_root())
         isolation = Isolation(scratch, protected=[args.json, args.markdown, args.save_tiers, args.plot, args.tiers],
                               cuda=device == "cuda")

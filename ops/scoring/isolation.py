@@ -29,6 +29,7 @@ import sys
 import time
 from typing import Dict, Iterable, List, Sequence
 
+_PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_CHILD_SUBREAPER = 36
 _SYS_LANDLOCK = {"create_ruleset": 444, "add_rule": 445, "restrict_self": 446}  # the same on x86_64 and arm64
@@ -166,10 +167,11 @@ def descendants(pid: int, spare: Iterable[int] = ()) -> List[int]:
     return found
 
 
-def reap(spare: Iterable[int] = (), timeout_s: float = 5.0) -> int:
+def reap(spare: Iterable[int] = (), timeout_s: float = 5.0, collect_all: bool = True) -> int:
     """Kill every process below this one but ``spare`` (processes of the grader's own, such as jittor's pool of
-    compilers, taken before any worker started) and theirs, and collect them (and the orphans this subreaper
-    inherited); returns how many were killed."""
+    compilers, taken before any worker started) and theirs, and collect them (with ``collect_all``, also every
+    other finished child and orphan this subreaper inherited; without, only those killed, so that the spared
+    children's exit statuses stay for their own waits); returns how many were killed."""
     killed, end, spare = 0, time.monotonic() + timeout_s, set(spare)
     while True:
         left = descendants(os.getpid(), spare)
@@ -179,16 +181,35 @@ def reap(spare: Iterable[int] = (), timeout_s: float = 5.0) -> int:
                 killed += 1
             except OSError:
                 pass
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
+        if collect_all:
+            _collect(-1)
+        else:
+            for pid in left:
+                _collect(pid)
         if not left or time.monotonic() > end:
             return killed
         time.sleep(0.02)
+
+
+def _collect(pid: int) -> None:
+    """Wait for whichever of ``pid`` (-1: any child) has ended, without blocking."""
+    while True:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if done == 0 or pid != -1:
+            return
+
+
+def signal_on_parent_exit(parent_pid: int, sig: int = signal.SIGTERM) -> bool:
+    """Have the kernel send ``sig`` to this process when its parent ends (a class grader that is stopped or
+    killed), so that a child grader never outlives it; False where ``parent_pid`` is no longer the parent (it
+    ended before this ran)."""
+    libc = _libc()
+    if libc is not None and sys.platform.startswith("linux"):
+        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    return os.getppid() == parent_pid
 
 
 def _bwrap_works(bwrap: str) -> bool:
