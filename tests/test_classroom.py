@@ -286,6 +286,28 @@ def test_what_a_killed_child_grader_left_is_killed_as_it_ends(tmp_path):
             os.kill(pid, 9)
 
 
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="reads /proc")
+def test_a_submission_that_kills_its_grader_costs_itself_only(tmp_path):
+    """class_killer sends SIGKILL to the process that imports it (refused where Landlock scopes signals, Linux
+    6.12+), then sleeps: its row is not ok, the next submission is graded, and no process of the run is left."""
+    import os
+    import uuid
+    mark = "class-test-" + uuid.uuid4().hex
+    try:
+        proc = _run_class(tmp_path, "--impl", "class_killer", "ops", "--direction", "fwd", "--csv",
+                          str(tmp_path / "c.csv"), "--class-dir", str(tmp_path / "class"),
+                          env={"CLASS_TEST_MARK": mark})
+        left = marked_processes(mark)
+    finally:
+        for pid, _ in marked_processes(mark):
+            os.kill(pid, 9)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(tmp_path / "c.csv") as f:
+        rows = {r["impl"]: r for r in csv.DictReader(f)}
+    assert rows["class_killer"]["status"] != "ok" and rows["ops"]["status"] == "ok"
+    assert left == []
+
+
 def test_a_hanging_submission_times_out_alone(tmp_path):
     started = __import__("time").monotonic()
     proc = _run_class(tmp_path, "--impl", "class_hang", "--submission-timeout", "10", "--csv", str(tmp_path / "c.csv"),
