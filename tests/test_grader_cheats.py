@@ -82,6 +82,23 @@ def test_a_module_that_patches_the_judge_in_its_process_is_still_judged(tmp_path
     assert_all_zero(results, "checked call")
 
 
+def test_a_module_that_sabotages_pytorch_in_its_process_does_not_reach_its_reference(tmp_path):
+    pytest.importorskip("torch")
+    results = grade("cheat_torch", "-k", "cpu_021_f32,cpu_k2s2", "--references", "naive,torch", status=0,
+                    tmp_path=tmp_path)
+    assert {c.split("/")[0] for c in results} == {"permute", "max_pool3d"} and len(results) >= 3
+    for case_id, r in results.items():
+        assert r["correct"] and r["refs"]["torch"].get("error") is None, (case_id, r["refs"]["torch"])
+
+
+def test_a_module_that_adds_methods_to_jittors_var_keeps_them_between_the_references(tmp_path):
+    """class_var_method's permute calls a method it added to jt.Var: taken away while the references are timed,
+    given back before its own calls."""
+    results = grade("class_var_method", "--op", "permute", "-k", "cpu_021_f32,cpu_10_int8", status=0,
+                    tmp_path=tmp_path)
+    assert results and all(r["correct"] for r in results.values()), {k: r["why"] for k, r in results.items()}
+
+
 def test_wrong_output_dtypes_fail(tmp_path):
     results = grade("cheat_dtype", "-k", "cpu_k2s2_f16,cpu_k3s2p1_bf16,cpu_10_int8", "--direction", "fwd",
                     tmp_path=tmp_path)

@@ -118,6 +118,37 @@ def test_pristine_puts_back_patched_attributes_and_flags():
         time_module.perf_counter, jt.Var.reindex, jt.flags.log_silent = real_clock, real_reindex, level
 
 
+def test_pristine_takes_a_classs_new_attributes_and_gives_the_module_its_changes_back():
+    """A method added to jt.Var hides nothing of jittor's there, but one added to a subclass hides what it
+    inherits: both go while the references run, and come back (with changed flags and settings) on resume."""
+    class Base:
+        def reindex(self):
+            return "base"
+
+    class Sub(Base):
+        pass
+
+    setting = {"threads": 4}
+    pristine = isolation.Pristine([Sub], jt.flags, [(lambda: setting["threads"],
+                                                     lambda v: setting.__setitem__("threads", v))])
+    level = jt.flags.log_silent
+    mine = lambda self: "mine"  # noqa: E731
+    try:
+        Sub.reindex, Sub.extra, setting["threads"] = mine, 1, 1
+        jt.flags.log_silent = 1 - level
+        assert pristine.restore() == 4
+        assert Sub().reindex() == "base" and not hasattr(Sub, "extra") and setting["threads"] == 4
+        assert jt.flags.log_silent == level
+        pristine.restore()  # a second reference: what the module had is kept from the first
+        pristine.resume()
+        assert Sub.reindex is mine and Sub.extra == 1 and setting["threads"] == 1
+        assert jt.flags.log_silent == 1 - level
+        pristine.resume()  # nothing taken since: nothing changes
+        assert Sub.reindex is mine
+    finally:
+        jt.flags.log_silent = level
+
+
 class _Compiling(harness.JittorImpl):
     """A jittor implementation whose first ``dirty`` calls run a child process, as jittor compiling a kernel does;
     a call takes 0.2 ms."""

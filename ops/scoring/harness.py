@@ -696,8 +696,10 @@ class Watch:
         PyTorch tensor's)."""
         found = []
         for o, (pos, _) in zip(outs, self.positions):
-            if not isinstance(o, jt.Var):
-                found.append(np.asarray(o.detach().reshape(-1))[pos].tobytes())
+            if not isinstance(o, jt.Var):  # a PyTorch tensor, read as integers of its size (NumPy has no bfloat16)
+                import torch
+                bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[o.element_size()]
+                found.append(o.detach().reshape(-1).view(bits).numpy()[pos].tobytes())
                 continue
             size = _itemsize(str(o.dtype))
             raw = (ctypes.c_uint8 * (o.numel() * size)).from_address(o.raw_ptr)

@@ -27,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Dict, Iterable, List, Sequence
+from typing import Callable, Dict, Iterable, List, Sequence, Tuple
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
@@ -323,13 +323,21 @@ _MISSING = object()
 
 
 class Pristine:
-    """Attributes of ``objects`` (modules, classes) and the values of jittor's flags as they are now; ``restore``
-    puts back any that changed since. The worker takes it before importing the graded module and restores it
-    before each reference is timed: a module that replaces jittor's functions (or slows them) in its process,
-    or sets a flag, does not carry that into the references' times."""
+    """Attributes of ``objects`` (modules, classes), the values of jittor's ``flags`` and of process-wide
+    ``settings`` ((getter, setter) pairs: PyTorch's) as they are now, before the graded module is imported.
+    ``restore`` puts back what the module changed, before each reference is timed: a module that replaces
+    jittor's or PyTorch's functions (or slows them), or sets a flag, does not carry that into the references'
+    times; ``resume`` gives the module its changes back before its own calls, so that code which adds methods to
+    ``jt.Var`` (jittor's own idiom) keeps working."""
 
-    def __init__(self, objects: Sequence, flags=None):
+    def __init__(self, objects: Sequence, flags=None, settings: Sequence[Tuple[Callable, Callable]] = ()):
         self.saved = [(obj, dict(vars(obj))) for obj in objects]
+        self.settings = []  # (getter, setter, value)
+        for get, put in settings:
+            try:
+                self.settings.append((get, put, get()))
+            except Exception:
+                pass
         self.flags = flags
         self.flag_values = {}
         if flags is not None:
@@ -342,24 +350,98 @@ class Pristine:
                     continue
                 if isinstance(value, (bool, int, float, str)):
                     self.flag_values[name] = value
+        self.theirs = None  # what restore took away, until resume gives it back
 
     def restore(self) -> int:
-        """Put back what changed; returns how many attributes and flags that was."""
-        changed = 0
+        """Put back what changed (a class's new attributes removed, they hide what it inherits); returns how many
+        attributes, flags and settings that was."""
+        taken = {"attrs": [], "flags": {}, "settings": []}
         for obj, saved in self.saved:
             now = vars(obj)
             for name, value in saved.items():
-                if now.get(name, _MISSING) is not value:
-                    try:
-                        setattr(obj, name, value)
-                        changed += 1
-                    except (AttributeError, TypeError):
-                        pass
+                current = now.get(name, _MISSING)
+                if current is not value and _set(obj, name, value):
+                    taken["attrs"].append((obj, name, current))
+            if isinstance(obj, type):
+                for name in [n for n in now if n not in saved]:
+                    current = now[name]
+                    if _set(obj, name, _MISSING):
+                        taken["attrs"].append((obj, name, current))
         for name, value in self.flag_values.items():
             try:
-                if getattr(self.flags, name) != value:
+                current = getattr(self.flags, name)
+                if current != value:
                     setattr(self.flags, name, value)
-                    changed += 1
+                    taken["flags"][name] = current
             except Exception:
                 pass
+        for get, put, value in self.settings:
+            try:
+                current = get()
+                if current != value:
+                    put(value)
+                    taken["settings"].append((put, current))
+            except Exception:
+                pass
+        changed = len(taken["attrs"]) + len(taken["flags"]) + len(taken["settings"])
+        if self.theirs is None:  # (restored again before a resume: the first restore took the module's state)
+            self.theirs = taken
         return changed
+
+    def resume(self) -> None:
+        """Give the graded module back what the last ``restore`` took away."""
+        theirs, self.theirs = self.theirs, None
+        if not theirs:
+            return
+        for obj, name, value in theirs["attrs"]:
+            _set(obj, name, value)
+        for name, value in theirs["flags"].items():
+            try:
+                setattr(self.flags, name, value)
+            except Exception:
+                pass
+        for put, value in theirs["settings"]:
+            try:
+                put(value)
+            except Exception:
+                pass
+
+
+def _set(obj, name: str, value) -> bool:
+    """``setattr``, or ``delattr`` for ``_MISSING``; False where the object refuses."""
+    try:
+        if value is _MISSING:
+            delattr(obj, name)
+        else:
+            setattr(obj, name, value)
+        return True
+    except (AttributeError, TypeError):
+        return False
+
+
+def torch_pristine(torch) -> Tuple[List, List[Tuple[Callable, Callable]]]:
+    """What of PyTorch a graded module could change in its process to slow the PyTorch reference or forge its
+    time (CUDA events), for ``Pristine``: the modules and classes whose functions it calls, and the process-wide
+    settings (threads, cuDNN's and TF32's switches, anomaly detection, grad mode, deterministic algorithms)."""
+    objects = [torch, torch.Tensor, torch.autograd, torch.nn.functional, torch.cuda, torch.cuda.Event,
+               torch.backends.cudnn]
+    for name in ("_C", "_C._nn", "_C._VariableFunctions", "autograd.graph", "backends.cuda.matmul"):
+        obj = torch
+        for part in name.split("."):
+            obj = getattr(obj, part, None)
+        if obj is not None and hasattr(obj, "__dict__"):
+            objects.append(obj)
+    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
+
+    def switch(owner, name):
+        return (lambda: getattr(owner, name)), (lambda value: setattr(owner, name, value))
+
+    settings = [(torch.get_num_threads, torch.set_num_threads),
+                (torch.is_anomaly_enabled, torch.set_anomaly_enabled),
+                (torch.is_grad_enabled, torch.set_grad_enabled),
+                (torch.are_deterministic_algorithms_enabled, torch.use_deterministic_algorithms),
+                (torch.get_default_dtype, torch.set_default_dtype),
+                (torch.get_float32_matmul_precision, torch.set_float32_matmul_precision)]
+    settings += [switch(cudnn, n) for n in ("enabled", "benchmark", "deterministic", "allow_tf32")]
+    settings += [switch(matmul, n) for n in ("allow_tf32", "allow_fp16_reduced_precision_reduction")]
+    return objects, settings

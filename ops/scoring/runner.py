@@ -63,7 +63,8 @@ class Runner:
     def _start(self) -> Worker:
         log = os.path.join(self.scratch, f"worker{len(self.logs)}.log")
         self.logs.append(log)
-        w = Worker(device=self.device, impl=self.impl, log_path=log, copy=not self.env, isolation=self.isolation)
+        w = Worker(device=self.device, impl=self.impl, log_path=log, copy=not self.env, isolation=self.isolation,
+                   torch=any(r in ("torch", "compile") for r in self.references))
         try:
             msg = w.next(max(START_TIMEOUT_S, self.timeout_s))
         except WorkerTimeout:

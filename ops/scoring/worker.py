@@ -83,6 +83,8 @@ def run_case(fam, case, api, cmd, pristine=None) -> None:
     sets = [H.InputSet.from_files(case_dir, entry) for entry in manifest["sets"]]
     timed, seed = manifest["timed"], cmd["seed"]
 
+    if pristine is not None:
+        pristine.resume()  # the module's own changes, taken away while the last case's references were timed
     emit("phase", "check")
     ours_impl = H.JittorImpl(case, compile_pass.ours_forward(fam, api), sets)
     try:
@@ -105,7 +107,8 @@ def run_case(fam, case, api, cmd, pristine=None) -> None:
     emit("phase", "ours")
     # which calls are checked and sampled: drawn in this process, per round, from the case's seed
     watch = H.Watch(np.random.default_rng([seed, 0x0C4E]), save)
-    ours = H.Meter("ours", ours_impl, timed, fresh_inputs(ours_impl, 0), watch)
+    ours = H.Meter("ours", ours_impl, timed, fresh_inputs(ours_impl, 0), watch,
+                   pristine.resume if pristine is not None else (lambda: None))
     try:
         ours.warm()
     except Exception as err:
@@ -188,7 +191,7 @@ def main(argv=None) -> int:
 
     import resource
 
-    from .isolation import Pristine
+    from .isolation import Pristine, torch_pristine
 
     from .._jittor import jt
     from .families import load_families
@@ -201,8 +204,18 @@ def main(argv=None) -> int:
     from . import compile_pass, compile_record
     compile_pass.LOG_PATH = job.get("log")
     # as they are before the graded module runs: put back before each reference is timed
-    pristine = Pristine([time, resource, jt, jt.nn, jt.Var, jt.profiler] + [m for m in (
-        sys.modules.get("jittor.pool"), sys.modules.get("jittor.misc")) if m is not None], jt.flags)
+    guarded = [time, resource, jt, jt.nn, jt.Var, jt.profiler] + [m for m in (
+        sys.modules.get("jittor.pool"), sys.modules.get("jittor.misc")) if m is not None]
+    settings = []
+    if job.get("torch"):  # imported first, so that the graded module cannot change PyTorch before it is seen
+        try:
+            import torch
+        except Exception:
+            torch = None
+        if torch is not None:
+            objects, settings = torch_pristine(torch)
+            guarded += objects
+    pristine = Pristine(guarded, jt.flags, settings)
     try:
         api = importlib.import_module(job["impl"])
     except BaseException as err:  # noqa: B036  (SystemExit in a module's import is its failure to import too)

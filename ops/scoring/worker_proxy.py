@@ -67,14 +67,15 @@ def _grader_nvcc_path() -> str:
 
 class Worker:
     """One grading worker process: JSON commands in, ``@@`` lines out, stderr to a log file; started as
-    ``isolation`` (``ops.scoring.isolation.Isolation``) says, where one is given."""
+    ``isolation`` (``ops.scoring.isolation.Isolation``) says, where one is given; with ``torch``, it imports
+    PyTorch before the graded module and puts PyTorch back as it was before each reference is timed."""
 
-    def __init__(self, *, device: str, impl: str, log_path: str, copy: bool, isolation=None):
+    def __init__(self, *, device: str, impl: str, log_path: str, copy: bool, isolation=None, torch: bool = False):
         if threading.current_thread() is threading.main_thread():
             # jittor's core installs a SIGCHLD handler that exits this process when any child dies; a worker
             # killed for hanging, or one that crashed, must not take the grader down with it.
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        job = {"device": device, "impl": impl, "copy": copy, "log": log_path,
+        job = {"device": device, "impl": impl, "copy": copy, "log": log_path, "torch": torch,
                "isolation": isolation.job() if isolation is not None else None}
         # One hash seed for every worker: a call's Python overhead (the plan caches' dict lookups, jittor's
         # keyword handling) depends on where string hashes put the keys, and a few-microsecond CPU case moved
