@@ -90,13 +90,13 @@ WINDOW_BYTES = 8 << 30
 # The clocks and syncs timing uses, bound when the worker imports this module, before it imports the graded
 # module: a module that replaces time.perf_counter, jt.sync_all and the like in its process does not reach them.
 _perf_counter, _process_time, _thread_time = time.perf_counter, time.process_time, time.thread_time
-_getrusage = resource.getrusage
+_getrusage, _RUSAGE_THREAD, _RUSAGE_CHILDREN = resource.getrusage, resource.RUSAGE_THREAD, resource.RUSAGE_CHILDREN
 _jt_sync, _jt_sync_all, _profile_scope = jt.sync, jt.sync_all, jt.profile_scope
 
 
 def _voluntary_switches() -> int:
     """Times this thread gave up the CPU to wait (not counting preemption by other processes)."""
-    return _getrusage(resource.RUSAGE_THREAD).ru_nvcsw
+    return _getrusage(_RUSAGE_THREAD).ru_nvcsw
 
 
 def _other_threads_cpu() -> float:
@@ -107,7 +107,7 @@ def _other_threads_cpu() -> float:
 def children_cpu_seconds() -> float:
     """CPU time of this process's finished child processes: it grows when jittor compiles a kernel (the compiler
     is a child), or when the implementation ran a process of its own."""
-    used = _getrusage(resource.RUSAGE_CHILDREN)
+    used = _getrusage(_RUSAGE_CHILDREN)
     return used.ru_utime + used.ru_stime
 
 
