@@ -82,6 +82,15 @@ def test_a_module_that_patches_the_judge_in_its_process_is_still_judged(tmp_path
     assert_all_zero(results, "checked call")
 
 
+@pytest.mark.parametrize("references", ["", "naive"])
+def test_outputs_computed_only_when_the_grader_reads_them_fail(tmp_path, references):
+    """cheat_lazy hands out unwritten memory and replaces jt.Var's accessors to compute an answer when it is read;
+    the grader reads with jittor as it was, also in a run that times no reference (a class against --tiers)."""
+    results = grade("cheat_lazy", "--op", "permute", "--direction", "fwd", "-k", "cpu_021_f32,cpu_10_int8,cpu_2301",
+                    "--references", references, tmp_path=tmp_path)
+    assert_all_zero(results, re.compile(r"(timed|checked) call"))
+
+
 def test_a_module_that_sabotages_pytorch_in_its_process_does_not_reach_its_reference(tmp_path):
     pytest.importorskip("torch")
     results = grade("cheat_torch", "-k", "cpu_021_f32,cpu_k2s2", "--references", "naive,torch", status=0,

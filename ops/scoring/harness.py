@@ -32,6 +32,7 @@ gradient is injected (``InjectGrad``) so that the op's own gradient code is all 
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import json
@@ -743,8 +744,10 @@ class Meter:
     (or anything else the windows' times miss happened: ``round``) is discarded and run again (``discarded``)."""
 
     def __init__(self, name: str, impl, timed: Sequence[int], inputs=None, watch: Optional[Watch] = None,
-                 guard: Callable[[], None] = lambda: None):
-        self.name, self.impl, self.watch, self.guard = name, impl, watch, guard
+                 guard: Callable[[], None] = lambda: None, reading=contextlib.nullcontext):
+        """``guard``: run before each measurement; ``reading``: a context for the watch's reads of the outputs
+        (ours: ``Pristine.reading``, so that the module cannot compute an answer when it is read)."""
+        self.name, self.impl, self.watch, self.guard, self.reading = name, impl, watch, guard, reading
         self.watching = watch is not None and watch.save is not None  # ours: outputs kept, checked, compared
         self.inputs = inputs if inputs is not None else SetViews(impl)
         self.timed = list(timed)  # the input sets the timed calls take in turn
@@ -852,7 +855,8 @@ class Meter:
         windows = self._windows_on_cpu_clock if self.cpu_clock else self._windows
         per_window, held, kept_checked = windows(ks, checked)
         if self.watching:
-            self.watch.round_done(per_window, held, kept_checked)
+            with self.reading():
+                self.watch.round_done(per_window, held, kept_checked)
         del held, kept_checked
         self.calls += len(ks)
         wall = min(per_window)
@@ -897,7 +901,8 @@ class Meter:
             per_window.append(span.ms(False) / len(taken))
             del outs, taken
             if self.watching:
-                self._sample_window(kept)
+                with self.reading():
+                    self._sample_window(kept)
                 held.append(kept[self.watch.held(len(kept))])
                 kept_checked += [call for i, call in enumerate(kept, start=start) if i in checked]
             del kept
@@ -934,8 +939,9 @@ class Meter:
                     self._sync(outs, False)
                     if i in looked:
                         total += span.ms(True)
-                        for call in ((previous,) if previous is not None else ()) + ((k, number, outs),):
-                            self.watch.see(call[0], call[1], self.watch.host_samples(call[2]), call[2])
+                        with self.reading():
+                            for call in ((previous,) if previous is not None else ()) + ((k, number, outs),):
+                                self.watch.see(call[0], call[1], self.watch.host_samples(call[2]), call[2])
                         span = _Span()
                     if i == hold:
                         held[-1] = (k, number, outs)

@@ -20,7 +20,10 @@ Linux only; elsewhere every part says what it could not do and the run goes on w
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import itertools
+import operator
 import os
 import shutil
 import signal
@@ -331,7 +334,10 @@ class Pristine:
     ``jt.Var`` (jittor's own idiom) keeps working."""
 
     def __init__(self, objects: Sequence, flags=None, settings: Sequence[Tuple[Callable, Callable]] = ()):
-        self.saved = [(obj, dict(vars(obj))) for obj in objects]
+        self.saved = []  # (object, its attributes, their names, their values)
+        for obj in objects:
+            attrs = dict(vars(obj))
+            self.saved.append((obj, attrs, list(attrs), list(attrs.values())))
         self.settings = []  # (getter, setter, value)
         for get, put in settings:
             try:
@@ -356,8 +362,12 @@ class Pristine:
         """Put back what changed (a class's new attributes removed, they hide what it inherits); returns how many
         attributes, flags and settings that was."""
         taken = {"attrs": [], "flags": {}, "settings": []}
-        for obj, saved in self.saved:
+        for obj, saved, names, values in self.saved:
             now = vars(obj)
+            # (a scan in C: ~0.13 ms for torch's 1495 names against 0.54 ms for a Python loop, 2-core machine)
+            if not any(map(operator.is_not, map(now.get, names, itertools.repeat(_MISSING)), values)) and not (
+                    isinstance(obj, type) and len(now) != len(saved)):
+                continue
             for name, value in saved.items():
                 current = now.get(name, _MISSING)
                 if current is not value and _set(obj, name, value):
@@ -387,6 +397,18 @@ class Pristine:
         if self.theirs is None:  # (restored again before a resume: the first restore took the module's state)
             self.theirs = taken
         return changed
+
+    @contextlib.contextmanager
+    def reading(self):
+        """The grader's own reads of the module's outputs (their samples, the checked calls' files): with
+        everything as it was before the module was imported, so that no replaced accessor (``jt.Var.numpy``,
+        ``raw_ptr``, NumPy's or ctypes' functions) computes an answer the call did not; the module's changes are
+        given back after."""
+        self.restore()
+        try:
+            yield
+        finally:
+            self.resume()
 
     def resume(self) -> None:
         """Give the graded module back what the last ``restore`` took away."""
