@@ -222,6 +222,16 @@ def test_work_handed_to_a_thread_of_the_module_is_not_timed_clean(tmp_path):
         assert r["ours"]["discarded"] > 0
 
 
+def test_work_handed_to_a_helper_process_discards_the_rounds(tmp_path):
+    """cheat_helper's work runs in a process it started, beside the timed calls: a round in which a live process
+    below the worker used CPU is run again, and one never clean is not measured."""
+    results = grade("cheat_helper", "--op", "permute", "--direction", "fwd", "-k", "cpu_021_f32", tmp_path=tmp_path)
+    assert results
+    for case_id, r in results.items():
+        assert r["points"] == 0 and not r["correct"] and "not measured" in r["why"], (case_id, r["why"])
+        assert r["ours"]["discarded"] > 0
+
+
 # cheat_detach's mark and the file among the grader's own it writes (not imported here: its import detaches)
 MARK = "rewritten by cheat_detach"
 GRADER_FILE = os.path.join(ROOT, "ops", "scoring", "cheat_detach_was_here.txt")
