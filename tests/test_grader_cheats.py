@@ -100,6 +100,14 @@ def test_a_module_that_sabotages_pytorch_in_its_process_does_not_reach_its_refer
         assert r["correct"] and r["refs"]["torch"].get("error") is None, (case_id, r["refs"]["torch"])
 
 
+def test_a_profile_function_set_by_the_module_does_not_reach_the_references(tmp_path):
+    results = grade("cheat_profile", "--op", "permute", "--direction", "fwd", "-k", "cpu_021_f32,cpu_10_int8",
+                    status=0, tmp_path=tmp_path)
+    assert results
+    for case_id, r in results.items():
+        assert r["correct"] and r["refs"]["naive"].get("error") is None, (case_id, r["refs"]["naive"])
+
+
 def test_a_module_that_adds_methods_to_jittors_var_keeps_them_between_the_references(tmp_path):
     """class_var_method's permute calls a method it added to jt.Var: taken away while the references are timed,
     given back before its own calls."""

@@ -441,6 +441,26 @@ def _set(obj, name: str, value) -> bool:
         return False
 
 
+def interpreter_settings() -> List[Tuple[Callable, Callable]]:
+    """The interpreter's process-wide hooks and switches a graded module could set to slow the references' Python
+    (a profile or trace function that spins in their frames, a garbage collector run at every allocation), for
+    ``Pristine``."""
+    import gc
+    import threading
+    settings = [(sys.getprofile, sys.setprofile), (sys.gettrace, sys.settrace),
+                (gc.get_threshold, lambda t: gc.set_threshold(*t)),
+                (gc.isenabled, lambda on: gc.enable() if on else gc.disable()),
+                (sys.getswitchinterval, sys.setswitchinterval)]
+    if hasattr(threading, "getprofile"):  # Python 3.10+
+        settings += [(threading.getprofile, threading.setprofile), (threading.gettrace, threading.settrace)]
+    monitoring = getattr(sys, "monitoring", None)  # Python 3.12+: callbacks on every call, line or branch
+    if monitoring is not None:
+        for tool in range(6):
+            settings.append(((lambda t=tool: monitoring.get_events(t)),
+                             (lambda events, t=tool: monitoring.set_events(t, events))))
+    return settings
+
+
 def torch_pristine(torch) -> Tuple[List, List[Tuple[Callable, Callable]]]:
     """What of PyTorch a graded module could change in its process to slow the PyTorch reference or forge its
     time (CUDA events), for ``Pristine``: the modules and classes whose functions it calls, and the process-wide

@@ -198,7 +198,7 @@ def main(argv=None) -> int:
 
     import numpy as np
 
-    from .isolation import Pristine, torch_pristine
+    from .isolation import Pristine, interpreter_settings, torch_pristine
 
     from .._jittor import jt
     from .families import load_families
@@ -214,15 +214,16 @@ def main(argv=None) -> int:
     # are read (sampled, handed back)
     guarded = [time, resource, ctypes, np, np.lib.format, jt, jt.nn, jt.Var, jt.profiler] + [m for m in (
         sys.modules.get("jittor.pool"), sys.modules.get("jittor.misc")) if m is not None]
-    settings = []
+    settings = interpreter_settings()
     if job.get("torch"):  # imported first, so that the graded module cannot change PyTorch before it is seen
         try:
             import torch
         except Exception:
             torch = None
         if torch is not None:
-            objects, settings = torch_pristine(torch)
+            objects, torch_settings = torch_pristine(torch)
             guarded += objects
+            settings += torch_settings
     pristine = Pristine(guarded, jt.flags, settings)
     try:
         api = importlib.import_module(job["impl"])
