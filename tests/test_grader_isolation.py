@@ -149,6 +149,27 @@ def test_pristine_takes_a_classs_new_attributes_and_gives_the_module_its_changes
         jt.flags.log_silent = level
 
 
+def test_pristine_keeps_what_the_grader_changed_between_restore_and_resume():
+    """Between a restore and the next resume only the grader runs (a reference's first call sets up PyTorch's
+    CUDA state, say): what it changed or added stays; the module's changes still come and go."""
+    class Lazy:
+        initialized = False
+
+    setting = {"threads": 4}
+    pristine = isolation.Pristine([Lazy], None, [(lambda: setting["threads"],
+                                                  lambda v: setting.__setitem__("threads", v))])
+    Lazy.patched = "module's"
+    pristine.restore()
+    assert not hasattr(Lazy, "patched")
+    Lazy.initialized, Lazy.cache, setting["threads"] = True, {}, 8  # the grader's turn
+    pristine.resume()
+    assert Lazy.patched == "module's" and Lazy.initialized is True and setting["threads"] == 8
+    assert pristine.restore() == 1  # only the module's attribute goes
+    assert Lazy.initialized is True and isinstance(Lazy.cache, dict) and setting["threads"] == 8
+    pristine.resume()
+    assert Lazy.patched == "module's"
+
+
 class _Compiling(harness.JittorImpl):
     """A jittor implementation whose first ``dirty`` calls run a child process, as jittor compiling a kernel does;
     a call takes 0.2 ms."""

@@ -364,9 +364,7 @@ class Pristine:
         taken = {"attrs": [], "flags": {}, "settings": []}
         for obj, saved, names, values in self.saved:
             now = vars(obj)
-            # (a scan in C: ~0.13 ms for torch's 1495 names against 0.54 ms for a Python loop, 2-core machine)
-            if not any(map(operator.is_not, map(now.get, names, itertools.repeat(_MISSING)), values)) and not (
-                    isinstance(obj, type) and len(now) != len(saved)):
+            if not _differs(obj, now, saved, names, values):
                 continue
             for name, value in saved.items():
                 current = now.get(name, _MISSING)
@@ -415,6 +413,7 @@ class Pristine:
         theirs, self.theirs = self.theirs, None
         if not theirs:
             return
+        self._adopt(theirs)
         for obj, name, value in theirs["attrs"]:
             _set(obj, name, value)
         for name, value in theirs["flags"].items():
@@ -427,6 +426,47 @@ class Pristine:
                 put(value)
             except Exception:
                 pass
+
+
+    def _adopt(self, theirs: dict) -> None:
+        """What changed since ``restore`` other than by it is the grader's own doing (PyTorch setting up CUDA at a
+        reference's first call, say): it becomes what the next ``restore`` puts back."""
+        taken = {(id(obj), name) for obj, name, _ in theirs["attrs"]}
+        for i, (obj, saved, names, values) in enumerate(self.saved):
+            now = vars(obj)
+            if not _differs(obj, now, saved, names, values):
+                continue
+            for name in set(saved) | (set(now) if isinstance(obj, type) else set()):
+                value = now.get(name, _MISSING)
+                if (id(obj), name) in taken or saved.get(name, _MISSING) is value:
+                    continue
+                if value is _MISSING:
+                    del saved[name]
+                else:
+                    saved[name] = value
+            self.saved[i] = (obj, saved, list(saved), list(saved.values()))
+        for name, value in list(self.flag_values.items()):
+            try:
+                current = getattr(self.flags, name)
+            except Exception:
+                continue
+            if name not in theirs["flags"] and current != value:
+                self.flag_values[name] = current
+        putters = {id(put) for put, _ in theirs["settings"]}
+        for j, (get, put, value) in enumerate(self.settings):
+            try:
+                current = get()
+            except Exception:
+                continue
+            if id(put) not in putters and current != value:
+                self.settings[j] = (get, put, current)
+
+
+def _differs(obj, now, saved: dict, names: list, values: list) -> bool:
+    """Whether ``obj``'s attributes ``now`` differ from ``saved`` (for a class, also by a new name). The scan runs
+    in C: ~0.13 ms for torch's 1495 names against 0.54 ms for a Python loop on the 2-core machine."""
+    return any(map(operator.is_not, map(now.get, names, itertools.repeat(_MISSING)), values)) or (
+        isinstance(obj, type) and len(now) != len(saved))
 
 
 def _set(obj, name: str, value) -> bool:
