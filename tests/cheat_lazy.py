@@ -2,7 +2,7 @@
 has computed) and computes its answer only when the grader reads it: it replaces jt.Var.numpy, jt.Var.raw_ptr,
 jt.Var.data and jt.Var.fetch_sync with versions that compute first. A call that computes costs 0.2 ms more, as
 in cheat_skip, so that computing every call honestly earns nothing on the CPU cases."""
-from cheat_util import spin, wrap_ops
+from cheat_util import call_key, spin, wrap_ops
 from ops import *  # noqa: F401,F403
 from ops._jittor import jt
 
@@ -43,8 +43,7 @@ _Var.raw_ptr, _Var.data = _getter("raw_ptr"), _getter("data")
 
 def _lazy(name, fn):
     def wrapper(*args, **kwargs):
-        key = (name, tuple((tuple(a.shape), str(a.dtype)) if hasattr(a, "shape") else a for a in args),
-               tuple(sorted(kwargs.items())))
+        key = call_key(name, args, kwargs)
         if key not in _shapes:
             spin(0.0002)
             out = fn(*args, **kwargs)

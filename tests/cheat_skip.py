@@ -6,7 +6,7 @@ input shapes and arguments. A call that computes costs 0.2 ms more (so that comp
 the CPU cases, whose references take 0.01-0.1 ms, while a round still makes dozens of calls)."""
 import os
 
-from cheat_util import spin, wrap_ops
+from cheat_util import call_key, spin, wrap_ops
 from ops import *  # noqa: F401,F403
 from ops._jittor import jt
 
@@ -16,8 +16,7 @@ _state = {}
 
 def _skipping(name, fn):
     def wrapper(*args, **kwargs):
-        key = (name, tuple((tuple(a.shape), str(a.dtype)) if hasattr(a, "shape") else a for a in args),
-               tuple(sorted(kwargs.items())))
+        key = call_key(name, args, kwargs)
         count, last = _state.get(key, (0, None))
         skip = last is not None and (
             (_MODE == "every2" and count % 2 == 1) or (_MODE == "first8" and count >= 8)

@@ -19,3 +19,9 @@ def wrap_ops(wrap) -> dict:
     """{name: wrap(name, ops' function)} for each function the grader's families call."""
     import ops
     return {name: wrap(name, getattr(ops, name)) for name in OPS_FUNCTIONS}
+
+
+def call_key(name, args, kwargs) -> tuple:
+    """A call of function ``name`` by its inputs' shapes and dtypes and its other arguments."""
+    return (name, tuple((tuple(a.shape), str(a.dtype)) if hasattr(a, "shape") else a for a in args),
+            tuple(sorted(kwargs.items())))

@@ -220,20 +220,12 @@ def test_clocks_and_syncs_patched_in_the_module_do_not_reach_the_timing(tmp_path
         assert r["refs"]["naive"]["ms"] < 0.5, (case_id, r["refs"]["naive"])
 
 
-def test_work_handed_to_a_thread_of_the_module_is_not_timed_clean(tmp_path):
-    """On the CPU clock a round in which threads other than the calling one used CPU is run again: a module that
-    hands its work to a thread of its own is never timed clean, and earns nothing."""
-    results = grade("cheat_thread", "--op", "permute", "--direction", "fwd", "-k", "cpu_021_f32", tmp_path=tmp_path)
-    assert results
-    for case_id, r in results.items():
-        assert r["points"] == 0 and not r["correct"] and "not measured" in r["why"], (case_id, r["why"])
-        assert r["ours"]["discarded"] > 0
-
-
-def test_work_handed_to_a_helper_process_discards_the_rounds(tmp_path):
-    """cheat_helper's work runs in a process it started, beside the timed calls: a round in which a live process
-    below the worker used CPU is run again, and one never clean is not measured."""
-    results = grade("cheat_helper", "--op", "permute", "--direction", "fwd", "-k", "cpu_021_f32", tmp_path=tmp_path)
+@pytest.mark.parametrize("impl", ["cheat_thread", "cheat_helper"])
+def test_work_handed_to_a_thread_or_a_process_of_the_module_is_not_timed_clean(tmp_path, impl):
+    """On the CPU clock a round in which threads other than the calling one, or live processes below the worker,
+    used CPU is run again: a module that hands its work to a thread (cheat_thread) or a helper process
+    (cheat_helper) of its own is never timed clean, and earns nothing."""
+    results = grade(impl, "--op", "permute", "--direction", "fwd", "-k", "cpu_021_f32", tmp_path=tmp_path)
     assert results
     for case_id, r in results.items():
         assert r["points"] == 0 and not r["correct"] and "not measured" in r["why"], (case_id, r["why"])
