@@ -347,3 +347,21 @@ def test_work_outside_the_gpu_kernels_earns_no_points_on_the_gpu(impl, tmp_path)
         assert r["correct"], (case_id, r["why"])
         refs = {name: t["error"] or t["ms"] for name, t in r["refs"].items()}
         assert ours["ms"] >= ours["kernel_ms"] and r["points"] == 0, (case_id, ours, r["points"], r["tiers"], refs)
+
+
+@pytest.mark.cuda
+def test_outputs_computed_only_when_read_fail_on_the_gpu(tmp_path):
+    results = grade("cheat_lazy", *GPU_CASES, "--references", "", tmp_path=tmp_path, device="cuda")
+    assert len(results) >= 4
+    assert_all_zero(results, re.compile(r"(timed|checked) call"))
+
+
+@pytest.mark.cuda
+def test_sabotaged_pytorch_does_not_reach_its_reference_on_the_gpu(tmp_path):
+    """On the GPU cheat_torch's CUDA events would time every PyTorch call at 1000 s."""
+    results = grade("cheat_torch", "-k", "k2s2_tiny,021_f32_16MB", "--references", "naive,torch", status=0,
+                    tmp_path=tmp_path, device="cuda")
+    assert {c.split("/")[0] for c in results} == {"permute", "max_pool3d"} and len(results) >= 3
+    for case_id, r in results.items():
+        torch_tier = r["refs"]["torch"]
+        assert r["correct"] and torch_tier.get("error") is None and torch_tier["ms"] < 100, (case_id, torch_tier)
