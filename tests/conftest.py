@@ -1,5 +1,6 @@
 import collections
 import os
+import signal
 import sys
 
 import numpy as np
@@ -28,6 +29,11 @@ def _import_ops_alone():
 _import_ops_alone()
 import ops  # noqa: E402,F401  (bootstraps jittor)
 from ops._jittor import has_cuda, jt  # noqa: E402
+
+# jittor's core ends the process, without a word, when a child dies of a signal other than SIGTERM (its handler is
+# for its own dataset workers): a test whose subprocess is killed (a timeout, a SIGKILL) would end the whole run
+# with no report. The default lets such a test fail on its own.
+signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 
 if os.environ.get("OPS_RECORD_CALLS"):  # tests/call_record.py: before the test modules import ops' functions
     import call_record  # noqa: E402

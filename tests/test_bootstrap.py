@@ -205,3 +205,18 @@ def test_import_ops_after_jittor_says_so():
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == os.path.join(env["PYTHONPATH"], "ops", "__init__.py")
     assert "ops: jittor was imported before ops" in proc.stderr and "use_nccl='0' not set" in proc.stderr
+
+
+def test_a_killed_child_fails_only_its_test():
+    """jittor's core ends a process whose child dies of a signal (conftest restores the default for the tests):
+    a subprocess killed after jittor ran must leave this process, and the run, going."""
+    import signal
+    import subprocess
+    import sys
+    from ops._jittor import jt
+
+    jt.array([1.0, 2.0]).sum().sync()
+    assert signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    child.kill()
+    assert child.wait(timeout=30) == -signal.SIGKILL
