@@ -136,19 +136,22 @@ POOL3D_GATHER_FN int pool3d_disjoint_window(int t, const OpsDiv<int>& s, int e, 
 
 // dx of n <= VEC consecutive elements of the flattened planes from (plane, id, ih, iw), each of type T:
 // out[q] = dy of the window whose saved argmax it is, else `zero`. The D and H windows change only with the row.
+// Every element's window is found first, then all the windows' indices and dy are loaded together, then
+// compared: a thread waits on one round trip to memory, not on an index and then its dy.
 template <typename T, int VEC, typename I>
 POOL3D_GATHER_FN void pool3d_disjoint_run(const Pool3dDisjoint& g, const int* idx, const T* dy, I plane_out,
                                           I plane, int id, int ih, int iw, int n, T zero, T (&out)[VEC]) {
   int od = pool3d_disjoint_window(id + g.pd, g.sd, g.ed, g.Do);
   int oh = pool3d_disjoint_window(ih + g.ph, g.sh, g.eh, g.Ho);
   int rw, ow = ops_divmod(g.sw, iw + g.pw, rw);
+  I at[VEC];    // the element's window in idx and dy, or -1
+  int pos[VEC];  // the element's index in its plane
   POOL3D_GATHER_UNROLL
   for (int q = 0; q < VEC; ++q) {
-    out[q] = zero;
-    if (q >= n) continue;
-    if (od >= 0 && oh >= 0 && ow < g.Wo && rw <= g.ew) {
-      const I at = plane * plane_out + (I)((od * g.Ho + oh) * g.Wo + ow);
-      if (idx[at] == (id * g.H + ih) * g.W + iw) out[q] = dy[at];
+    at[q] = -1;
+    pos[q] = (id * g.H + ih) * g.W + iw;
+    if (q < n && od >= 0 && oh >= 0 && ow < g.Wo && rw <= g.ew) {
+      at[q] = plane * plane_out + (I)((od * g.Ho + oh) * g.Wo + ow);
     }
     if (++rw == g.sw.value()) {
       rw = 0;
@@ -167,6 +170,16 @@ POOL3D_GATHER_FN void pool3d_disjoint_run(const Pool3dDisjoint& g, const int* id
       }
       oh = pool3d_disjoint_window(ih + g.ph, g.sh, g.eh, g.Ho);
     }
+  }
+  int saved[VEC];
+  POOL3D_GATHER_UNROLL
+  for (int q = 0; q < VEC; ++q) {
+    saved[q] = at[q] >= 0 ? idx[at[q]] : -1;
+    out[q] = at[q] >= 0 ? dy[at[q]] : zero;
+  }
+  POOL3D_GATHER_UNROLL
+  for (int q = 0; q < VEC; ++q) {
+    if (at[q] < 0 || saved[q] != pos[q]) out[q] = zero;
   }
 }
 

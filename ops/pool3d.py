@@ -48,7 +48,7 @@ bwd_gather          every other window layout: every input element sums, in a fi
                     bytes) and reads each window's index once for the run; window sizes, strides and dilations
                     are compile-time where the window is in GATHER_WINDOWS (cuda_snippets/pool3d_gather.cuh).
                     Moves dy + indices + dx.
-bwd_disjoint        disjoint windows that hold at most half of the input (k2s3): a thread per 16 bytes of dx,
+bwd_disjoint        disjoint windows that hold at most half of the input (k2s3): a thread per 32 bytes of dx,
                     each element dy of the one window that can hold it where that window's saved argmax is the
                     element, else +0 (dy's bits, as the CPU path's copy). Moves dx once, coalesced, + the dy and
                     indices of the windows.
@@ -127,6 +127,8 @@ GATHER_WIDE_RUN_BYTES, GATHER_WIDE_MAX_WINDOWS = 32, 8
 # (8,32,32,63,63) f32, 30% held: the gather 0.108 ms on an H100, the memset-and-scatter it replaces 0.0747 on an
 # H200 against PyTorch's 0.0709; design.md).
 DISJOINT_MAX_COVERED = 0.5
+# bwd_disjoint's bytes of dx per thread: k2s3 f32 on an H200, kernel ms 0.0896 (8 bytes), 0.0731 (16), 0.0651 (32).
+DISJOINT_RUN_BYTES = 32
 # Overlapping windows with at least this many windows along W per element take the two passes of bwd_runs
 # (per output row, one dy sum per run of windows sharing an argmax; then k_d * k_h reads per element). H100 kernel
 # ms, runs against gather: k8s1 (2,16,32,32,32) f32 0.062 vs 0.111, k3s1 (4,32,32,32,32) 0.093 vs 0.059, k3s1d2
@@ -137,10 +139,12 @@ RUNS_MIN_W_WINDOWS = 5
 RUNS_NO_HEAD = 255
 # Windows (kernel, stride, dilation) the gather takes at compile time; any other layer runs the same kernel with
 # the window at run time (Pool3dWinR). Staging the overlapping windows' indices and dy in shared memory per
-# block instead was 1.3-2.1x slower on an H200 (k3s1 0.084 ms against 0.057; design.md, bwd_tile).
+# block instead was 1.3-2.1x slower on an H200 (k3s1 0.084 ms against 0.057; design.md, bwd_tile). Compile-time
+# against run-time window on an H200, kernel ms: k3s1 dilation 2 0.058 against 0.081, k4s4 0.026 against 0.034.
 GATHER_WINDOWS = (
     ((2, 2, 2), (2, 2, 2), (1, 1, 1)), ((3, 3, 3), (1, 1, 1), (1, 1, 1)), ((3, 3, 3), (2, 2, 2), (1, 1, 1)),
     ((2, 2, 2), (1, 1, 1), (1, 1, 1)), ((1, 3, 3), (1, 2, 2), (1, 1, 1)), ((1, 2, 2), (1, 2, 2), (1, 1, 1)),
+    ((3, 3, 3), (1, 1, 1), (2, 2, 2)), ((4, 4, 4), (4, 4, 4), (1, 1, 1)),
 )
 # The backward gathers from the int32 indices the forward saves, for every layout: recomputing each argmax from
 # x instead (no indices kept) was 1.1-3.4x slower (k4s4 (4,32,32,64,64) f32 0.108 ms against 0.032).
@@ -378,7 +382,7 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
         if not cuda:
             return KernelConfig("bwd_gather_cpu", nopad=nopad, index_type=itype)
         if windows_disjoint(params) and covered_fraction(spatial, out, params) <= DISJOINT_MAX_COVERED:
-            return KernelConfig("bwd_disjoint", vec=GATHER_RUN_BYTES // itemsize, block=BLOCK, index_type=itype)
+            return KernelConfig("bwd_disjoint", vec=DISJOINT_RUN_BYTES // itemsize, block=BLOCK, index_type=itype)
         if windows_along_w(params) >= RUNS_MIN_W_WINDOWS and params.kernel[0] * params.kernel[1] < RUNS_NO_HEAD:
             return KernelConfig("bwd_runs", vec=GATHER_RUN_BYTES // itemsize, block=BLOCK, index_type=itype)
         window = (params.kernel, params.stride, params.dilation)
@@ -473,7 +477,7 @@ def menus(itemsize: int) -> dict:
     gather = [("bwd_gather", w, run) for w in GATHER_WINDOWS
               for run in ((narrow, wide) if wide_gather_allowed(w[0], w[1], itemsize) else (narrow,))]
     gather += [("bwd_gather", None, run) for run in sorted({narrow, wide if itemsize >= 4 else narrow})]
-    gather += [("bwd_disjoint", narrow), ("bwd_runs", narrow)]
+    gather += [("bwd_disjoint", DISJOINT_RUN_BYTES // itemsize), ("bwd_runs", narrow)]
     return {"values": _codegen.Menu(k2s2 + flat + warp + rows, lambda e: _call(e, MODE_VALUES)),
             "both": _codegen.Menu(k2s2 + flat + warp, lambda e: _call(e, MODE_BOTH)),
             "gather": _codegen.Menu(gather, _call)}

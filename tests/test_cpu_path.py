@@ -257,7 +257,7 @@ def test_backward_from_indices_is_the_gather_bit_for_bit(dtype, rng):
 # The CUDA bwd_disjoint's work items (pool3d_gather.cuh: VEC consecutive elements of the flattened planes, which
 # cross rows and planes where W is not a multiple of VEC) one after another.
 _DISJOINT_SRC = r"""
-const int VEC = 4;
+const int VEC = @VEC;
 struct { int D, H, W, Do, Ho, Wo, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw; } geom = {
     (int)in0_shape2, (int)in0_shape3, (int)in0_shape4, (int)in1_shape2, (int)in1_shape3, (int)in1_shape4,
     (int)data["kd"], (int)data["kh"], (int)data["kw"], (int)data["sd"], (int)data["sh"], (int)data["sw"],
@@ -269,7 +269,7 @@ for (long long e0 = 0; e0 < total; e0 += VEC) {
   const long long row = e0 / g.W, q = row / g.H;
   const int n = (int)std::min<long long>(VEC, total - e0);
   const in0_type zero = (in0_type)0.0f;
-  in0_type out[VEC] = {zero, zero, zero, zero};  // (jittor's host half types have no default constructor)
+  in0_type out[VEC] = {@ZEROS};  // (jittor's host half types have no default constructor)
   pool3d_disjoint_run<in0_type, VEC, long long>(g, (const int*)in2_p, in1_p, plane_out, q / g.D, (int)(q % g.D),
                                                 (int)(row % g.H), (int)(e0 % g.W), n, zero, out);
   for (int r = 0; r < n; ++r) out0_p[e0 + r] = out[r];
@@ -298,8 +298,10 @@ def test_disjoint_backward_is_the_cpu_paths_copy_bit_for_bit(dtype, rng):
         dy = random_array(tuple(y.shape), dtype, rng)
         dy.reshape(-1)[::5] = -0.0
         dy = to_jittor(dy, dtype)
+        vec = P.select_config(shape, dtype, params, "bwd", on_cuda=True).vec  # the GPU's items
+        src = _DISJOINT_SRC.replace("@VEC", str(vec)).replace("@ZEROS", ", ".join(["zero"] * vec))
         got = jt.code(x.shape, x.dtype, [x, dy, idx], cpu_header="#include <algorithm>\n" + header,
-                      cpu_src=_DISJOINT_SRC, data=P.PoolParams.data(params))
+                      cpu_src=src, data=P.PoolParams.data(params))
         want = jt.grad(InjectGrad.apply(ops.max_pool3d(x, **kw), dy).sum(), x)
         assert got.numpy().tobytes() == want.numpy().tobytes(), (shape, kw)
 

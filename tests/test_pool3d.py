@@ -423,7 +423,6 @@ SELECT_TABLE = [
     # 8-byte elements where an element lies in at most 8 windows; 3 windows along W gather, 5 or more take bwd_runs
     ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "bwd", True, "bwd_gather",
      dict(vec=4, window=((3, 3, 3), (1, 1, 1), (1, 1, 1)))),
-    ((4, 32, 32, 32, 32), "float32", _kw(3, 1, 0, 2), "bwd", True, "bwd_gather", dict(vec=4, window=None)),
     ((2, 4, 40, 40, 32), "float32", _kw((5, 5, 3), 1, 0, (3, 3, 1)), "bwd", True, "bwd_gather",
      dict(vec=4, window=None)),
     ((4, 32, 32, 32, 32), "float32", _kw(5, 1), "bwd", True, "bwd_runs", dict(vec=4)),
@@ -448,11 +447,15 @@ SELECT_TABLE = [
     # disjoint windows gather too
     ((8, 32, 32, 64, 64), "float32", _kw(2), "bwd", True, "bwd_gather",
      dict(vec=8, window=((2, 2, 2), (2, 2, 2), (1, 1, 1)))),
-    # k4s4: the runtime window
-    ((4, 32, 32, 64, 64), "float32", _kw(4), "bwd", True, "bwd_gather", dict(vec=8, window=None)),
-    ((8, 32, 32, 63, 63), "float32", _kw(2, 3), "bwd", True, "bwd_disjoint", dict(vec=4)),  # 30% of x in a window
+    ((4, 32, 32, 64, 64), "float32", _kw(4), "bwd", True, "bwd_gather",
+     dict(vec=8, window=((4, 4, 4), (4, 4, 4), (1, 1, 1)))),
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 1, d=2), "bwd", True, "bwd_gather",
+     dict(vec=4, window=((3, 3, 3), (1, 1, 1), (2, 2, 2)))),
+    # k4s2: the runtime window, 32-byte runs (8 windows an element)
+    ((4, 32, 32, 64, 64), "float32", _kw(4, 2), "bwd", True, "bwd_gather", dict(vec=8, window=None)),
+    ((8, 32, 32, 63, 63), "float32", _kw(2, 3), "bwd", True, "bwd_disjoint", dict(vec=8)),  # 30% of x in a window
     # the tests' case
-    ((2, 3, 10, 11, 13), "float16", _kw(2, 3, 1, ceil=True), "bwd", True, "bwd_disjoint", dict(vec=8)),
+    ((2, 3, 10, 11, 13), "float16", _kw(2, 3, 1, ceil=True), "bwd", True, "bwd_disjoint", dict(vec=16)),
     ((16, 32, 33, 8, 8), "float32", _kw((2, 8, 8), (3, 8, 8)), "bwd", True, "bwd_gather", {}),  # 67%: gathers
     ((8, 32, 31, 63, 63), "float32", _kw(2, ceil=True), "bwd", True, "bwd_gather",
      dict(vec=4, window=((2, 2, 2), (2, 2, 2), (1, 1, 1)))),
