@@ -264,8 +264,9 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather(const int* __restrict
 }
 
 // bwd_disjoint (disjoint windows that leave most of the input in none, such as k2s3): a thread per VEC
-// consecutive elements of dx (16 bytes), every element written once, with one vector store where whole and
-// aligned: dx moves once, coalesced, and no memset precedes it. Deterministic without atomics.
+// consecutive elements of dx (32 bytes, ops/pool3d.py's DISJOINT_RUN_BYTES), every element written once, with
+// vector stores where whole and aligned: dx moves once, coalesced, and no memset precedes it. Deterministic
+// without atomics.
 template <typename T, typename I, int VEC, int BLOCK>
 __global__ void __launch_bounds__(BLOCK) pool3d_bwd_disjoint(const int* __restrict__ idx, const T* __restrict__ dy,
                                                              T* __restrict__ dx, const Pool3dArgs<I> a,
