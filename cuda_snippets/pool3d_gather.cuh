@@ -107,6 +107,149 @@ POOL3D_GATHER_FN void pool3d_gather_run(const Win& win, const Pool3dGatherDims& 
   });
 }
 
+// How the gather loads a candidate row's windows (ops/pool3d.py: GATHER_LOADS picks one per compile-time window):
+// POOL3D_LOADS_ON_DEMAND reads each window's index and, where it is one of the run's elements, then its dy (every
+// window a branch on a load just made); POOL3D_LOADS_ROW reads every index and dy of a row before any test, so
+// that they are all in flight at once; POOL3D_LOADS_ALL does so with the rows unrolled too (no branch between
+// the rows); POOL3D_LOADS_REACH (windows of stride 1 only) is ALL comparing each window with the elements it
+// reaches only (pool3d_gather_run_reach). The sums are the same, in the same order.
+#define POOL3D_LOADS_ON_DEMAND 0
+#define POOL3D_LOADS_ROW 1
+#define POOL3D_LOADS_ALL 2
+#define POOL3D_LOADS_REACH 3
+
+// The most windows along W that can reach a run of RUN elements, and the most output rows along D (H) that can
+// hold one input row: bounds known at compile time for a Pool3dWinC.
+template <class Win, int RUN> struct Pool3dGatherSpan {
+  static constexpr int w = (RUN - 1 + (Win::kw - 1) * Win::dw) / Win::sw + 1;
+  static constexpr int d = (Win::kd - 1) * Win::dd / Win::sd + 1;
+  static constexpr int h = (Win::kh - 1) * Win::dh / Win::sh + 1;
+};
+
+// One candidate output row's part of pool3d_gather_run with its windows w_lo .. w_hi (at most NW) loaded first;
+// a row that is not a candidate (ok false) loads nothing and adds nothing.
+template <typename A, int RUN, int NW, typename T, class Load>
+POOL3D_GATHER_FN void pool3d_gather_row(const int* ip, const T* gp, int orow, int w_lo, int w_hi, int pos0, int n,
+                                        bool ok, A (&acc)[RUN], Load load) {
+  int r[NW];
+  A v[NW];
+  POOL3D_GATHER_UNROLL
+  for (int j = 0; j < NW; ++j) {
+    const bool in = ok && w_lo + j <= w_hi;
+    r[j] = in ? ip[orow + w_lo + j] - pos0 : -1;
+    v[j] = in ? load(gp + orow + w_lo + j) : A(0);
+  }
+  POOL3D_GATHER_UNROLL
+  for (int j = 0; j < NW; ++j) {
+    const bool hit = (unsigned int)r[j] < (unsigned int)n;
+    POOL3D_GATHER_UNROLL
+    for (int q = 0; q < RUN; ++q) {
+      if (hit && q == r[j]) acc[q] = acc[q] + v[j];
+    }
+  }
+}
+
+// pool3d_gather_run for a compile-time window (Pool3dWinC) with POOL3D_LOADS_ROW or POOL3D_LOADS_ALL: the same
+// sums in the same order.
+template <int LOADS, typename A, int RUN, typename T, class Win, class Load, class Rows>
+POOL3D_GATHER_FN void pool3d_gather_run_loaded(const Win& win, const Pool3dGatherDims& g, const int* ip,
+                                               const T* gp, int id, int ih, int w0, int n, A (&acc)[RUN], Load load,
+                                               const Rows& rows) {
+  typedef Pool3dGatherSpan<Win, RUN> Span;
+  pool3d_clear_run(acc);
+  const int tw = w0 + g.pw;
+  const int pos0 = (id * g.H + ih) * g.W + w0;
+  int w_lo, w_hi;
+  pool3d_gather_range(tw, tw + n - 1, win.kw, win.sw, win.dw, g.Wo, w_lo, w_hi);
+  if (LOADS == POOL3D_LOADS_ROW) {
+    pool3d_rows_holding(win, g, id, ih, [&](int od, int oh) {
+      pool3d_gather_row<A, RUN, Span::w>(ip, gp, rows.at(od, oh), w_lo, w_hi, pos0, n, true, acc, load);
+    });
+    return;
+  }
+  const int td = id + g.pd, th = ih + g.ph;
+  int d_lo, d_hi, h_lo, h_hi;
+  pool3d_gather_range(td, td, win.kd, win.sd, win.dd, g.Do, d_lo, d_hi);
+  pool3d_gather_range(th, th, win.kh, win.sh, win.dh, g.Ho, h_lo, h_hi);
+  POOL3D_GATHER_UNROLL
+  for (int a = 0; a < Span::d; ++a) {
+    const int od = d_lo + a;
+    const bool d_ok = od <= d_hi && (win.dd == 1 || (td - od * win.sd) % win.dd == 0);
+    POOL3D_GATHER_UNROLL
+    for (int b = 0; b < Span::h; ++b) {
+      const int oh = h_lo + b;
+      const bool ok = d_ok && oh <= h_hi && (win.dh == 1 || (th - oh * win.sh) % win.dh == 0);
+      pool3d_gather_row<A, RUN, Span::w>(ip, gp, ok ? rows.at(od, oh) : 0, w_lo, w_hi, pos0, n, ok, acc, load);
+    }
+  }
+}
+
+// pool3d_gather_run for a compile-time window of stride 1 along every dim (any dilation). Element r of the run lies
+// in window ow = tw + r - kx * dw of a row, so numbering the windows that reach the run from ow = tw - (kw - 1) * dw
+// (j = 0), window j reaches exactly the elements r = j - m * dw (m < kw): each element is compared with its kw
+// windows only, where the other forms compare every window with all RUN elements. Likewise the output rows that
+// hold input row (id, ih) are od = td - a * dd, oh = th - b * dh (a < kd, b < kh) where inside the output: no
+// candidate row is skipped for dilation. Each element still sums its windows in (od, oh, ow) order.
+template <typename A, int RUN, typename T, class Win, class Load, class Rows>
+POOL3D_GATHER_FN void pool3d_gather_run_reach(const Win& win, const Pool3dGatherDims& g, const int* ip, const T* gp,
+                                              int id, int ih, int w0, int n, A (&acc)[RUN], Load load,
+                                              const Rows& rows) {
+  static_assert(Win::sd == 1 && Win::sh == 1 && Win::sw == 1, "POOL3D_LOADS_REACH: stride 1 only");
+  constexpr int EW = (Win::kw - 1) * Win::dw, NW = RUN + EW;
+  pool3d_clear_run(acc);
+  const int pos0 = (id * g.H + ih) * g.W + w0;
+  const int first = w0 + g.pw - EW;  // the window j = 0
+  POOL3D_GATHER_UNROLL
+  for (int a = Win::kd - 1; a >= 0; --a) {
+    const int od = id + g.pd - a * Win::dd;
+    POOL3D_GATHER_UNROLL
+    for (int b = Win::kh - 1; b >= 0; --b) {
+      const int oh = ih + g.ph - b * Win::dh;
+      const bool ok = od >= 0 && od < g.Do && oh >= 0 && oh < g.Ho;
+      const int orow = ok ? rows.at(od, oh) + first : 0;
+      int at[NW];
+      A v[NW];
+      POOL3D_GATHER_UNROLL
+      for (int j = 0; j < NW; ++j) {
+        const bool in = ok && first + j >= 0 && first + j < g.Wo;
+        at[j] = in ? ip[orow + j] : -1;
+        v[j] = in ? load(gp + orow + j) : A(0);
+      }
+      POOL3D_GATHER_UNROLL
+      for (int j = 0; j < NW; ++j) {
+        POOL3D_GATHER_UNROLL
+        for (int m = 0; m < Win::kw; ++m) {
+          const int r = j - m * Win::dw;
+          if (r >= 0 && r < RUN && r < n && at[j] == pos0 + r) acc[r] = acc[r] + v[j];
+        }
+      }
+    }
+  }
+}
+
+// The work item of one way of loading (only that one is instantiated: a Pool3dWinR has no compile-time bounds).
+template <int LOADS> struct Pool3dGatherBy {
+  template <typename A, int RUN, typename T, class Win, class Load, class Rows>
+  static POOL3D_GATHER_MEMBER void run(const Win& win, const Pool3dGatherDims& g, const int* ip, const T* gp, int id,
+                                       int ih, int w0, int n, A (&acc)[RUN], Load load, const Rows& rows) {
+    pool3d_gather_run_loaded<LOADS>(win, g, ip, gp, id, ih, w0, n, acc, load, rows);
+  }
+};
+template <> struct Pool3dGatherBy<POOL3D_LOADS_REACH> {
+  template <typename A, int RUN, typename T, class Win, class Load, class Rows>
+  static POOL3D_GATHER_MEMBER void run(const Win& win, const Pool3dGatherDims& g, const int* ip, const T* gp, int id,
+                                       int ih, int w0, int n, A (&acc)[RUN], Load load, const Rows& rows) {
+    pool3d_gather_run_reach(win, g, ip, gp, id, ih, w0, n, acc, load, rows);
+  }
+};
+template <> struct Pool3dGatherBy<POOL3D_LOADS_ON_DEMAND> {
+  template <typename A, int RUN, typename T, class Win, class Load, class Rows>
+  static POOL3D_GATHER_MEMBER void run(const Win& win, const Pool3dGatherDims& g, const int* ip, const T* gp, int id,
+                                       int ih, int w0, int n, A (&acc)[RUN], Load load, const Rows& rows) {
+    pool3d_gather_run(win, g, ip, gp, id, ih, w0, n, acc, load, rows);
+  }
+};
+
 // bwd_disjoint: windows that never share an element (along each dim the stride is at least the window's extent,
 // (k - 1) * dilation + 1), so element t of a dim (padded position) can lie only in window t / s, and dx of an
 // element is dy of that window where its saved argmax is the element, else +0: a copy of dy's bits, as the CPU
@@ -248,7 +391,7 @@ __device__ __forceinline__ void pool3d_store_run(T* __restrict__ dp, const typen
 
 // One thread per run of RUN elements of an input row; VEC_OK (the launch's W % RUN == 0): every run is whole
 // and RUN-aligned, stored as one vector.
-template <typename T, typename I, class Win, int RUN, int BLOCK>
+template <typename T, typename I, class Win, int RUN, int LOADS, int BLOCK>
 __global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather(const int* __restrict__ idx, const T* __restrict__ dy,
                                                            T* __restrict__ dx, const Pool3dArgs<I> a,
                                                            const Pool3dGatherDims gd, const bool vec_ok,
@@ -258,8 +401,8 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather(const int* __restrict
   if (!pool3d_run_item<I, RUN, BLOCK>(a, gd, plane, id, ih, w0, n)) return;
   typedef typename Pool3dAcc<T>::type A;
   A acc[RUN];
-  pool3d_gather_run<A, RUN>(win, gd, idx + plane * a.plane_out, dy + plane * a.plane_out, id, ih, w0, n, acc,
-                            Pool3dGatherLoad<T>(), Pool3dPlaneRows{gd.Ho, gd.Wo});
+  Pool3dGatherBy<LOADS>::run(win, gd, idx + plane * a.plane_out, dy + plane * a.plane_out, id, ih, w0, n, acc,
+                             Pool3dGatherLoad<T>(), Pool3dPlaneRows{gd.Ho, gd.Wo});
   pool3d_store_run<T, RUN>(dx + plane * a.plane_in + (I)(id * gd.H + ih) * gd.W + w0, acc, n, vec_ok);
 }
 
@@ -460,13 +603,13 @@ void pool3d_bwd_runs_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom
 }
 
 // The launcher: Win is a Pool3dWinC (compile-time window, checked against the geometry) or Pool3dWinR (the
-// geometry's window at run time).
-template <typename T, typename I, class Win, int RUN, int BLOCK>
+// geometry's window at run time, POOL3D_LOADS_ON_DEMAND only).
+template <typename T, typename I, class Win, int RUN, int LOADS, int BLOCK>
 void pool3d_bwd_gather_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom& g, long long planes) {
   const Win win = pool3d_gather_window(g, Win());
   const Pool3dRunLaunch<I> l = pool3d_run_launch<T, I, RUN>(g, planes, dx);
-  pool3d_bwd_gather<T, I, Win, RUN, BLOCK><<<pool3d_grid<I, BLOCK>(l.a), BLOCK>>>(idx, dy, dx, l.a, l.gd, l.vec_ok,
-                                                                                  win);
+  pool3d_bwd_gather<T, I, Win, RUN, LOADS, BLOCK><<<pool3d_grid<I, BLOCK>(l.a), BLOCK>>>(idx, dy, dx, l.a, l.gd,
+                                                                                         l.vec_ok, win);
   OPS_CHECK_LAUNCH();
 }
 #endif

@@ -146,6 +146,28 @@ GATHER_WINDOWS = (
     ((2, 2, 2), (1, 1, 1), (1, 1, 1)), ((1, 3, 3), (1, 2, 2), (1, 1, 1)), ((1, 2, 2), (1, 2, 2), (1, 1, 1)),
     ((3, 3, 3), (1, 1, 1), (2, 2, 2)), ((4, 4, 4), (4, 4, 4), (1, 1, 1)),
 )
+# How the gather loads a compile-time window's candidates (pool3d_gather.cuh): every index and dy of a row before
+# any test (ROW), with the rows unrolled too (ALL), ALL comparing each window with the elements it reaches only
+# (REACH: stride 1), or each dy only where its index is one of the run's elements (any window not listed). H200
+# kernel ms, on demand / ROW / ALL / REACH: k3s1 f32 0.0570 / 0.0413 / 0.0421 / 0.0364 (f16 0.0537 / 0.0443 /
+# 0.0437 / 0.0401, f64 0.130 / 0.066 / 0.071 / 0.063), k2s1 0.0317 / 0.0220 / 0.0215 / 0.0191, k3s2p1 f32 0.0818 /
+# 0.0592 / 0.0696, k2s2 f32 0.0549 / 0.0477 / 0.0469 (f16 0.0678 / 0.0626 / 0.0545), (1,3,3)s(1,2,2) bf16 0.0383 /
+# 0.0311 / 0.0290, (1,2,2)s(1,2,2) 0.0309 / 0.0286 / 0.0289; k3s1 dilation 2 0.0581 on demand, REACH 0.0655 in runs
+# of 4 and 0.0513 in runs of 8 (GATHER_WIDE_WINDOWS); k4s4 0.0262 / 0.0270 / 0.0279 stays on demand.
+GATHER_LOADS = {
+    ((3, 3, 3), (1, 1, 1), (1, 1, 1)): "POOL3D_LOADS_REACH",
+    ((2, 2, 2), (1, 1, 1), (1, 1, 1)): "POOL3D_LOADS_REACH",
+    ((3, 3, 3), (1, 1, 1), (2, 2, 2)): "POOL3D_LOADS_REACH",
+    ((3, 3, 3), (2, 2, 2), (1, 1, 1)): "POOL3D_LOADS_ROW",
+    ((1, 2, 2), (1, 2, 2), (1, 1, 1)): "POOL3D_LOADS_ROW",
+    ((2, 2, 2), (2, 2, 2), (1, 1, 1)): "POOL3D_LOADS_ALL",
+    ((1, 3, 3), (1, 2, 2), (1, 1, 1)): "POOL3D_LOADS_ALL",
+}
+# Windows that take 32-byte runs though an element lies in more than GATHER_WIDE_MAX_WINDOWS of them, and the
+# shortest run their GATHER_LOADS form takes (shorter runs load on demand): a dilated row's REACH loads
+# RUN + (kw - 1) * dw windows, so k3s1 dilation 2 f32 takes 0.0513 ms in runs of 8 against 0.0655 in runs of 4.
+GATHER_WIDE_WINDOWS = (((3, 3, 3), (1, 1, 1), (2, 2, 2)),)
+GATHER_LOADS_MIN_RUN = {((3, 3, 3), (1, 1, 1), (2, 2, 2)): 8}
 # The backward gathers from the int32 indices the forward saves, for every layout: recomputing each argmax from
 # x instead (no indices kept) was 1.1-3.4x slower (k4s4 (4,32,32,64,64) f32 0.108 ms against 0.032).
 VARIANTS = {
@@ -270,16 +292,27 @@ def windows_per_element(kernel: Triple, stride: Triple) -> int:
     return math.prod(-(-k // s) for k, s in zip(kernel, stride))
 
 
-def wide_gather_allowed(kernel: Triple, stride: Triple, itemsize: int) -> bool:
-    return itemsize >= 4 and windows_per_element(kernel, stride) <= GATHER_WIDE_MAX_WINDOWS
+def wide_gather_allowed(window: Tuple[Triple, Triple, Triple], itemsize: int) -> bool:
+    """May the gather take 32-byte runs for ``window`` (kernel, stride, dilation)?"""
+    kernel, stride, _ = window
+    return itemsize >= 4 and (windows_per_element(kernel, stride) <= GATHER_WIDE_MAX_WINDOWS
+                              or window in GATHER_WIDE_WINDOWS)
 
 
-def gather_run(kernel: Triple, stride: Triple, itemsize: int, width: int) -> int:
+def gather_run(window: Tuple[Triple, Triple, Triple], itemsize: int, width: int) -> int:
     """Elements per thread of the gather backward (its run along a row of ``width`` elements)."""
     wide = GATHER_WIDE_RUN_BYTES // itemsize
-    if wide_gather_allowed(kernel, stride, itemsize) and width % wide == 0:
+    if wide_gather_allowed(window, itemsize) and width % wide == 0:
         return wide
     return GATHER_RUN_BYTES // itemsize
+
+
+def gather_loads(window: Optional[Tuple[Triple, Triple, Triple]], run: int) -> str:
+    """How the gather of a compile-time ``window`` (None: the run-time window) in runs of ``run`` elements loads
+    its candidate windows (pool3d_gather.cuh's POOL3D_LOADS_*)."""
+    if window is None or run < GATHER_LOADS_MIN_RUN.get(window, 1):
+        return "POOL3D_LOADS_ON_DEMAND"
+    return GATHER_LOADS.get(window, "POOL3D_LOADS_ON_DEMAND")
 
 
 # ---- dispatch ---------------------------------------------------------------------------------------------
@@ -386,8 +419,8 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
         if windows_along_w(params) >= RUNS_MIN_W_WINDOWS and params.kernel[0] * params.kernel[1] < RUNS_NO_HEAD:
             return KernelConfig("bwd_runs", vec=GATHER_RUN_BYTES // itemsize, block=BLOCK, index_type=itype)
         window = (params.kernel, params.stride, params.dilation)
-        return KernelConfig("bwd_gather", vec=gather_run(params.kernel, params.stride, itemsize, spatial[2]),
-                            block=BLOCK, index_type=itype, window=window if window in GATHER_WINDOWS else None)
+        return KernelConfig("bwd_gather", vec=gather_run(window, itemsize, spatial[2]), block=BLOCK,
+                            index_type=itype, window=window if window in GATHER_WINDOWS else None)
     if not cuda:
         return KernelConfig("fwd_cpu", nopad=nopad, index_type=itype)
     vec = _k2s2_vec(params, spatial[2], itemsize) if nopad else 0
@@ -457,7 +490,7 @@ def _call(entry: tuple, mode: int = MODE_VALUES) -> str:
         return f"pool3d_bwd_runs_launch<T, I, {entry[1]}, {BLOCK}>(idx, dy, dx, g, planes)"
     _, window, run = entry  # bwd_gather
     win = "Pool3dWinR" if window is None else f"Pool3dWinC<{', '.join(ks(t) for t in window)}>"
-    return f"pool3d_bwd_gather_launch<T, I, {win}, {run}, {BLOCK}>(idx, dy, dx, g, planes)"
+    return f"pool3d_bwd_gather_launch<T, I, {win}, {run}, {gather_loads(window, run)}, {BLOCK}>(idx, dy, dx, g, planes)"
 
 
 def _flags():
@@ -475,7 +508,7 @@ def menus(itemsize: int) -> dict:
             for sw in ROWS_SW for pw in ROWS_PW for nopad in ((True, False) if pw == 0 else (False,))]
     narrow, wide = GATHER_RUN_BYTES // itemsize, GATHER_WIDE_RUN_BYTES // itemsize
     gather = [("bwd_gather", w, run) for w in GATHER_WINDOWS
-              for run in ((narrow, wide) if wide_gather_allowed(w[0], w[1], itemsize) else (narrow,))]
+              for run in ((narrow, wide) if wide_gather_allowed(w, itemsize) else (narrow,))]
     gather += [("bwd_gather", None, run) for run in sorted({narrow, wide if itemsize >= 4 else narrow})]
     gather += [("bwd_disjoint", DISJOINT_RUN_BYTES // itemsize), ("bwd_runs", narrow)]
     return {"values": _codegen.Menu(k2s2 + flat + warp + rows, lambda e: _call(e, MODE_VALUES)),

@@ -254,6 +254,81 @@ def test_backward_from_indices_is_the_gather_bit_for_bit(dtype, rng):
         assert again.numpy().tobytes() == got.numpy().tobytes(), (shape, kw)
 
 
+# The CUDA gather's other ways of loading (Pool3dGatherBy: a row's indices and dy read before any test, the rows
+# unrolled or not, each window compared with the elements it reaches) for each compile-time window that takes one on
+# the GPU (ops/pool3d.py: GATHER_LOADS), every form that applies and two run lengths, as work items one after
+# another: each must give the on-demand gather's dx bit for bit.
+_LOADED_HEADER = r"""
+#include <algorithm>
+template <int LOADS, int RUN, typename A, class Win, typename T, class Load>
+void loaded_gather(const Win& win, const Pool3dGatherDims& gd, const int* idx, const T* dy, T* dx, long long planes,
+                   int D, long long plane_out, Load load) {
+  const long long plane_in = (long long)D * gd.H * gd.W;
+  for (long long p = 0; p < planes; ++p)
+    for (int id = 0; id < D; ++id)
+      for (int ih = 0; ih < gd.H; ++ih)
+        for (int w0 = 0; w0 < gd.W; w0 += RUN) {
+          const int n = std::min(RUN, gd.W - w0);
+          A acc[RUN];
+          Pool3dGatherBy<LOADS>::run(win, gd, idx + p * plane_out, dy + p * plane_out, id, ih, w0, n, acc, load,
+                                     Pool3dPlaneRows{gd.Ho, gd.Wo});
+          T* dp = dx + p * plane_in + ((long long)id * gd.H + ih) * gd.W + w0;
+          for (int r = 0; r < n; ++r) dp[r] = ops_cpu::from_acc<T>(acc[r]);
+        }
+}
+"""
+_LOADED_SRC = r"""
+typedef ops_cpu::Acc<in0_type>::type A;
+struct Load { A operator()(const in0_type* p) const { return ops_cpu::to_acc(*p); } };
+const Pool3dGatherDims gd = {(int)in0_shape3, (int)in0_shape4, (int)in1_shape2, (int)in1_shape3, (int)in1_shape4,
+                             (int)data["pd"], (int)data["ph"], (int)data["pw"]};
+const long long planes = (long long)in0_shape0 * in0_shape1;
+const long long plane_out = (long long)in1_shape2 * in1_shape3 * in1_shape4;
+switch ((int)data["case"]) {
+@CASES
+}
+"""
+LOADED_FORMS = [(window, loads, run) for window in P.GATHER_LOADS
+                for loads in ("POOL3D_LOADS_ROW", "POOL3D_LOADS_ALL", "POOL3D_LOADS_REACH")
+                if loads != "POOL3D_LOADS_REACH" or window[1] == (1, 1, 1) for run in (4, 8)]
+
+
+def _loaded_src():
+    cases = []
+    for i, (window, loads, run) in enumerate(LOADED_FORMS):
+        win = "Pool3dWinC<" + ", ".join(str(v) for t in window for v in t) + ">"
+        cases.append(f"case {i}: loaded_gather<{loads}, {run}, A>({win}(), gd, (const int*)in2_p, in1_p, out0_p, "
+                     f"planes, (int)in0_shape2, plane_out, Load()); break;")
+    return _LOADED_SRC.replace("@CASES", "\n".join(cases))
+
+
+def _loaded_paths(window):
+    """Layers of one compile-time window: whole runs, a partial last run, and padding or ceil_mode where they fit."""
+    k, s, d = window
+    kw = lambda **extra: dict(kernel_size=k, stride=s, dilation=d, **extra)  # noqa: E731
+    return [((2, 3, 9, 10, 16), kw()), ((1, 2, 7, 9, 11), kw()),
+            ((2, 2, 8, 11, 13), kw(padding=tuple(0 if kk == 1 else 1 for kk in k))),
+            ((1, 3, 7, 9, 13), kw(ceil_mode=True))]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_loaded_gathers_are_the_gather_bit_for_bit(dtype, rng):
+    header = _LOADED_HEADER.replace("#include <algorithm>\n", "#include <algorithm>\n"
+                                    + _codegen.include(("cpu_common.h", "pool3d_gather")) + "\n")
+    src = _loaded_src()
+    for i, (window, loads, run) in enumerate(LOADED_FORMS):
+        for shape, kw in _loaded_paths(window):
+            x = random_array(shape, dtype, rng)
+            x.reshape(-1)[::7] = x.reshape(-1)[3]  # ties
+            x = to_jittor(x, dtype)
+            y, idx = ops.max_pool3d(x, return_indices=True, **kw)
+            dy = to_jittor(random_array(tuple(y.shape), dtype, rng), dtype)
+            data = dict(P.PoolParams.data(P.normalize_params(**kw)), case=i)
+            got = jt.code(x.shape, x.dtype, [x, dy, idx], cpu_header=header, cpu_src=src, data=data)
+            want = jt.grad(InjectGrad.apply(ops.max_pool3d(x, **kw), dy).sum(), x)
+            assert got.numpy().tobytes() == want.numpy().tobytes(), (window, loads, run, shape, kw)
+
+
 # The CUDA bwd_disjoint's work items (pool3d_gather.cuh: VEC consecutive elements of the flattened planes, which
 # cross rows and planes where W is not a multiple of VEC) one after another.
 _DISJOINT_SRC = r"""

@@ -450,6 +450,8 @@ SELECT_TABLE = [
     ((4, 32, 32, 64, 64), "float32", _kw(4), "bwd", True, "bwd_gather",
      dict(vec=8, window=((4, 4, 4), (4, 4, 4), (1, 1, 1)))),
     ((4, 32, 32, 32, 32), "float32", _kw(3, 1, d=2), "bwd", True, "bwd_gather",
+     dict(vec=8, window=((3, 3, 3), (1, 1, 1), (2, 2, 2)))),  # GATHER_WIDE_WINDOWS
+    ((4, 32, 32, 32, 31), "float32", _kw(3, 1, d=2), "bwd", True, "bwd_gather",
      dict(vec=4, window=((3, 3, 3), (1, 1, 1), (2, 2, 2)))),
     # k4s2: the runtime window, 32-byte runs (8 windows an element)
     ((4, 32, 32, 64, 64), "float32", _kw(4, 2), "bwd", True, "bwd_gather", dict(vec=8, window=None)),
@@ -901,6 +903,46 @@ def test_nvcc_compiles_every_menu(dtype, names):
 def test_every_variant_is_in_a_menu():
     entries = {e[0] for itemsize in (2, 4, 8) for m in P.menus(itemsize).values() for e in m.entries}
     assert entries == {v for v in P.VARIANTS["fwd"] + P.VARIANTS["bwd"] if not v.endswith("cpu")}
+
+
+def test_gather_loads_follow_the_compile_time_window():
+    """A compile-time window of GATHER_LOADS launches with its way of loading (REACH only for stride 1); every
+    other gather, the run-time window's among them (no compile-time bound on a row's windows), loads on demand."""
+    assert set(P.GATHER_LOADS) <= set(P.GATHER_WINDOWS)
+    assert set(P.GATHER_LOADS.values()) == {"POOL3D_LOADS_ROW", "POOL3D_LOADS_ALL", "POOL3D_LOADS_REACH"}
+    assert all(w[1] == (1, 1, 1) for w, loads in P.GATHER_LOADS.items() if loads == "POOL3D_LOADS_REACH")
+    assert set(P.GATHER_LOADS_MIN_RUN) <= set(P.GATHER_LOADS)
+    seen = set()
+    for itemsize in (2, 4, 8):
+        for entry in P.menus(itemsize)["gather"].entries:
+            if entry[0] == "bwd_gather":
+                _, window, run = entry
+                loads = P.gather_loads(window, run)
+                assert f", {loads}, " in P._call(entry), entry
+                if window is None or run < P.GATHER_LOADS_MIN_RUN.get(window, 1):
+                    assert loads == "POOL3D_LOADS_ON_DEMAND", entry
+                else:
+                    assert loads == P.GATHER_LOADS.get(window, "POOL3D_LOADS_ON_DEMAND"), entry
+                seen.add(loads)
+    assert len(seen) == 4
+
+
+@pytest.mark.parametrize("shape, dtype, kw, loads, vec", [
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "POOL3D_LOADS_REACH", 4),
+    ((4, 32, 32, 32, 32), "float16", _kw(3, 1), "POOL3D_LOADS_REACH", 8),
+    ((4, 32, 32, 32, 32), "float32", _kw(2, 1), "POOL3D_LOADS_REACH", 8),
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 1, d=2), "POOL3D_LOADS_REACH", 8),
+    ((4, 32, 32, 32, 31), "float32", _kw(3, 1, d=2), "POOL3D_LOADS_ON_DEMAND", 4),  # runs of 4: on demand
+    ((8, 64, 16, 56, 56), "bfloat16", _kw(3, 2, 1), "POOL3D_LOADS_ROW", 8),
+    ((8, 32, 32, 64, 64), "float32", _kw(2), "POOL3D_LOADS_ALL", 8),
+    ((8, 32, 16, 64, 64), "bfloat16", _kw((1, 3, 3), (1, 2, 2), (0, 1, 1)), "POOL3D_LOADS_ALL", 8),
+    ((4, 32, 32, 64, 64), "float32", _kw(4), "POOL3D_LOADS_ON_DEMAND", 8),
+    ((4, 32, 32, 64, 64), "float32", _kw(4, 2), "POOL3D_LOADS_ON_DEMAND", 8),  # run-time window
+])
+def test_dispatcher_picks_the_gathers_loads(shape, dtype, kw, loads, vec):
+    cfg = _select(shape, dtype, kw, "bwd", True)
+    assert (cfg.variant, cfg.vec) == ("bwd_gather", vec)
+    assert f", {loads}, " in P._call(P._entry(cfg))
 
 
 @pytest.mark.parametrize("kw", [_kw(2), _kw(3, 2, 1), _kw((1, 3, 3), (1, 2, 2), (0, 1, 1))])
