@@ -163,11 +163,12 @@ GATHER_LOADS = {
     ((2, 2, 2), (2, 2, 2), (1, 1, 1)): "POOL3D_LOADS_ALL",
     ((1, 3, 3), (1, 2, 2), (1, 1, 1)): "POOL3D_LOADS_ALL",
 }
-# Windows that take 32-byte runs though an element lies in more than GATHER_WIDE_MAX_WINDOWS of them, and the
-# shortest run their GATHER_LOADS form takes (shorter runs load on demand): a dilated row's REACH loads
-# RUN + (kw - 1) * dw windows, so k3s1 dilation 2 f32 takes 0.0513 ms in runs of 8 against 0.0655 in runs of 4.
+# Windows whose 4-byte elements take 32-byte runs though an element lies in more than GATHER_WIDE_MAX_WINDOWS of
+# them, and the (window, element size, run) that load on demand though the window has a GATHER_LOADS form: a dilated
+# row's REACH loads RUN + (kw - 1) * dw windows. k3s1 dilation 2, kernel ms, on demand / REACH: f32 runs of 4 0.0580
+# / 0.0655, runs of 8 - / 0.0513; f16 runs of 8 0.0669 / 0.0502; f64 runs of 2 0.126 / 0.080, of 4 - / 0.098.
 GATHER_WIDE_WINDOWS = (((3, 3, 3), (1, 1, 1), (2, 2, 2)),)
-GATHER_LOADS_MIN_RUN = {((3, 3, 3), (1, 1, 1), (2, 2, 2)): 8}
+GATHER_ON_DEMAND = ((((3, 3, 3), (1, 1, 1), (2, 2, 2)), 4, 4),)
 # The backward gathers from the int32 indices the forward saves, for every layout: recomputing each argmax from
 # x instead (no indices kept) was 1.1-3.4x slower (k4s4 (4,32,32,64,64) f32 0.108 ms against 0.032).
 VARIANTS = {
@@ -296,7 +297,7 @@ def wide_gather_allowed(window: Tuple[Triple, Triple, Triple], itemsize: int) ->
     """May the gather take 32-byte runs for ``window`` (kernel, stride, dilation)?"""
     kernel, stride, _ = window
     return itemsize >= 4 and (windows_per_element(kernel, stride) <= GATHER_WIDE_MAX_WINDOWS
-                              or window in GATHER_WIDE_WINDOWS)
+                              or (itemsize == 4 and window in GATHER_WIDE_WINDOWS))
 
 
 def gather_run(window: Tuple[Triple, Triple, Triple], itemsize: int, width: int) -> int:
@@ -307,10 +308,10 @@ def gather_run(window: Tuple[Triple, Triple, Triple], itemsize: int, width: int)
     return GATHER_RUN_BYTES // itemsize
 
 
-def gather_loads(window: Optional[Tuple[Triple, Triple, Triple]], run: int) -> str:
-    """How the gather of a compile-time ``window`` (None: the run-time window) in runs of ``run`` elements loads
-    its candidate windows (pool3d_gather.cuh's POOL3D_LOADS_*)."""
-    if window is None or run < GATHER_LOADS_MIN_RUN.get(window, 1):
+def gather_loads(window: Optional[Tuple[Triple, Triple, Triple]], itemsize: int, run: int) -> str:
+    """How the gather of a compile-time ``window`` (None: the run-time window) on elements of ``itemsize`` bytes
+    in runs of ``run`` elements loads its candidate windows (pool3d_gather.cuh's POOL3D_LOADS_*)."""
+    if window is None or (window, itemsize, run) in GATHER_ON_DEMAND:
         return "POOL3D_LOADS_ON_DEMAND"
     return GATHER_LOADS.get(window, "POOL3D_LOADS_ON_DEMAND")
 
@@ -467,8 +468,9 @@ def _entry(cfg: KernelConfig) -> tuple:
     return (v, cfg.k, cfg.nopad)  # fwd_warp
 
 
-def _call(entry: tuple, mode: int = MODE_VALUES) -> str:
-    """The launcher call of a menu entry (the menu function's parameters: x y yi or idx dy dx, g, planes)."""
+def _call(entry: tuple, mode: int = MODE_VALUES, itemsize: int = 4) -> str:
+    """The launcher call of a menu entry (the menu function's parameters: x y yi or idx dy dx, g, planes);
+    ``itemsize``: the menu's element size (the gather's loads depend on it)."""
     v = entry[0]
     ks = lambda k: ", ".join(map(str, k))  # noqa: E731
     if v == "fwd_k2s2_vec":
@@ -490,7 +492,8 @@ def _call(entry: tuple, mode: int = MODE_VALUES) -> str:
         return f"pool3d_bwd_runs_launch<T, I, {entry[1]}, {BLOCK}>(idx, dy, dx, g, planes)"
     _, window, run = entry  # bwd_gather
     win = "Pool3dWinR" if window is None else f"Pool3dWinC<{', '.join(ks(t) for t in window)}>"
-    return f"pool3d_bwd_gather_launch<T, I, {win}, {run}, {gather_loads(window, run)}, {BLOCK}>(idx, dy, dx, g, planes)"
+    loads = gather_loads(window, itemsize, run)
+    return f"pool3d_bwd_gather_launch<T, I, {win}, {run}, {loads}, {BLOCK}>(idx, dy, dx, g, planes)"
 
 
 def _flags():
@@ -513,7 +516,7 @@ def menus(itemsize: int) -> dict:
     gather += [("bwd_disjoint", DISJOINT_RUN_BYTES // itemsize), ("bwd_runs", narrow)]
     return {"values": _codegen.Menu(k2s2 + flat + warp + rows, lambda e: _call(e, MODE_VALUES)),
             "both": _codegen.Menu(k2s2 + flat + warp, lambda e: _call(e, MODE_BOTH)),
-            "gather": _codegen.Menu(gather, _call)}
+            "gather": _codegen.Menu(gather, lambda e: _call(e, itemsize=itemsize))}
 
 
 _MENU_HEADS = {

@@ -911,15 +911,15 @@ def test_gather_loads_follow_the_compile_time_window():
     assert set(P.GATHER_LOADS) <= set(P.GATHER_WINDOWS)
     assert set(P.GATHER_LOADS.values()) == {"POOL3D_LOADS_ROW", "POOL3D_LOADS_ALL", "POOL3D_LOADS_REACH"}
     assert all(w[1] == (1, 1, 1) for w, loads in P.GATHER_LOADS.items() if loads == "POOL3D_LOADS_REACH")
-    assert set(P.GATHER_LOADS_MIN_RUN) <= set(P.GATHER_LOADS)
+    assert {w for w, _, _ in P.GATHER_ON_DEMAND} <= set(P.GATHER_LOADS)
     seen = set()
     for itemsize in (2, 4, 8):
         for entry in P.menus(itemsize)["gather"].entries:
             if entry[0] == "bwd_gather":
                 _, window, run = entry
-                loads = P.gather_loads(window, run)
-                assert f", {loads}, " in P._call(entry), entry
-                if window is None or run < P.GATHER_LOADS_MIN_RUN.get(window, 1):
+                loads = P.gather_loads(window, itemsize, run)
+                assert f", {loads}, " in P._call(entry, itemsize=itemsize), entry
+                if window is None or (window, itemsize, run) in P.GATHER_ON_DEMAND:
                     assert loads == "POOL3D_LOADS_ON_DEMAND", entry
                 else:
                     assert loads == P.GATHER_LOADS.get(window, "POOL3D_LOADS_ON_DEMAND"), entry
@@ -933,6 +933,8 @@ def test_gather_loads_follow_the_compile_time_window():
     ((4, 32, 32, 32, 32), "float32", _kw(2, 1), "POOL3D_LOADS_REACH", 8),
     ((4, 32, 32, 32, 32), "float32", _kw(3, 1, d=2), "POOL3D_LOADS_REACH", 8),
     ((4, 32, 32, 32, 31), "float32", _kw(3, 1, d=2), "POOL3D_LOADS_ON_DEMAND", 4),  # runs of 4: on demand
+    ((4, 32, 32, 32, 32), "float64", _kw(3, 1, d=2), "POOL3D_LOADS_REACH", 2),
+    ((4, 32, 32, 32, 32), "float16", _kw(3, 1, d=2), "POOL3D_LOADS_REACH", 8),
     ((8, 64, 16, 56, 56), "bfloat16", _kw(3, 2, 1), "POOL3D_LOADS_ROW", 8),
     ((8, 32, 32, 64, 64), "float32", _kw(2), "POOL3D_LOADS_ALL", 8),
     ((8, 32, 16, 64, 64), "bfloat16", _kw((1, 3, 3), (1, 2, 2), (0, 1, 1)), "POOL3D_LOADS_ALL", 8),
@@ -942,7 +944,7 @@ def test_gather_loads_follow_the_compile_time_window():
 def test_dispatcher_picks_the_gathers_loads(shape, dtype, kw, loads, vec):
     cfg = _select(shape, dtype, kw, "bwd", True)
     assert (cfg.variant, cfg.vec) == ("bwd_gather", vec)
-    assert f", {loads}, " in P._call(P._entry(cfg))
+    assert f", {loads}, " in P._call(P._entry(cfg), itemsize=ops._codegen.ITEMSIZE[dtype])
 
 
 @pytest.mark.parametrize("kw", [_kw(2), _kw(3, 2, 1), _kw((1, 3, 3), (1, 2, 2), (0, 1, 1))])
