@@ -46,8 +46,8 @@ bwd_gather          every other window layout: every input element sums, in a fi
                     can hold it and whose saved argmax is this element (the forward saves the int32 indices
                     when a backward may follow). A thread takes a run of ``vec`` adjacent elements of a row (16
                     bytes) and reads each window's index once for the run; window sizes, strides and dilations
-                    are compile-time where the window is in GATHER_WINDOWS (cuda_snippets/pool3d_gather.cuh).
-                    Moves dy + indices + dx.
+                    are compile-time where the window is in GATHER_WINDOWS (cuda_snippets/pool3d_gather.cuh),
+                    and GATHER_LOADS says how such a window loads its candidates. Moves dy + indices + dx.
 bwd_disjoint        disjoint windows that hold at most half of the input (k2s3): a thread per 32 bytes of dx,
                     each element dy of the one window that can hold it where that window's saved argmax is the
                     element, else +0 (dy's bits, as the CPU path's copy). Moves dx once, coalesced, + the dy and
