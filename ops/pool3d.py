@@ -468,9 +468,9 @@ def _entry(cfg: KernelConfig) -> tuple:
     return (v, cfg.k, cfg.nopad)  # fwd_warp
 
 
-def _call(entry: tuple, mode: int = MODE_VALUES, itemsize: int = 4) -> str:
+def _call(entry: tuple, mode: int = MODE_VALUES, itemsize: Optional[int] = None) -> str:
     """The launcher call of a menu entry (the menu function's parameters: x y yi or idx dy dx, g, planes);
-    ``itemsize``: the menu's element size (the gather's loads depend on it)."""
+    ``itemsize``: the menu's element size, which a gather entry needs (its loads depend on it)."""
     v = entry[0]
     ks = lambda k: ", ".join(map(str, k))  # noqa: E731
     if v == "fwd_k2s2_vec":
@@ -491,6 +491,8 @@ def _call(entry: tuple, mode: int = MODE_VALUES, itemsize: int = 4) -> str:
     if v == "bwd_runs":
         return f"pool3d_bwd_runs_launch<T, I, {entry[1]}, {BLOCK}>(idx, dy, dx, g, planes)"
     _, window, run = entry  # bwd_gather
+    if itemsize is None:
+        raise ValueError(f"the launcher call of {entry!r} needs the menu's itemsize")
     win = "Pool3dWinR" if window is None else f"Pool3dWinC<{', '.join(ks(t) for t in window)}>"
     loads = gather_loads(window, itemsize, run)
     return f"pool3d_bwd_gather_launch<T, I, {win}, {run}, {loads}, {BLOCK}>(idx, dy, dx, g, planes)"

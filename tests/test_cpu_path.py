@@ -196,38 +196,53 @@ def test_geometry_data_is_one_entry_for_small_windows():
 
 # ---- max_pool3d backward: the GPU's gather, run on the CPU, gives the same dx bit for bit ------------------
 
-# The CUDA gather's work items (pool3d_gather.cuh: runs of RUN elements of an input row) one after another,
-# reading the indices the forward saved: the GPU's index math and summation order on the CPU.
-_GATHER_SRC = r"""
+# The CUDA gather's work items (pool3d_gather.cuh: runs of RUN elements of an input row, loaded the LOADS way) one
+# after another, reading the indices the forward saved: the GPU's index math and summation order on the CPU.
+_GATHER_HEADER = r"""
+#include <algorithm>
+template <int LOADS, int RUN, typename A, class Win, typename T, class Load>
+void gather_items(const Win& win, const Pool3dGatherDims& gd, const int* idx, const T* dy, T* dx, long long planes,
+                  int D, long long plane_out, Load load) {
+  const long long plane_in = (long long)D * gd.H * gd.W;
+  for (long long p = 0; p < planes; ++p)
+    for (int id = 0; id < D; ++id)
+      for (int ih = 0; ih < gd.H; ++ih)
+        for (int w0 = 0; w0 < gd.W; w0 += RUN) {
+          const int n = std::min(RUN, gd.W - w0);
+          A acc[RUN];
+          Pool3dGatherBy<LOADS>::run(win, gd, idx + p * plane_out, dy + p * plane_out, id, ih, w0, n, acc, load,
+                                     Pool3dPlaneRows{gd.Ho, gd.Wo});
+          T* dp = dx + p * plane_in + ((long long)id * gd.H + ih) * gd.W + w0;
+          for (int r = 0; r < n; ++r) dp[r] = ops_cpu::from_acc<T>(acc[r]);
+        }
+}
+"""
+# The sources' common opening: the accumulator, dy's load and the launch's sizes.
+_GATHER_OPEN = r"""
 typedef ops_cpu::Acc<in0_type>::type A;
 struct Load { A operator()(const in0_type* p) const { return ops_cpu::to_acc(*p); } };
-const int RUN = 4;
-const Pool3dWinR win = {(int)data["kd"], (int)data["kh"], (int)data["kw"], (int)data["sd"], (int)data["sh"],
-                        (int)data["sw"], (int)data["dd"], (int)data["dh"], (int)data["dw"]};
 const Pool3dGatherDims gd = {(int)in0_shape3, (int)in0_shape4, (int)in1_shape2, (int)in1_shape3, (int)in1_shape4,
                              (int)data["pd"], (int)data["ph"], (int)data["pw"]};
 const long long planes = (long long)in0_shape0 * in0_shape1;
-const long long plane_in = (long long)in0_shape2 * in0_shape3 * in0_shape4;
 const long long plane_out = (long long)in1_shape2 * in1_shape3 * in1_shape4;
-for (long long p = 0; p < planes; ++p)
-  for (int id = 0; id < (int)in0_shape2; ++id)
-    for (int ih = 0; ih < (int)in0_shape3; ++ih)
-      for (int w0 = 0; w0 < (int)in0_shape4; w0 += RUN) {
-        const int n = std::min(RUN, (int)in0_shape4 - w0);
-        A acc[RUN];
-        pool3d_gather_run<A, RUN>(win, gd, (const int*)in2_p + p * plane_out, in1_p + p * plane_out, id, ih, w0, n,
-                                  acc, Load(), Pool3dPlaneRows{gd.Ho, gd.Wo});
-        in0_type* dp = out0_p + p * plane_in + ((long long)id * in0_shape3 + ih) * in0_shape4 + w0;
-        for (int r = 0; r < n; ++r) dp[r] = ops_cpu::from_acc<in0_type>(acc[r]);
-      }
+"""
+# On demand, the window at run time (as every layer outside GATHER_WINDOWS runs on the GPU).
+_GATHER_SRC = _GATHER_OPEN + r"""
+const Pool3dWinR win = {(int)data["kd"], (int)data["kh"], (int)data["kw"], (int)data["sd"], (int)data["sh"],
+                        (int)data["sw"], (int)data["dd"], (int)data["dh"], (int)data["dw"]};
+gather_items<POOL3D_LOADS_ON_DEMAND, 4, A>(win, gd, (const int*)in2_p, in1_p, out0_p, planes, (int)in0_shape2,
+                                           plane_out, Load());
 """
 
 
+def _gather_header():
+    return _GATHER_HEADER.replace("#include <algorithm>\n", "#include <algorithm>\n"
+                                  + _codegen.include(("cpu_common.h", "pool3d_gather")) + "\n")
+
+
 def _gather_on_cpu(x, dy, idx, params):
-    data = P.PoolParams.data(params)
-    header = _codegen.include(("cpu_common.h", "pool3d_gather"))
-    return jt.code(x.shape, x.dtype, [x, dy, idx], cpu_header="#include <algorithm>\n" + header,
-                   cpu_src=_GATHER_SRC, data=data)
+    return jt.code(x.shape, x.dtype, [x, dy, idx], cpu_header=_gather_header(), cpu_src=_GATHER_SRC,
+                   data=P.PoolParams.data(params))
 
 
 GRADIENT_PATHS = [
@@ -258,32 +273,7 @@ def test_backward_from_indices_is_the_gather_bit_for_bit(dtype, rng):
 # unrolled or not, each window compared with the elements it reaches) for each compile-time window that takes one on
 # the GPU (ops/pool3d.py: GATHER_LOADS), every form that applies and two run lengths, as work items one after
 # another: each must give the on-demand gather's dx bit for bit.
-_LOADED_HEADER = r"""
-#include <algorithm>
-template <int LOADS, int RUN, typename A, class Win, typename T, class Load>
-void loaded_gather(const Win& win, const Pool3dGatherDims& gd, const int* idx, const T* dy, T* dx, long long planes,
-                   int D, long long plane_out, Load load) {
-  const long long plane_in = (long long)D * gd.H * gd.W;
-  for (long long p = 0; p < planes; ++p)
-    for (int id = 0; id < D; ++id)
-      for (int ih = 0; ih < gd.H; ++ih)
-        for (int w0 = 0; w0 < gd.W; w0 += RUN) {
-          const int n = std::min(RUN, gd.W - w0);
-          A acc[RUN];
-          Pool3dGatherBy<LOADS>::run(win, gd, idx + p * plane_out, dy + p * plane_out, id, ih, w0, n, acc, load,
-                                     Pool3dPlaneRows{gd.Ho, gd.Wo});
-          T* dp = dx + p * plane_in + ((long long)id * gd.H + ih) * gd.W + w0;
-          for (int r = 0; r < n; ++r) dp[r] = ops_cpu::from_acc<T>(acc[r]);
-        }
-}
-"""
-_LOADED_SRC = r"""
-typedef ops_cpu::Acc<in0_type>::type A;
-struct Load { A operator()(const in0_type* p) const { return ops_cpu::to_acc(*p); } };
-const Pool3dGatherDims gd = {(int)in0_shape3, (int)in0_shape4, (int)in1_shape2, (int)in1_shape3, (int)in1_shape4,
-                             (int)data["pd"], (int)data["ph"], (int)data["pw"]};
-const long long planes = (long long)in0_shape0 * in0_shape1;
-const long long plane_out = (long long)in1_shape2 * in1_shape3 * in1_shape4;
+_LOADED_SRC = _GATHER_OPEN + r"""
 switch ((int)data["case"]) {
 @CASES
 }
@@ -297,7 +287,7 @@ def _loaded_src():
     cases = []
     for i, (window, loads, run) in enumerate(LOADED_FORMS):
         win = "Pool3dWinC<" + ", ".join(str(v) for t in window for v in t) + ">"
-        cases.append(f"case {i}: loaded_gather<{loads}, {run}, A>({win}(), gd, (const int*)in2_p, in1_p, out0_p, "
+        cases.append(f"case {i}: gather_items<{loads}, {run}, A>({win}(), gd, (const int*)in2_p, in1_p, out0_p, "
                      f"planes, (int)in0_shape2, plane_out, Load()); break;")
     return _LOADED_SRC.replace("@CASES", "\n".join(cases))
 
@@ -313,9 +303,7 @@ def _loaded_paths(window):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_loaded_gathers_are_the_gather_bit_for_bit(dtype, rng):
-    header = _LOADED_HEADER.replace("#include <algorithm>\n", "#include <algorithm>\n"
-                                    + _codegen.include(("cpu_common.h", "pool3d_gather")) + "\n")
-    src = _loaded_src()
+    header, src = _gather_header(), _loaded_src()
     for i, (window, loads, run) in enumerate(LOADED_FORMS):
         for shape, kw in _loaded_paths(window):
             x = random_array(shape, dtype, rng)
