@@ -162,3 +162,19 @@ def test_a_first_call_is_never_the_measurement():
     slow.warm()  # slow on its second call too: that call is the measurement, no rounds
     assert slow.impl.calls == 2 and slow.slow and slow.wall == [slow.estimate_ms]
     assert harness.SLOW_MS < slow.estimate_ms < 1000
+
+
+def test_a_timed_backward_runs_only_the_ops_gradient(rng):
+    """InjectGrad hands each output its dy and is itself the root: jt.grad of it runs the graded op's gradient
+    and nothing else (a sum of the root was a reduce over the output on every timed call)."""
+    x = jt.array(rng.standard_normal((3, 5)).astype("float32"))
+    a, b = x * 2.0, x * 3.0
+    da, db = (rng.standard_normal((3, 5)).astype("float32") for _ in range(2))
+    jt.sync([a, b])
+    jt.profiler.start(0, 0)
+    (gx,) = jt.grad(InjectGrad.apply(a, jt.array(da), b, jt.array(db)), [x])
+    got = gx.numpy()
+    jt.profiler.stop()
+    np.testing.assert_allclose(got, 2 * da + 3 * db, rtol=1e-6)
+    ran = [row[0] for row in jt.profiler.report()[1:]]
+    assert ran and not any("reduce" in name for name in ran), ran

@@ -1,5 +1,6 @@
 """The grader's watch over our timed calls (ops/scoring/harness.py:Watch): which calls go back whole."""
 import numpy as np
+import pytest
 
 from ops._jittor import jt
 from ops.scoring import harness as H
@@ -79,3 +80,68 @@ def test_agreeing_samples_of_a_sparse_gradient_are_judged_on_both_calls():
     assert not judge_samples(fam, c, prepared, entry(np.zeros(64), [first, second]))[0]
     ok, why = judge_samples(fam, c, prepared, entry(own, [first, second]))
     assert not ok and "gave the same samples" in why
+
+
+class _Output:
+    """A fake output whose live copies are counted (the memory the next call cannot reuse)."""
+
+    live = 0
+    shape, dtype = (4,), "float32"
+
+    def __init__(self):
+        _Output.live += 1
+
+    def __del__(self):
+        _Output.live -= 1
+
+    def numel(self):
+        return 4
+
+
+class _Counting:
+    """A non-jittor implementation (timed as PyTorch is) that records how many outputs are alive at each call."""
+
+    on_gpu = False
+
+    def __init__(self):
+        self.alive = []
+
+    def prepare(self, k):
+        return None
+
+    def call(self, k, prepared):
+        self.alive.append(_Output.live)
+        end = H._perf_counter() + 5e-5
+        while H._perf_counter() < end:
+            pass
+        return [_Output()]
+
+    def sync(self):
+        pass
+
+
+@pytest.mark.parametrize("cpu_clock", [False, True])
+def test_a_reference_keeps_as_many_outputs_alive_as_ours(monkeypatch, cpu_clock):
+    """Ours keeps outputs for its checks (on a GPU every output of a window, to sample it; one held call a window
+    and the round's checked calls); a reference keeps the same ones and drops them where ours goes back, so that
+    neither reuses memory the other cannot."""
+    monkeypatch.setattr(H, "cpu_clock", lambda: cpu_clock)
+    monkeypatch.setattr(H, "SAMPLED_MIN_CPU", 0)  # no looks: the fakes have no bytes to sample
+    monkeypatch.setattr(H, "SAMPLED_EVERY_CPU", 10 ** 9)
+    monkeypatch.setattr(H.Meter, "_sample_window", lambda self, kept: None)
+    monkeypatch.setattr(H.Meter, "_count", lambda self: 64)  # the same windows for both
+    alive = {}
+    for name, save in (("ours", lambda tag, outs: [tag]), ("jittor", None)):
+        impl = _Counting()
+        meter = H.Meter(name, impl, timed=[0], watch=H.Watch(np.random.default_rng(5), save))
+        meter.warm()
+        impl.alive = []
+        for _ in range(3):
+            assert meter.round()
+        alive[name] = impl.alive
+    assert len(alive["ours"]) == len(alive["jittor"]) >= 3 * 64
+    if cpu_clock:  # the call before, the held call of each window so far, the round's checked calls
+        assert max(alive["ours"]) == max(alive["jittor"]) >= 2
+    else:  # a window's every output
+        assert max(alive["ours"]) == max(alive["jittor"]) >= 64 // H.WINDOWS
+    assert abs(np.mean(alive["ours"]) - np.mean(alive["jittor"])) < 0.25 * np.mean(alive["ours"])
