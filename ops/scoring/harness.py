@@ -794,8 +794,8 @@ class Meter:
         self.name, self.impl, self.watch, self.guard, self.reading = name, impl, watch, guard, reading
         self.watching = watch is not None and watch.save is not None  # ours: outputs checked and compared
         # Every watched implementation keeps the outputs ours keeps, as long as ours keeps them: a kept output is
-        # memory the next call cannot reuse (references that reused theirs ran 1.08-1.13x faster on a CPU fill of
-        # 914 KB beside ours holding one output a window; 2-core host).
+        # memory the next call cannot reuse (holding one output a window made a 914 KB CPU fill 1.09-1.11x slower a
+        # call, ours and jittor's alike; 2-core host).
         self.holding = watch is not None
         self.inputs = inputs if inputs is not None else SetViews(impl)
         self.timed = list(timed)  # the input sets the timed calls take in turn
