@@ -145,3 +145,24 @@ def test_a_reference_keeps_as_many_outputs_alive_as_ours(monkeypatch, cpu_clock)
     else:  # a window's every output
         assert max(alive["ours"]) == max(alive["jittor"]) >= 64 // H.WINDOWS
     assert abs(np.mean(alive["ours"]) - np.mean(alive["jittor"])) < 0.25 * np.mean(alive["ours"])
+
+
+def test_a_reference_rations_its_kept_calls_as_ours_does():
+    """A reference's watch follows ours' rationing (a PyTorch reference's outputs are not jittor Vars on the device
+    and its inputs are not counted): where ours' outputs are large it keeps no checked call either, and where a
+    call of ours is costly to judge it keeps one drawn call a case, not one a round."""
+    outs = [jt.zeros((16,), "float32")]
+    for large, cheap in ((True, False), (False, False), (False, True)):
+        ours = H.Watch(np.random.default_rng(3), lambda tag, o: [tag])
+        ours.prime(outs, on_device=False)
+        ours.large, ours.sample_checked = large, cheap  # as a GPU case of that size would set them
+        ref = H.Watch(np.random.default_rng(4), None, like=ours)
+        ref.prime(outs, on_device=False)
+        assert (ref.large, ref.sample_checked) == (large, cheap)
+        kept = [len(ref.plan(40)) for _ in range(20)]
+        if large:
+            assert kept == [0] * 20
+        elif cheap:
+            assert kept == [H.CHECKS_PER_ROUND] * 20
+        else:
+            assert kept[0] == 1 and sum(kept) < 20  # reservoir draws over the case

@@ -621,11 +621,14 @@ class Watch:
     out twice, or memory nobody wrote) go to the parent as ``repeats``, which judges the samples against both
     calls' references."""
 
-    def __init__(self, rng: np.random.Generator, save: Optional[Callable[[str, list], list]]):
+    def __init__(self, rng: np.random.Generator, save: Optional[Callable[[str, list], list]],
+                 like: Optional["Watch"] = None):
         """``save``: writes a checked call's outputs and returns their files; None for a reference, whose calls are
         looked at (and their samples dropped) and whose outputs are kept as ours are (checks and draws alike, the
-        outputs dropped where ours go back), so that both are timed alike."""
-        self.rng, self.save = rng, save
+        outputs dropped where ours go back), so that both are timed alike. ``like``: ours' watch, primed already,
+        whose rationing a reference's follows (a PyTorch reference's outputs are not Vars on the device, nor are
+        its inputs counted)."""
+        self.rng, self.save, self.like = rng, save, like
         self.files: Dict[str, list] = {}
         self.checks: Dict[str, list] = {}
         self.repeats: List[dict] = []
@@ -652,6 +655,8 @@ class Watch:
             size = sum(o.numel() * _itemsize(str(o.dtype)) for o in outs)
             self.large = on_device and size > LARGE_OUTPUT_BYTES
             self.sample_checked = size + input_bytes <= SAMPLE_CHECK_BYTES
+            if self.like is not None:
+                self.large, self.sample_checked = self.like.large, self.like.sample_checked
         if on_device and self.save is not None:
             for count in (1, fresh.MAX_COPIES):
                 _jt_sync([fresh.sample_op([o] * count, var) for o, (_, var) in zip(outs, self.positions)])

@@ -135,7 +135,7 @@ def run_case(fam, case, api, cmd, pristine=None) -> None:
                 guard()
                 impl = H.build_reference(fam, case, name, sets)
                 # looked at as ours is (off the clock), so that both are timed alike
-                looks = H.Watch(np.random.default_rng([seed, which, 0x0C4E]), None)
+                looks = H.Watch(np.random.default_rng([seed, which, 0x0C4E]), None, like=watch)
                 meter = H.Meter(name, impl, timed, fresh_inputs(impl, which), looks, guard)
                 meter.warm()
                 meters.append(meter)
