@@ -111,9 +111,6 @@ class _Counting:
 
     def call(self, k, prepared):
         self.alive.append(_Output.live)
-        end = H._perf_counter() + 5e-5
-        while H._perf_counter() < end:
-            pass
         return [_Output()]
 
     def sync(self):

@@ -652,11 +652,12 @@ class Watch:
             for o in outs:
                 pos = fresh.sample_positions(tuple(o.shape), self.rng)
                 self.positions.append((pos, jt.array(pos) if on_device else None))
-            size = sum(o.numel() * _itemsize(str(o.dtype)) for o in outs)
-            self.large = on_device and size > LARGE_OUTPUT_BYTES
-            self.sample_checked = size + input_bytes <= SAMPLE_CHECK_BYTES
             if self.like is not None:
                 self.large, self.sample_checked = self.like.large, self.like.sample_checked
+            else:
+                size = sum(o.numel() * _itemsize(o.dtype) for o in outs)
+                self.large = on_device and size > LARGE_OUTPUT_BYTES
+                self.sample_checked = size + input_bytes <= SAMPLE_CHECK_BYTES
         if on_device and self.save is not None:
             for count in (1, fresh.MAX_COPIES):
                 _jt_sync([fresh.sample_op([o] * count, var) for o, (_, var) in zip(outs, self.positions)])
