@@ -184,6 +184,20 @@ POOL3D_GATHER_FN void pool3d_gather_run_loaded(const Win& win, const Pool3dGathe
   }
 }
 
+// A REACH candidate row's NW windows, numbered from window j = 0 at column `first` (`orow`: where that window's
+// index and dy lie), index and dy loaded before any test; -1 and 0 past the row's ends or where the row is not a
+// candidate (ok false).
+template <typename A, int NW, typename T, class Load>
+POOL3D_GATHER_FN void pool3d_reach_row(const int* ip, const T* gp, int orow, int first, int Wo, bool ok, int (&at)[NW],
+                                       A (&v)[NW], Load load) {
+  POOL3D_GATHER_UNROLL
+  for (int j = 0; j < NW; ++j) {
+    const bool in = ok && first + j >= 0 && first + j < Wo;
+    at[j] = in ? ip[orow + j] : -1;
+    v[j] = in ? load(gp + orow + j) : A(0);
+  }
+}
+
 // pool3d_gather_run for a compile-time window of stride 1 along every dim (any dilation). Element r of the run lies
 // in window ow = tw + r - kx * dw of a row, so numbering the windows that reach the run from ow = tw - (kw - 1) * dw
 // (j = 0), window j reaches exactly the elements r = j - m * dw (m < kw): each element is compared with its kw
@@ -209,18 +223,64 @@ POOL3D_GATHER_FN void pool3d_gather_run_reach(const Win& win, const Pool3dGather
       const int orow = ok ? rows.at(od, oh) + first : 0;
       int at[NW];
       A v[NW];
-      POOL3D_GATHER_UNROLL
-      for (int j = 0; j < NW; ++j) {
-        const bool in = ok && first + j >= 0 && first + j < g.Wo;
-        at[j] = in ? ip[orow + j] : -1;
-        v[j] = in ? load(gp + orow + j) : A(0);
-      }
+      pool3d_reach_row(ip, gp, orow, first, g.Wo, ok, at, v, load);
       POOL3D_GATHER_UNROLL
       for (int j = 0; j < NW; ++j) {
         POOL3D_GATHER_UNROLL
         for (int m = 0; m < Win::kw; ++m) {
           const int r = j - m * Win::dw;
           if (r >= 0 && r < RUN && r < n && at[j] == pos0 + r) acc[r] = acc[r] + v[j];
+        }
+      }
+    }
+  }
+}
+
+// POOL3D_LOADS_REACH2: pool3d_gather_run_reach for two input rows at once, ih and ih + dh (`second`: that row
+// exists), the same run of columns. Their candidate output rows along H are oh = th - b * dh and th + dh - b * dh
+// (b < kh): kh + 1 rows in all, of which kh - 1 serve both, so per D row the item loads kh + 1 rows instead of
+// 2 * kh (k3s1: 12 rows for two runs instead of 18). The rows are walked in ascending oh as in the one-row form, so
+// each element sums its windows in the same order: the same bits.
+#define POOL3D_LOADS_REACH2 4
+
+// The first of the two rows of pair p (pairs numbered along H as (ih, ih + dh) with ih % (2 * dh) < dh), and how
+// many pairs a dim of H rows holds (the last group of 2 * dh rows may leave some pairs without a second row, or
+// without any row: then the first is >= H).
+POOL3D_GATHER_FN int pool3d_pair_row(int p, int dh) { return (p / dh) * 2 * dh + p % dh; }
+POOL3D_GATHER_FN int pool3d_pairs(int H, int dh) { return (H + 2 * dh - 1) / (2 * dh) * dh; }
+
+template <typename A, int RUN, typename T, class Win, class Load, class Rows>
+POOL3D_GATHER_FN void pool3d_gather_run_reach2(const Win& win, const Pool3dGatherDims& g, const int* ip,
+                                               const T* gp, int id, int ih, bool second, int w0, int n,
+                                               A (&acc0)[RUN], A (&acc1)[RUN], Load load, const Rows& rows) {
+  static_assert(Win::sd == 1 && Win::sh == 1 && Win::sw == 1, "POOL3D_LOADS_REACH2: stride 1 only");
+  constexpr int EW = (Win::kw - 1) * Win::dw, NW = RUN + EW;
+  pool3d_clear_run(acc0);
+  pool3d_clear_run(acc1);
+  const int pos0 = (id * g.H + ih) * g.W + w0;
+  // no second row: a position no index holds
+  const int pos1 = second ? pos0 + Win::dh * g.W : -(1 << 30);
+  const int first = w0 + g.pw - EW;  // the window j = 0
+  POOL3D_GATHER_UNROLL
+  for (int a = Win::kd - 1; a >= 0; --a) {
+    const int od = id + g.pd - a * Win::dd;
+    POOL3D_GATHER_UNROLL
+    for (int u = 0; u <= Win::kh; ++u) {  // oh ascending; row ih takes u < kh, row ih + dh takes u >= 1
+      const int oh = ih + g.ph - (Win::kh - 1 - u) * Win::dh;
+      const bool ok = od >= 0 && od < g.Do && oh >= 0 && oh < g.Ho && (u < Win::kh || second);
+      const int orow = ok ? rows.at(od, oh) + first : 0;
+      int at[NW];
+      A v[NW];
+      pool3d_reach_row(ip, gp, orow, first, g.Wo, ok, at, v, load);
+      POOL3D_GATHER_UNROLL
+      for (int j = 0; j < NW; ++j) {
+        POOL3D_GATHER_UNROLL
+        for (int m = 0; m < Win::kw; ++m) {
+          const int r = j - m * Win::dw;
+          if (r >= 0 && r < RUN && r < n) {
+            if (u < Win::kh && at[j] == pos0 + r) acc0[r] = acc0[r] + v[j];
+            if (u >= 1 && at[j] == pos1 + r) acc1[r] = acc1[r] + v[j];
+          }
         }
       }
     }
@@ -346,9 +406,11 @@ template <typename I> struct Pool3dRunLaunch {
   Pool3dGatherDims gd;
   bool vec_ok;
 };
+// `rows_per_item` 2: a work item is a run of each row of a pair (POOL3D_LOADS_REACH2), the items along H the pairs.
 template <typename T, typename I, int RUN>
-inline Pool3dRunLaunch<I> pool3d_run_launch(const Pool3dGeom& g, long long planes, const T* dx) {
-  const Pool3dRunLaunch<I> l = {pool3d_args<I>(g, planes, ops_ceil_div(g.W, RUN), g.H, g.D),
+inline Pool3dRunLaunch<I> pool3d_run_launch(const Pool3dGeom& g, long long planes, const T* dx, int rows_per_item = 1) {
+  const int along_h = rows_per_item == 2 ? pool3d_pairs(g.H, g.dh) : g.H;
+  const Pool3dRunLaunch<I> l = {pool3d_args<I>(g, planes, ops_ceil_div(g.W, RUN), along_h, g.D),
                                 {g.H, g.W, g.Do, g.Ho, g.Wo, g.pd, g.ph, g.pw},
                                 g.W % RUN == 0 && ((unsigned long long)dx) % (RUN * sizeof(T)) == 0};
   return l;
@@ -404,6 +466,27 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather(const int* __restrict
   Pool3dGatherBy<LOADS>::run(win, gd, idx + plane * a.plane_out, dy + plane * a.plane_out, id, ih, w0, n, acc,
                              Pool3dGatherLoad<T>(), Pool3dPlaneRows{gd.Ho, gd.Wo});
   pool3d_store_run<T, RUN>(dx + plane * a.plane_in + (I)(id * gd.H + ih) * gd.W + w0, acc, n, vec_ok);
+}
+
+// POOL3D_LOADS_REACH2: one thread per run of RUN elements of both rows of a pair (ih, ih + dh).
+template <typename T, typename I, class Win, int RUN, int BLOCK>
+__global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather2(const int* __restrict__ idx, const T* __restrict__ dy,
+                                                            T* __restrict__ dx, const Pool3dArgs<I> a,
+                                                            const Pool3dGatherDims gd, const bool vec_ok,
+                                                            const Win win) {
+  I plane;
+  int id, pair, w0, n;
+  if (!pool3d_run_item<I, RUN, BLOCK>(a, gd, plane, id, pair, w0, n)) return;
+  const int ih = pool3d_pair_row(pair, Win::dh);
+  if (ih >= gd.H) return;
+  const bool second = ih + Win::dh < gd.H;
+  typedef typename Pool3dAcc<T>::type A;
+  A acc0[RUN], acc1[RUN];
+  pool3d_gather_run_reach2(win, gd, idx + plane * a.plane_out, dy + plane * a.plane_out, id, ih, second, w0, n, acc0,
+                           acc1, Pool3dGatherLoad<T>(), Pool3dPlaneRows{gd.Ho, gd.Wo});
+  T* dp = dx + plane * a.plane_in + (I)(id * gd.H + ih) * gd.W + w0;
+  pool3d_store_run<T, RUN>(dp, acc0, n, vec_ok);
+  if (second) pool3d_store_run<T, RUN>(dp + Win::dh * gd.W, acc1, n, vec_ok);
 }
 
 // bwd_disjoint (disjoint windows that leave most of the input in none, such as k2s3): a thread per VEC
@@ -604,12 +687,27 @@ void pool3d_bwd_runs_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom
 
 // The launcher: Win is a Pool3dWinC (compile-time window, checked against the geometry) or Pool3dWinR (the
 // geometry's window at run time, POOL3D_LOADS_ON_DEMAND only).
+template <int LOADS> struct Pool3dGatherKernel {  // a thread per run of one row
+  template <typename T, typename I, class Win, int RUN, int BLOCK>
+  static void launch(const int* idx, const T* dy, T* dx, const Pool3dGeom& g, long long planes, const Win& win) {
+    const Pool3dRunLaunch<I> l = pool3d_run_launch<T, I, RUN>(g, planes, dx);
+    pool3d_bwd_gather<T, I, Win, RUN, LOADS, BLOCK><<<pool3d_grid<I, BLOCK>(l.a), BLOCK>>>(idx, dy, dx, l.a, l.gd,
+                                                                                           l.vec_ok, win);
+  }
+};
+template <> struct Pool3dGatherKernel<POOL3D_LOADS_REACH2> {  // a thread per run of both rows of a pair
+  template <typename T, typename I, class Win, int RUN, int BLOCK>
+  static void launch(const int* idx, const T* dy, T* dx, const Pool3dGeom& g, long long planes, const Win& win) {
+    const Pool3dRunLaunch<I> l = pool3d_run_launch<T, I, RUN>(g, planes, dx, 2);
+    pool3d_bwd_gather2<T, I, Win, RUN, BLOCK><<<pool3d_grid<I, BLOCK>(l.a), BLOCK>>>(idx, dy, dx, l.a, l.gd,
+                                                                                     l.vec_ok, win);
+  }
+};
+
 template <typename T, typename I, class Win, int RUN, int LOADS, int BLOCK>
 void pool3d_bwd_gather_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom& g, long long planes) {
   const Win win = pool3d_gather_window(g, Win());
-  const Pool3dRunLaunch<I> l = pool3d_run_launch<T, I, RUN>(g, planes, dx);
-  pool3d_bwd_gather<T, I, Win, RUN, LOADS, BLOCK><<<pool3d_grid<I, BLOCK>(l.a), BLOCK>>>(idx, dy, dx, l.a, l.gd,
-                                                                                         l.vec_ok, win);
+  Pool3dGatherKernel<LOADS>::template launch<T, I, Win, RUN, BLOCK>(idx, dy, dx, g, planes, win);
   OPS_CHECK_LAUNCH();
 }
 #endif

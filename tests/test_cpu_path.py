@@ -216,6 +216,27 @@ void gather_items(const Win& win, const Pool3dGatherDims& gd, const int* idx, co
           for (int r = 0; r < n; ++r) dp[r] = ops_cpu::from_acc<T>(acc[r]);
         }
 }
+// POOL3D_LOADS_REACH2's work items: a run of each row of a pair (ih, ih + dh), the pairs along H in turn.
+template <int RUN, typename A, class Win, typename T, class Load>
+void gather_pairs(const Win& win, const Pool3dGatherDims& gd, const int* idx, const T* dy, T* dx, long long planes,
+                  int D, long long plane_out, Load load) {
+  const long long plane_in = (long long)D * gd.H * gd.W;
+  for (long long p = 0; p < planes; ++p)
+    for (int id = 0; id < D; ++id)
+      for (int pair = 0; pair < pool3d_pairs(gd.H, Win::dh); ++pair)
+        for (int w0 = 0; w0 < gd.W; w0 += RUN) {
+          const int ih = pool3d_pair_row(pair, Win::dh), n = std::min(RUN, gd.W - w0);
+          if (ih >= gd.H) continue;
+          const bool second = ih + Win::dh < gd.H;
+          A acc0[RUN], acc1[RUN];
+          pool3d_gather_run_reach2(win, gd, idx + p * plane_out, dy + p * plane_out, id, ih, second, w0, n, acc0,
+                                   acc1, load, Pool3dPlaneRows{gd.Ho, gd.Wo});
+          T* dp = dx + p * plane_in + ((long long)id * gd.H + ih) * gd.W + w0;
+          for (int r = 0; r < n; ++r) dp[r] = ops_cpu::from_acc<T>(acc0[r]);
+          if (second)
+            for (int r = 0; r < n; ++r) dp[Win::dh * gd.W + r] = ops_cpu::from_acc<T>(acc1[r]);
+        }
+}
 """
 # The sources' common opening: the accumulator, dy's load and the launch's sizes.
 _GATHER_OPEN = r"""
@@ -279,15 +300,16 @@ switch ((int)data["case"]) {
 }
 """
 LOADED_FORMS = [(window, loads, run) for window in P.GATHER_LOADS
-                for loads in ("POOL3D_LOADS_ROW", "POOL3D_LOADS_ALL", "POOL3D_LOADS_REACH")
-                if loads != "POOL3D_LOADS_REACH" or window[1] == (1, 1, 1) for run in (4, 8)]
+                for loads in ("POOL3D_LOADS_ROW", "POOL3D_LOADS_ALL", "POOL3D_LOADS_REACH", "POOL3D_LOADS_REACH2")
+                if "REACH" not in loads or window[1] == (1, 1, 1) for run in (4, 8)]
 
 
 def _loaded_src():
     cases = []
     for i, (window, loads, run) in enumerate(LOADED_FORMS):
         win = "Pool3dWinC<" + ", ".join(str(v) for t in window for v in t) + ">"
-        cases.append(f"case {i}: gather_items<{loads}, {run}, A>({win}(), gd, (const int*)in2_p, in1_p, out0_p, "
+        items = f"gather_pairs<{run}, A>" if loads == "POOL3D_LOADS_REACH2" else f"gather_items<{loads}, {run}, A>"
+        cases.append(f"case {i}: {items}({win}(), gd, (const int*)in2_p, in1_p, out0_p, "
                      f"planes, (int)in0_shape2, plane_out, Load()); break;")
     return _LOADED_SRC.replace("@CASES", "\n".join(cases))
 
