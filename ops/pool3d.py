@@ -517,6 +517,19 @@ def _flags():
     return ((True, False), (False, True), (False, False))  # (nopad, clamp): unchecked, clamped, checked
 
 
+def _pairs_possible(window: Tuple[Triple, Triple, Triple], itemsize: int, run: int, wide: bool) -> bool:
+    """Can a layer of ``window`` take the gather in pairs of rows in runs of ``run``: a REACH form, and output rows
+    of a multiple of GATHER_PAIRS_WO elements for some padding (wide runs: W a multiple of the run)? Each menu
+    entry costs nvcc time in every gather translation unit (a pairs entry 0.25-0.45 s, 2-core machine), so the entries
+    no layer can pick are left out: float32 k3s1d2 (runs of 8: rows of 4 or 6 mod 8) and k2s1 in runs of 8."""
+    if gather_loads(window, itemsize, run) != "POOL3D_LOADS_REACH":
+        return False
+    kernel, _, dilation = window
+    extent = (kernel[2] - 1) * dilation[2]
+    widths = range(0, GATHER_PAIRS_WO * run, run) if wide else range(GATHER_PAIRS_WO)
+    return any((w + 2 * p - extent) % GATHER_PAIRS_WO == 0 for w in widths for p in range(kernel[2] // 2 + 1))
+
+
 @_functools.lru_cache(maxsize=None)
 def menus(itemsize: int) -> dict:
     """The menus of one element size: forward values, forward values + indices, gather backward."""
@@ -529,7 +542,7 @@ def menus(itemsize: int) -> dict:
     narrow, wide = GATHER_RUN_BYTES // itemsize, GATHER_WIDE_RUN_BYTES // itemsize
     gather = [("bwd_gather", w, run, pairs) for w in GATHER_WINDOWS
               for run in ((narrow, wide) if wide_gather_allowed(w, itemsize) else (narrow,))
-              for pairs in ((False, True) if gather_loads(w, itemsize, run) == "POOL3D_LOADS_REACH" else (False,))]
+              for pairs in ((False, True) if _pairs_possible(w, itemsize, run, run == wide != narrow) else (False,))]
     gather += [("bwd_gather", None, run, False) for run in sorted({narrow, wide if itemsize >= 4 else narrow})]
     gather += [("bwd_disjoint", DISJOINT_RUN_BYTES // itemsize), ("bwd_runs", narrow)]
     return {"values": _codegen.Menu(k2s2 + flat + warp + rows, lambda e: _call(e, MODE_VALUES)),

@@ -958,6 +958,27 @@ def test_dispatcher_picks_the_gathers_loads(shape, dtype, kw, loads, vec):
     assert f", {loads}, " in P._call(P._entry(cfg), itemsize=ops._codegen.ITEMSIZE[dtype])
 
 
+def test_every_stride_one_layer_finds_its_gather_in_the_menu():
+    """The menus leave out the pairs entries no layer can pick (P._pairs_possible); every layer of a REACH window, of
+    any width, padding and element size, still finds the entry the dispatcher picks, and some pick pairs."""
+    paired = set()
+    for window, loads in P.GATHER_LOADS.items():
+        if loads != "POOL3D_LOADS_REACH":
+            continue
+        kernel, stride, dilation = window
+        for dtype in ("float16", "float32", "float64"):
+            for width in range(8, 41):
+                for pad in range(kernel[2] // 2 + 1):
+                    kw = _kw(kernel, stride, pad, dilation)
+                    if P.output_shape((9, 9, width), P.normalize_params(**kw))[2] < 1:
+                        continue
+                    cfg = _select((2, 9, 9, width), dtype, kw, "bwd", True)
+                    P.menu_index(cfg, dtype)  # raises where the entry is missing
+                    if cfg.pairs:
+                        paired.add((window, dtype))
+    assert len(paired) == 8  # every REACH window and element size but float32 k3s1d2
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
 def test_the_gather_in_pairs_of_rows_gives_the_one_row_gathers_bits(dtype, monkeypatch, on_gpu, rng):
