@@ -171,11 +171,12 @@ GATHER_LOADS = {
 GATHER_WIDE_WINDOWS = (((3, 3, 3), (1, 1, 1), (2, 2, 2)),)
 # A REACH gather whose output rows (the saved indices' and dy's) hold a multiple of GATHER_PAIRS_WO elements takes a
 # run of each of two input rows a thread (POOL3D_LOADS_REACH2: ih and ih + dh share kh - 1 of their candidate
-# rows). With such rows, every candidate row a warp loads lies a multiple of 32 bytes from the others, and REACH
-# slows down: H200 kernel ms, REACH / REACH2, k3s1 f32 (4,32,32,32,W): Wo 32 0.0645 / 0.0471 (p0) and 0.0588 /
-# 0.0418 (p1), Wo 30 0.0365 / 0.0419 (p0) and 0.0396 / 0.0466 (p1); (4,32,32,64,64) p1 (Wo 64) 0.2229 / 0.1527, p0
-# (Wo 62) 0.1470 / 0.1563; (8,32,16,56,56) p1 (Wo 56) 0.1815 / 0.1524; k3s1 p1 Wo 32 f16 0.0813 / 0.0695, f64
-# 0.0619 / 0.0536; k2s1 Wo 32 0.0288 / 0.0274; k3s1d2 f32 Wo 28 0.0518 / 0.0616 and Wo 30 0.0454 / 0.0650.
+# rows). With such rows REACH slows down (our reading, not profiled: a warp's candidate rows then start a multiple
+# of 32 bytes apart and crowd the same cache sets). H200 kernel ms, REACH / REACH2, k3s1 f32 (4,32,32,32,W): Wo 32
+# 0.0645 / 0.0471 (p0) and 0.0588 / 0.0418 (p1), Wo 30 0.0365 / 0.0419 (p0) and 0.0396 / 0.0466 (p1);
+# (4,32,32,64,64) p1 (Wo 64) 0.2229 / 0.1527, p0 (Wo 62) 0.1470 / 0.1563; (8,32,16,56,56) p1 (Wo 56) 0.1815 /
+# 0.1524; k3s1 p1 Wo 32 f16 0.0813 / 0.0695, f64 0.0619 / 0.0536; k2s1 Wo 32 0.0288 / 0.0274; k3s1d2 f32 Wo 28
+# 0.0518 / 0.0616 and Wo 30 0.0454 / 0.0650.
 GATHER_PAIRS_WO = 8
 GATHER_ON_DEMAND = ((((3, 3, 3), (1, 1, 1), (2, 2, 2)), 4, 4),)
 # The backward gathers from the int32 indices the forward saves, for every layout: recomputing each argmax from
@@ -517,7 +518,7 @@ def _flags():
     return ((True, False), (False, True), (False, False))  # (nopad, clamp): unchecked, clamped, checked
 
 
-def _pairs_possible(window: Tuple[Triple, Triple, Triple], itemsize: int, run: int, wide: bool) -> bool:
+def _pairs_possible(window: Tuple[Triple, Triple, Triple], itemsize: int, run: int, wide_run: bool) -> bool:
     """Can a layer of ``window`` take the gather in pairs of rows in runs of ``run``: a REACH form, and output rows
     of a multiple of GATHER_PAIRS_WO elements for some padding (wide runs: W a multiple of the run)? Each menu
     entry costs nvcc time in every gather translation unit (a pairs entry 0.25-0.45 s, 2-core machine), so the entries
@@ -526,7 +527,7 @@ def _pairs_possible(window: Tuple[Triple, Triple, Triple], itemsize: int, run: i
         return False
     kernel, _, dilation = window
     extent = (kernel[2] - 1) * dilation[2]
-    widths = range(0, GATHER_PAIRS_WO * run, run) if wide else range(GATHER_PAIRS_WO)
+    widths = range(0, GATHER_PAIRS_WO * run, run) if wide_run else range(GATHER_PAIRS_WO)
     return any((w + 2 * p - extent) % GATHER_PAIRS_WO == 0 for w in widths for p in range(kernel[2] // 2 + 1))
 
 
@@ -542,7 +543,8 @@ def menus(itemsize: int) -> dict:
     narrow, wide = GATHER_RUN_BYTES // itemsize, GATHER_WIDE_RUN_BYTES // itemsize
     gather = [("bwd_gather", w, run, pairs) for w in GATHER_WINDOWS
               for run in ((narrow, wide) if wide_gather_allowed(w, itemsize) else (narrow,))
-              for pairs in ((False, True) if _pairs_possible(w, itemsize, run, run == wide != narrow) else (False,))]
+              for pairs in ((False, True) if _pairs_possible(w, itemsize, run, wide_run=run == wide and wide != narrow)
+                            else (False,))]
     gather += [("bwd_gather", None, run, False) for run in sorted({narrow, wide if itemsize >= 4 else narrow})]
     gather += [("bwd_disjoint", DISJOINT_RUN_BYTES // itemsize), ("bwd_runs", narrow)]
     return {"values": _codegen.Menu(k2s2 + flat + warp + rows, lambda e: _call(e, MODE_VALUES)),
