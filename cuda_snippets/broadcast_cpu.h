@@ -235,10 +235,13 @@ template <typename A, typename T, typename O> void col_reduce(const T* x, O* out
 // broadcast, an elementwise add where it is kept; a kept one under a broadcast group in blocks of rows, below) in
 // double accumulators, rounded once to x's type. One pass and no Python per backward, where the GPU chains its row
 // and column passes.
-// The backward's runs are summed in double in 32 partial sums (8 chains of 4-lane adds: the add latency hidden).
-// (5,128,128) -> (5,1,1) float32 backward, call + sync on the 2-core machine (2026-11-25, median of 7): 25.3 us
-// with 8 partial sums (2 chains), 12.4 with 32; the former float row passes 17.4-22.7.
-const int WIDE_LANES = 32;
+// The backward's runs are summed in double in 8 partial sums (2 chains of 4-lane adds; jittor builds its kernels
+// with -Ofast, which lets the compiler interleave more). Kernel us by jittor's profiler on the 2-core machine
+// (2026-11-29, alternating processes), 32 partial sums -> 8: rows of 81 (8,807,81) -> (8,807,1) float32 182 ->
+// 96-114, rows of 128 (1785,128) float32 52-55 -> 31, float16 94 -> 79, rows of 512 8.0 -> 6.4, rows of 16 1.4 ->
+// 0.65; rows of 16384, 167049 and 262144 7.0 -> 7.1, 56.0 -> 56.7, 22.0 -> 22.4. Keeping 32 for runs of 4096 and
+// more (one branch per run) made those slower still (60.3-60.9 and 22.7-24.5) and the short rows gain less.
+const int WIDE_LANES = 8;
 
 // A kept innermost group under a broadcast one (the bias pattern (N, 1, C) -> (N, M, C)): dx's columns are
 // summed over the M rows in order (sum_columns) in the accumulator type V (float; double for float64), as jittor's
