@@ -117,6 +117,7 @@ POOL3D_GATHER_FN void pool3d_gather_run(const Win& win, const Pool3dGatherDims& 
 #define POOL3D_LOADS_ROW 1
 #define POOL3D_LOADS_ALL 2
 #define POOL3D_LOADS_REACH 3
+#define POOL3D_LOADS_REACH2 4  // REACH with a run of each of two input rows a thread (pool3d_gather_run_reach)
 
 // The most windows along W that can reach a run of RUN elements, and the most output rows along D (H) that can
 // hold one input row: bounds known at compile time for a Pool3dWinC.
@@ -184,19 +185,11 @@ POOL3D_GATHER_FN void pool3d_gather_run_loaded(const Win& win, const Pool3dGathe
   }
 }
 
-// A REACH candidate row's NW windows, numbered from window j = 0 at column `first` (`orow`: where that window's
-// index and dy lie), index and dy loaded before any test; -1 and 0 past the row's ends or where the row is not a
-// candidate (ok false).
-template <typename A, int NW, typename T, class Load>
-POOL3D_GATHER_FN void pool3d_reach_row(const int* ip, const T* gp, int orow, int first, int Wo, bool ok, int (&at)[NW],
-                                       A (&v)[NW], Load load) {
-  POOL3D_GATHER_UNROLL
-  for (int j = 0; j < NW; ++j) {
-    const bool in = ok && first + j >= 0 && first + j < Wo;
-    at[j] = in ? ip[orow + j] : -1;
-    v[j] = in ? load(gp + orow + j) : A(0);
-  }
-}
+// The first of the two rows of pair p (pairs numbered along H as (ih, ih + dh) with ih % (2 * dh) < dh), and how
+// many pairs a dim of H rows holds (the last group of 2 * dh rows may leave some pairs without a second row, or
+// without any row: then the first is >= H).
+POOL3D_GATHER_FN int pool3d_pair_row(int p, int dh) { return (p / dh) * 2 * dh + p % dh; }
+POOL3D_GATHER_FN int pool3d_pairs(int H, int dh) { return (H + 2 * dh - 1) / (2 * dh) * dh; }
 
 // pool3d_gather_run for a compile-time window of stride 1 along every dim (any dilation). Element r of the run lies
 // in window ow = tw + r - kx * dw of a row, so numbering the windows that reach the run from ow = tw - (kw - 1) * dw
@@ -204,74 +197,40 @@ POOL3D_GATHER_FN void pool3d_reach_row(const int* ip, const T* gp, int orow, int
 // windows only, where the other forms compare every window with all RUN elements. Likewise the output rows that
 // hold input row (id, ih) are od = td - a * dd, oh = th - b * dh (a < kd, b < kh) where inside the output: no
 // candidate row is skipped for dilation. Each element still sums its windows in (od, oh, ow) order.
-template <typename A, int RUN, typename T, class Win, class Load, class Rows>
+// ROWS 2 (POOL3D_LOADS_REACH2): the same run of columns of input rows ih and ih + dh at once (`second`: that row
+// exists; acc1 its sums). Their candidate rows along H are th - b * dh and th + dh - b * dh: kh + 1 rows in all, of
+// which kh - 1 serve both, so per D row the item loads kh + 1 rows instead of 2 * kh (k3s1: 12 rows for two runs
+// instead of 18). The rows are walked in ascending oh as with one row: the same sums in the same order, the same
+// bits. ROWS 1 leaves `second` and acc1 alone.
+template <int ROWS, typename A, int RUN, typename T, class Win, class Load, class Rows>
 POOL3D_GATHER_FN void pool3d_gather_run_reach(const Win& win, const Pool3dGatherDims& g, const int* ip, const T* gp,
-                                              int id, int ih, int w0, int n, A (&acc)[RUN], Load load,
-                                              const Rows& rows) {
+                                              int id, int ih, bool second, int w0, int n, A (&acc0)[RUN],
+                                              A (&acc1)[RUN], Load load, const Rows& rows) {
   static_assert(Win::sd == 1 && Win::sh == 1 && Win::sw == 1, "POOL3D_LOADS_REACH: stride 1 only");
-  constexpr int EW = (Win::kw - 1) * Win::dw, NW = RUN + EW;
-  pool3d_clear_run(acc);
-  const int pos0 = (id * g.H + ih) * g.W + w0;
-  const int first = w0 + g.pw - EW;  // the window j = 0
-  POOL3D_GATHER_UNROLL
-  for (int a = Win::kd - 1; a >= 0; --a) {
-    const int od = id + g.pd - a * Win::dd;
-    POOL3D_GATHER_UNROLL
-    for (int b = Win::kh - 1; b >= 0; --b) {
-      const int oh = ih + g.ph - b * Win::dh;
-      const bool ok = od >= 0 && od < g.Do && oh >= 0 && oh < g.Ho;
-      const int orow = ok ? rows.at(od, oh) + first : 0;
-      int at[NW];
-      A v[NW];
-      pool3d_reach_row(ip, gp, orow, first, g.Wo, ok, at, v, load);
-      POOL3D_GATHER_UNROLL
-      for (int j = 0; j < NW; ++j) {
-        POOL3D_GATHER_UNROLL
-        for (int m = 0; m < Win::kw; ++m) {
-          const int r = j - m * Win::dw;
-          if (r >= 0 && r < RUN && r < n && at[j] == pos0 + r) acc[r] = acc[r] + v[j];
-        }
-      }
-    }
-  }
-}
-
-// POOL3D_LOADS_REACH2: pool3d_gather_run_reach for two input rows at once, ih and ih + dh (`second`: that row
-// exists), the same run of columns. Their candidate output rows along H are oh = th - b * dh and th + dh - b * dh
-// (b < kh): kh + 1 rows in all, of which kh - 1 serve both, so per D row the item loads kh + 1 rows instead of
-// 2 * kh (k3s1: 12 rows for two runs instead of 18). The rows are walked in ascending oh as in the one-row form, so
-// each element sums its windows in the same order: the same bits.
-#define POOL3D_LOADS_REACH2 4
-
-// The first of the two rows of pair p (pairs numbered along H as (ih, ih + dh) with ih % (2 * dh) < dh), and how
-// many pairs a dim of H rows holds (the last group of 2 * dh rows may leave some pairs without a second row, or
-// without any row: then the first is >= H).
-POOL3D_GATHER_FN int pool3d_pair_row(int p, int dh) { return (p / dh) * 2 * dh + p % dh; }
-POOL3D_GATHER_FN int pool3d_pairs(int H, int dh) { return (H + 2 * dh - 1) / (2 * dh) * dh; }
-
-template <typename A, int RUN, typename T, class Win, class Load, class Rows>
-POOL3D_GATHER_FN void pool3d_gather_run_reach2(const Win& win, const Pool3dGatherDims& g, const int* ip,
-                                               const T* gp, int id, int ih, bool second, int w0, int n,
-                                               A (&acc0)[RUN], A (&acc1)[RUN], Load load, const Rows& rows) {
-  static_assert(Win::sd == 1 && Win::sh == 1 && Win::sw == 1, "POOL3D_LOADS_REACH2: stride 1 only");
+  static_assert(ROWS == 1 || ROWS == 2, "POOL3D_LOADS_REACH: one or two rows");
   constexpr int EW = (Win::kw - 1) * Win::dw, NW = RUN + EW;
   pool3d_clear_run(acc0);
-  pool3d_clear_run(acc1);
+  if (ROWS == 2) pool3d_clear_run(acc1);
   const int pos0 = (id * g.H + ih) * g.W + w0;
   // no second row: a position no index holds
-  const int pos1 = second ? pos0 + Win::dh * g.W : -(1 << 30);
+  const int pos1 = ROWS == 2 && second ? pos0 + Win::dh * g.W : -(1 << 30);
   const int first = w0 + g.pw - EW;  // the window j = 0
   POOL3D_GATHER_UNROLL
   for (int a = Win::kd - 1; a >= 0; --a) {
     const int od = id + g.pd - a * Win::dd;
     POOL3D_GATHER_UNROLL
-    for (int u = 0; u <= Win::kh; ++u) {  // oh ascending; row ih takes u < kh, row ih + dh takes u >= 1
+    for (int u = 0; u < Win::kh + ROWS - 1; ++u) {  // oh ascending; row ih takes u < kh, row ih + dh u >= 1
       const int oh = ih + g.ph - (Win::kh - 1 - u) * Win::dh;
       const bool ok = od >= 0 && od < g.Do && oh >= 0 && oh < g.Ho && (u < Win::kh || second);
       const int orow = ok ? rows.at(od, oh) + first : 0;
       int at[NW];
       A v[NW];
-      pool3d_reach_row(ip, gp, orow, first, g.Wo, ok, at, v, load);
+      POOL3D_GATHER_UNROLL
+      for (int j = 0; j < NW; ++j) {
+        const bool in = ok && first + j >= 0 && first + j < g.Wo;
+        at[j] = in ? ip[orow + j] : -1;
+        v[j] = in ? load(gp + orow + j) : A(0);
+      }
       POOL3D_GATHER_UNROLL
       for (int j = 0; j < NW; ++j) {
         POOL3D_GATHER_UNROLL
@@ -279,7 +238,7 @@ POOL3D_GATHER_FN void pool3d_gather_run_reach2(const Win& win, const Pool3dGathe
           const int r = j - m * Win::dw;
           if (r >= 0 && r < RUN && r < n) {
             if (u < Win::kh && at[j] == pos0 + r) acc0[r] = acc0[r] + v[j];
-            if (u >= 1 && at[j] == pos1 + r) acc1[r] = acc1[r] + v[j];
+            if (ROWS == 2 && u >= 1 && at[j] == pos1 + r) acc1[r] = acc1[r] + v[j];
           }
         }
       }
@@ -299,7 +258,7 @@ template <> struct Pool3dGatherBy<POOL3D_LOADS_REACH> {
   template <typename A, int RUN, typename T, class Win, class Load, class Rows>
   static POOL3D_GATHER_MEMBER void run(const Win& win, const Pool3dGatherDims& g, const int* ip, const T* gp, int id,
                                        int ih, int w0, int n, A (&acc)[RUN], Load load, const Rows& rows) {
-    pool3d_gather_run_reach(win, g, ip, gp, id, ih, w0, n, acc, load, rows);
+    pool3d_gather_run_reach<1>(win, g, ip, gp, id, ih, false, w0, n, acc, acc, load, rows);
   }
 };
 template <> struct Pool3dGatherBy<POOL3D_LOADS_ON_DEMAND> {
@@ -482,8 +441,8 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather2(const int* __restric
   const bool second = ih + Win::dh < gd.H;
   typedef typename Pool3dAcc<T>::type A;
   A acc0[RUN], acc1[RUN];
-  pool3d_gather_run_reach2(win, gd, idx + plane * a.plane_out, dy + plane * a.plane_out, id, ih, second, w0, n, acc0,
-                           acc1, Pool3dGatherLoad<T>(), Pool3dPlaneRows{gd.Ho, gd.Wo});
+  pool3d_gather_run_reach<2>(win, gd, idx + plane * a.plane_out, dy + plane * a.plane_out, id, ih, second, w0, n,
+                             acc0, acc1, Pool3dGatherLoad<T>(), Pool3dPlaneRows{gd.Ho, gd.Wo});
   T* dp = dx + plane * a.plane_in + (I)(id * gd.H + ih) * gd.W + w0;
   pool3d_store_run<T, RUN>(dp, acc0, n, vec_ok);
   if (second) pool3d_store_run<T, RUN>(dp + Win::dh * gd.W, acc1, n, vec_ok);

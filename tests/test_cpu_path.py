@@ -229,8 +229,8 @@ void gather_pairs(const Win& win, const Pool3dGatherDims& gd, const int* idx, co
           if (ih >= gd.H) continue;
           const bool second = ih + Win::dh < gd.H;
           A acc0[RUN], acc1[RUN];
-          pool3d_gather_run_reach2(win, gd, idx + p * plane_out, dy + p * plane_out, id, ih, second, w0, n, acc0,
-                                   acc1, load, Pool3dPlaneRows{gd.Ho, gd.Wo});
+          pool3d_gather_run_reach<2>(win, gd, idx + p * plane_out, dy + p * plane_out, id, ih, second, w0, n, acc0,
+                                     acc1, load, Pool3dPlaneRows{gd.Ho, gd.Wo});
           T* dp = dx + p * plane_in + ((long long)id * gd.H + ih) * gd.W + w0;
           for (int r = 0; r < n; ++r) dp[r] = ops_cpu::from_acc<T>(acc0[r]);
           if (second)
