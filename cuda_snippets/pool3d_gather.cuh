@@ -117,7 +117,6 @@ POOL3D_GATHER_FN void pool3d_gather_run(const Win& win, const Pool3dGatherDims& 
 #define POOL3D_LOADS_ROW 1
 #define POOL3D_LOADS_ALL 2
 #define POOL3D_LOADS_REACH 3
-#define POOL3D_LOADS_REACH2 4  // REACH with a run of each of two input rows a thread (pool3d_gather_run_reach)
 
 // The most windows along W that can reach a run of RUN elements, and the most output rows along D (H) that can
 // hold one input row: bounds known at compile time for a Pool3dWinC.
@@ -185,60 +184,78 @@ POOL3D_GATHER_FN void pool3d_gather_run_loaded(const Win& win, const Pool3dGathe
   }
 }
 
-// The first of the two rows of pair p (pairs numbered along H as (ih, ih + dh) with ih % (2 * dh) < dh), and how
-// many pairs a dim of H rows holds (the last group of 2 * dh rows may leave some pairs without a second row, or
-// without any row: then the first is >= H).
-POOL3D_GATHER_FN int pool3d_pair_row(int p, int dh) { return (p / dh) * 2 * dh + p % dh; }
-POOL3D_GATHER_FN int pool3d_pairs(int H, int dh) { return (H + 2 * dh - 1) / (2 * dh) * dh; }
+// Groups of R input rows along a dim of dilation dl (a D or H group of a block work item): group p holds rows
+// t, t + dl, ..., t + (R - 1) * dl with t = pool3d_group_row(p, R, dl) (t % (R * dl) < dl), and a dim of n rows
+// pool3d_groups(n, R, dl) groups (the last groups may hold fewer than R rows, or none: then t >= n).
+POOL3D_GATHER_FN int pool3d_group_row(int p, int R, int dl) { return (p / dl) * R * dl + p % dl; }
+POOL3D_GATHER_FN int pool3d_groups(int n, int R, int dl) { return (n + R * dl - 1) / (R * dl) * dl; }
+// How many of the R rows of a group from row t exist in a dim of n rows (t < n).
+POOL3D_GATHER_FN int pool3d_group_rows(int t, int n, int R, int dl) {
+  const int left = (n - 1 - t) / dl + 1;
+  return left < R ? left : R;
+}
 
-// pool3d_gather_run for a compile-time window of stride 1 along every dim (any dilation). Element r of the run lies
-// in window ow = tw + r - kx * dw of a row, so numbering the windows that reach the run from ow = tw - (kw - 1) * dw
-// (j = 0), window j reaches exactly the elements r = j - m * dw (m < kw): each element is compared with its kw
-// windows only, where the other forms compare every window with all RUN elements. Likewise the output rows that
-// hold input row (id, ih) are od = td - a * dd, oh = th - b * dh (a < kd, b < kh) where inside the output: no
-// candidate row is skipped for dilation. Each element still sums its windows in (od, oh, ow) order.
-// ROWS 2 (POOL3D_LOADS_REACH2): the same run of columns of input rows ih and ih + dh at once (`second`: that row
-// exists; acc1 its sums). Their candidate rows along H are th - b * dh and th + dh - b * dh: kh + 1 rows in all, of
-// which kh - 1 serve both, so per D row the item loads kh + 1 rows instead of 2 * kh (k3s1: 12 rows for two runs
-// instead of 18). The rows are walked in ascending oh as with one row: the same sums in the same order, the same
-// bits. ROWS 1 leaves `second` and acc1 alone.
-template <int ROWS, typename A, int RUN, typename T, class Win, class Load, class Rows>
-POOL3D_GATHER_FN void pool3d_gather_run_reach(const Win& win, const Pool3dGatherDims& g, const int* ip, const T* gp,
-                                              int id, int ih, bool second, int w0, int n, A (&acc0)[RUN],
-                                              A (&acc1)[RUN], Load load, const Rows& rows) {
+// pool3d_gather_run for a compile-time window of stride 1 along every dim (any dilation), over a block of RD x RH
+// input rows (id + i * dd, ih + k * dh for i < nd <= RD, k < nh <= RH) and one run of columns w0 .. w0 + n - 1.
+// Element r of a run lies in window ow = tw + r - m * dw of a row (m < kw), so numbering the windows that reach the
+// run from ow = tw - (kw - 1) * dw (j = 0), window j reaches exactly the elements r = j - m * dw: each element is
+// compared with its kw windows only (the other forms compare every window with all RUN elements). Along D the
+// block's candidate output rows are od = id + pd + (u - (kd - 1)) * dd for u < kd + RD - 1, and row i of the block
+// takes those with u - (kd - 1) <= i <= u; along H likewise: a block loads (kd + RD - 1) * (kh + RH - 1) rows
+// where RD * RH single rows load RD * RH * kd * kh (k3s1 with RH = 2: 12 rows for two runs instead of 18; with
+// RD = RH = 2, 16 instead of 36). The rows are walked in ascending od, then oh, and a row's windows in ascending
+// ow, so every element sums its windows in (od, oh, ow) order, as with one row: the same bits.
+// acc[i * RH + k]: the sums of block row (i, k).
+template <int RD, int RH, typename A, int RUN, typename T, class Win, class Load, class Rows>
+POOL3D_GATHER_FN void pool3d_gather_block_reach(const Win& win, const Pool3dGatherDims& g, const int* ip,
+                                                const T* gp, int id, int ih, int nd, int nh, int w0, int n,
+                                                A (&acc)[RD * RH][RUN], Load load, const Rows& rows) {
   static_assert(Win::sd == 1 && Win::sh == 1 && Win::sw == 1, "POOL3D_LOADS_REACH: stride 1 only");
-  static_assert(ROWS == 1 || ROWS == 2, "POOL3D_LOADS_REACH: one or two rows");
   constexpr int EW = (Win::kw - 1) * Win::dw, NW = RUN + EW;
-  pool3d_clear_run(acc0);
-  if (ROWS == 2) pool3d_clear_run(acc1);
-  const int pos0 = (id * g.H + ih) * g.W + w0;
-  // no second row: a position no index holds
-  const int pos1 = ROWS == 2 && second ? pos0 + Win::dh * g.W : -(1 << 30);
+  POOL3D_GATHER_UNROLL
+  for (int b = 0; b < RD * RH; ++b) pool3d_clear_run(acc[b]);
+  int pos[RD * RH];  // the index of each block row's first element (a row past the dims: a position no index holds)
+  POOL3D_GATHER_UNROLL
+  for (int i = 0; i < RD; ++i) {
+    POOL3D_GATHER_UNROLL
+    for (int k = 0; k < RH; ++k) {
+      pos[i * RH + k] = i < nd && k < nh ? ((id + i * Win::dd) * g.H + ih + k * Win::dh) * g.W + w0 : -(1 << 30);
+    }
+  }
   const int first = w0 + g.pw - EW;  // the window j = 0
   POOL3D_GATHER_UNROLL
-  for (int a = Win::kd - 1; a >= 0; --a) {
-    const int od = id + g.pd - a * Win::dd;
+  for (int u = 0; u < Win::kd + RD - 1; ++u) {  // od ascending
+    const int od = id + g.pd + (u - (Win::kd - 1)) * Win::dd;
     POOL3D_GATHER_UNROLL
-    for (int u = 0; u < Win::kh + ROWS - 1; ++u) {  // oh ascending; row ih takes u < kh, row ih + dh u >= 1
-      const int oh = ih + g.ph - (Win::kh - 1 - u) * Win::dh;
-      const bool ok = od >= 0 && od < g.Do && oh >= 0 && oh < g.Ho && (u < Win::kh || second);
+    for (int v = 0; v < Win::kh + RH - 1; ++v) {  // oh ascending
+      const int oh = ih + g.ph + (v - (Win::kh - 1)) * Win::dh;
+      // block rows i with u - (kd - 1) <= i <= u take output row od (k likewise): is one of them in the dims?
+      const bool ok = od >= 0 && od < g.Do && oh >= 0 && oh < g.Ho &&
+                      (u - (Win::kd - 1) < nd) && (v - (Win::kh - 1) < nh);
       const int orow = ok ? rows.at(od, oh) + first : 0;
       int at[NW];
-      A v[NW];
+      A val[NW];
       POOL3D_GATHER_UNROLL
       for (int j = 0; j < NW; ++j) {
         const bool in = ok && first + j >= 0 && first + j < g.Wo;
         at[j] = in ? ip[orow + j] : -1;
-        v[j] = in ? load(gp + orow + j) : A(0);
+        val[j] = in ? load(gp + orow + j) : A(0);
       }
       POOL3D_GATHER_UNROLL
-      for (int j = 0; j < NW; ++j) {
+      for (int i = 0; i < RD; ++i) {
+        if (i < u - (Win::kd - 1) || i > u) continue;
         POOL3D_GATHER_UNROLL
-        for (int m = 0; m < Win::kw; ++m) {
-          const int r = j - m * Win::dw;
-          if (r >= 0 && r < RUN && r < n) {
-            if (u < Win::kh && at[j] == pos0 + r) acc0[r] = acc0[r] + v[j];
-            if (ROWS == 2 && u >= 1 && at[j] == pos1 + r) acc1[r] = acc1[r] + v[j];
+        for (int k = 0; k < RH; ++k) {
+          if (k < v - (Win::kh - 1) || k > v) continue;
+          POOL3D_GATHER_UNROLL
+          for (int j = 0; j < NW; ++j) {
+            POOL3D_GATHER_UNROLL
+            for (int m = 0; m < Win::kw; ++m) {
+              const int r = j - m * Win::dw;
+              if (r >= 0 && r < RUN && r < n && at[j] == pos[i * RH + k] + r) {
+                acc[i * RH + k][r] = acc[i * RH + k][r] + val[j];
+              }
+            }
           }
         }
       }
@@ -258,7 +275,8 @@ template <> struct Pool3dGatherBy<POOL3D_LOADS_REACH> {
   template <typename A, int RUN, typename T, class Win, class Load, class Rows>
   static POOL3D_GATHER_MEMBER void run(const Win& win, const Pool3dGatherDims& g, const int* ip, const T* gp, int id,
                                        int ih, int w0, int n, A (&acc)[RUN], Load load, const Rows& rows) {
-    pool3d_gather_run_reach<1>(win, g, ip, gp, id, ih, false, w0, n, acc, acc, load, rows);
+    pool3d_gather_block_reach<1, 1>(win, g, ip, gp, id, ih, 1, 1, w0, n, reinterpret_cast<A(&)[1][RUN]>(acc), load,
+                                    rows);
   }
 };
 template <> struct Pool3dGatherBy<POOL3D_LOADS_ON_DEMAND> {
@@ -365,11 +383,13 @@ template <typename I> struct Pool3dRunLaunch {
   Pool3dGatherDims gd;
   bool vec_ok;
 };
-// `rows_per_item` 2: a work item is a run of each row of a pair (POOL3D_LOADS_REACH2), the items along H the pairs.
+// RD, RH above 1: a work item is a run of each row of a block (pool3d_gather_block_reach), the items along D and H
+// the groups of RD and RH rows.
 template <typename T, typename I, int RUN>
-inline Pool3dRunLaunch<I> pool3d_run_launch(const Pool3dGeom& g, long long planes, const T* dx, int rows_per_item = 1) {
-  const int along_h = rows_per_item == 2 ? pool3d_pairs(g.H, g.dh) : g.H;
-  const Pool3dRunLaunch<I> l = {pool3d_args<I>(g, planes, ops_ceil_div(g.W, RUN), along_h, g.D),
+inline Pool3dRunLaunch<I> pool3d_run_launch(const Pool3dGeom& g, long long planes, const T* dx, int RD = 1,
+                                            int RH = 1) {
+  const Pool3dRunLaunch<I> l = {pool3d_args<I>(g, planes, ops_ceil_div(g.W, RUN), pool3d_groups(g.H, RH, g.dh),
+                                               pool3d_groups(g.D, RD, g.dd)),
                                 {g.H, g.W, g.Do, g.Ho, g.Wo, g.pd, g.ph, g.pw},
                                 g.W % RUN == 0 && ((unsigned long long)dx) % (RUN * sizeof(T)) == 0};
   return l;
@@ -427,25 +447,32 @@ __global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather(const int* __restrict
   pool3d_store_run<T, RUN>(dx + plane * a.plane_in + (I)(id * gd.H + ih) * gd.W + w0, acc, n, vec_ok);
 }
 
-// POOL3D_LOADS_REACH2: one thread per run of RUN elements of both rows of a pair (ih, ih + dh).
-template <typename T, typename I, class Win, int RUN, int BLOCK>
-__global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather2(const int* __restrict__ idx, const T* __restrict__ dy,
-                                                            T* __restrict__ dx, const Pool3dArgs<I> a,
-                                                            const Pool3dGatherDims gd, const bool vec_ok,
-                                                            const Win win) {
+// A thread per run of RUN elements of each row of a block of RD x RH input rows (pool3d_gather_block_reach).
+template <typename T, typename I, class Win, int RUN, int RD, int RH, int BLOCK>
+__global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather_block(const int* __restrict__ idx,
+                                                                 const T* __restrict__ dy, T* __restrict__ dx,
+                                                                 const Pool3dArgs<I> a, const Pool3dGatherDims gd,
+                                                                 const bool vec_ok, const Win win) {
   I plane;
-  int id, pair, w0, n;
-  if (!pool3d_run_item<I, RUN, BLOCK>(a, gd, plane, id, pair, w0, n)) return;
-  const int ih = pool3d_pair_row(pair, Win::dh);
-  if (ih >= gd.H) return;
-  const bool second = ih + Win::dh < gd.H;
+  int group_d, group_h, w0, n;
+  if (!pool3d_run_item<I, RUN, BLOCK>(a, gd, plane, group_d, group_h, w0, n)) return;
+  const int id = pool3d_group_row(group_d, RD, Win::dd), ih = pool3d_group_row(group_h, RH, Win::dh);
+  if (id >= a.g.D || ih >= gd.H) return;
+  const int nd = pool3d_group_rows(id, a.g.D, RD, Win::dd), nh = pool3d_group_rows(ih, gd.H, RH, Win::dh);
   typedef typename Pool3dAcc<T>::type A;
-  A acc0[RUN], acc1[RUN];
-  pool3d_gather_run_reach<2>(win, gd, idx + plane * a.plane_out, dy + plane * a.plane_out, id, ih, second, w0, n,
-                             acc0, acc1, Pool3dGatherLoad<T>(), Pool3dPlaneRows{gd.Ho, gd.Wo});
+  A acc[RD * RH][RUN];
+  pool3d_gather_block_reach<RD, RH>(win, gd, idx + plane * a.plane_out, dy + plane * a.plane_out, id, ih, nd, nh,
+                                    w0, n, acc, Pool3dGatherLoad<T>(), Pool3dPlaneRows{gd.Ho, gd.Wo});
   T* dp = dx + plane * a.plane_in + (I)(id * gd.H + ih) * gd.W + w0;
-  pool3d_store_run<T, RUN>(dp, acc0, n, vec_ok);
-  if (second) pool3d_store_run<T, RUN>(dp + Win::dh * gd.W, acc1, n, vec_ok);
+#pragma unroll
+  for (int i = 0; i < RD; ++i) {
+#pragma unroll
+    for (int k = 0; k < RH; ++k) {
+      if (i < nd && k < nh) {
+        pool3d_store_run<T, RUN>(dp + (I)(i * Win::dd * gd.H + k * Win::dh) * gd.W, acc[i * RH + k], n, vec_ok);
+      }
+    }
+  }
 }
 
 // bwd_disjoint (disjoint windows that leave most of the input in none, such as k2s3): a thread per VEC
@@ -644,29 +671,22 @@ void pool3d_bwd_runs_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom
   OPS_CHECK_LAUNCH();
 }
 
-// The launcher: Win is a Pool3dWinC (compile-time window, checked against the geometry) or Pool3dWinR (the
-// geometry's window at run time, POOL3D_LOADS_ON_DEMAND only).
-template <int LOADS> struct Pool3dGatherKernel {  // a thread per run of one row
-  template <typename T, typename I, class Win, int RUN, int BLOCK>
-  static void launch(const int* idx, const T* dy, T* dx, const Pool3dGeom& g, long long planes, const Win& win) {
-    const Pool3dRunLaunch<I> l = pool3d_run_launch<T, I, RUN>(g, planes, dx);
-    pool3d_bwd_gather<T, I, Win, RUN, LOADS, BLOCK><<<pool3d_grid<I, BLOCK>(l.a), BLOCK>>>(idx, dy, dx, l.a, l.gd,
-                                                                                           l.vec_ok, win);
-  }
-};
-template <> struct Pool3dGatherKernel<POOL3D_LOADS_REACH2> {  // a thread per run of both rows of a pair
-  template <typename T, typename I, class Win, int RUN, int BLOCK>
-  static void launch(const int* idx, const T* dy, T* dx, const Pool3dGeom& g, long long planes, const Win& win) {
-    const Pool3dRunLaunch<I> l = pool3d_run_launch<T, I, RUN>(g, planes, dx, 2);
-    pool3d_bwd_gather2<T, I, Win, RUN, BLOCK><<<pool3d_grid<I, BLOCK>(l.a), BLOCK>>>(idx, dy, dx, l.a, l.gd,
-                                                                                     l.vec_ok, win);
-  }
-};
-
+// The launchers: Win is a Pool3dWinC (compile-time window, checked against the geometry) or Pool3dWinR (the
+// geometry's window at run time, POOL3D_LOADS_ON_DEMAND only); the block form takes a Pool3dWinC of stride 1.
 template <typename T, typename I, class Win, int RUN, int LOADS, int BLOCK>
 void pool3d_bwd_gather_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom& g, long long planes) {
   const Win win = pool3d_gather_window(g, Win());
-  Pool3dGatherKernel<LOADS>::template launch<T, I, Win, RUN, BLOCK>(idx, dy, dx, g, planes, win);
+  const Pool3dRunLaunch<I> l = pool3d_run_launch<T, I, RUN>(g, planes, dx);
+  pool3d_bwd_gather<T, I, Win, RUN, LOADS, BLOCK><<<pool3d_grid<I, BLOCK>(l.a), BLOCK>>>(idx, dy, dx, l.a, l.gd,
+                                                                                         l.vec_ok, win);
+  OPS_CHECK_LAUNCH();
+}
+template <typename T, typename I, class Win, int RUN, int RD, int RH, int BLOCK>
+void pool3d_bwd_gather_block_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom& g, long long planes) {
+  const Win win = pool3d_gather_window(g, Win());
+  const Pool3dRunLaunch<I> l = pool3d_run_launch<T, I, RUN>(g, planes, dx, RD, RH);
+  pool3d_bwd_gather_block<T, I, Win, RUN, RD, RH, BLOCK><<<pool3d_grid<I, BLOCK>(l.a), BLOCK>>>(
+      idx, dy, dx, l.a, l.gd, l.vec_ok, win);
   OPS_CHECK_LAUNCH();
 }
 #endif

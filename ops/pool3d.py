@@ -47,8 +47,8 @@ bwd_gather          every other window layout: every input element sums, in a fi
                     when a backward may follow). A thread takes a run of ``vec`` adjacent elements of a row (16
                     bytes) and reads each window's index once for the run; window sizes, strides and dilations
                     are compile-time where the window is in GATHER_WINDOWS (cuda_snippets/pool3d_gather.cuh),
-                    and GATHER_LOADS says how such a window loads its candidates (``pairs``: a run of each
-                    of two rows a thread, GATHER_PAIRS_WO). Moves dy + indices + dx.
+                    and GATHER_LOADS says how such a window loads its candidates (a REACH window: a run of
+                    each row of a block of GATHER_REACH_ROWS (D, H) rows a thread). Moves dy + indices + dx.
 bwd_disjoint        disjoint windows that hold at most half of the input (k2s3): a thread per 32 bytes of dx,
                     each element dy of the one window that can hold it where that window's saved argmax is the
                     element, else +0 (dy's bits, as the CPU path's copy). Moves dx once, coalesced, + the dy and
@@ -169,15 +169,13 @@ GATHER_LOADS = {
 # row's REACH loads RUN + (kw - 1) * dw windows. k3s1 dilation 2, kernel ms, on demand / REACH: f32 runs of 4 0.0580
 # / 0.0655, runs of 8 - / 0.0513; f16 runs of 8 0.0669 / 0.0502; f64 runs of 2 0.126 / 0.080, of 4 - / 0.098.
 GATHER_WIDE_WINDOWS = (((3, 3, 3), (1, 1, 1), (2, 2, 2)),)
-# A REACH gather whose output rows (the saved indices' and dy's) hold a multiple of GATHER_PAIRS_WO elements takes a
-# run of each of two input rows a thread (POOL3D_LOADS_REACH2: ih and ih + dh share kh - 1 of their candidate
-# rows). With such rows REACH slows down (our reading, not profiled: a warp's candidate rows then start a multiple
-# of 32 bytes apart and crowd the same cache sets). H200 kernel ms, REACH / REACH2, k3s1 f32 (4,32,32,32,W): Wo 32
-# 0.0645 / 0.0471 (p0) and 0.0588 / 0.0418 (p1), Wo 30 0.0365 / 0.0419 (p0) and 0.0396 / 0.0466 (p1);
-# (4,32,32,64,64) p1 (Wo 64) 0.2229 / 0.1527, p0 (Wo 62) 0.1470 / 0.1563; (8,32,16,56,56) p1 (Wo 56) 0.1815 /
-# 0.1524; k3s1 p1 Wo 32 f16 0.0813 / 0.0695, f64 0.0619 / 0.0536; k2s1 Wo 32 0.0288 / 0.0274; k3s1d2 f32 Wo 28
-# 0.0518 / 0.0616 and Wo 30 0.0454 / 0.0650.
-GATHER_PAIRS_WO = 8
+# A REACH gather thread takes a run of each row of a block of (D, H) input rows (pool3d_gather_block_reach: rows
+# id .. id + 3 * dd share kd - 1 of their candidate output rows along D, so a block loads (kd + 3) * kh rows where
+# four single rows load 4 * kd * kh). H200 kernel ms, blocks 1x1 / 1x2 / 2x1 / 4x1 / 2x2 / 8x1 / 4x2
+# (scores/runs/h200-2026-11-29f-gather-blocks.log): k3s1 (4,32,32,32,32) f32 0.0369 / 0.0448 / 0.0327 / 0.0286 /
+# 0.0339 / 0.0318 / 0.0325, f16 0.0396 / 0.0457 / 0.0400 / 0.0337 / 0.0626 / 0.0540 / 0.0532, k3s1d2 f32 0.0512 /
+# 0.0458 / 0.0409 / 0.0353 / 0.0496 / 0.0557 / 0.0494; 4x1 is the fastest or within 10% of it on all 10 layers.
+GATHER_REACH_ROWS = (4, 1)
 GATHER_ON_DEMAND = ((((3, 3, 3), (1, 1, 1), (2, 2, 2)), 4, 4),)
 # The backward gathers from the int32 indices the forward saves, for every layout: recomputing each argmax from
 # x instead (no indices kept) was 1.1-3.4x slower (k4s4 (4,32,32,64,64) f32 0.108 ms against 0.032).
@@ -342,7 +340,7 @@ class KernelConfig:
     sw: int = 0  # compile-time W stride (fwd_rows), 0 otherwise
     pw: int = 0  # compile-time W padding (fwd_rows)
     window: Optional[Tuple[Triple, Triple, Triple]] = None  # bwd_gather: compile-time (kernel, stride, dilation)
-    pairs: bool = False  # bwd_gather: a thread takes a run of each of two input rows (GATHER_PAIRS_WO)
+    rows: Tuple[int, int] = (1, 1)  # bwd_gather: a thread takes a run of each row of a block of (D, H) input rows
     opt: int = 1  # work items per thread
     block: int = 0  # threads per block (0 on the CPU)
     index_type: str = "int"
@@ -363,8 +361,8 @@ class KernelConfig:
             parts.append("nopad")
         if self.clamp:
             parts.append("clamp")
-        if self.pairs:
-            parts.append("pairs")
+        if self.rows != (1, 1):
+            parts.append("rows%dx%d" % self.rows)
         return "/".join(parts)
 
 
@@ -436,8 +434,8 @@ def select_config(x_shape: Sequence[int], dtype, params: PoolParams, direction: 
         run = gather_run(window, itemsize, spatial[2])
         if window not in GATHER_WINDOWS:
             return KernelConfig("bwd_gather", vec=run, block=BLOCK, index_type=itype)
-        pairs = gather_loads(window, itemsize, run) == "POOL3D_LOADS_REACH" and out[2] % GATHER_PAIRS_WO == 0
-        return KernelConfig("bwd_gather", vec=run, block=BLOCK, index_type=itype, window=window, pairs=pairs)
+        return KernelConfig("bwd_gather", vec=run, block=BLOCK, index_type=itype, window=window,
+                            rows=gather_rows(window, itemsize, run))
     if not cuda:
         return KernelConfig("fwd_cpu", nopad=nopad, index_type=itype)
     vec = _k2s2_vec(params, spatial[2], itemsize) if nopad else 0
@@ -478,7 +476,7 @@ def _entry(cfg: KernelConfig) -> tuple:
     if v == "fwd_rows":
         return (v, cfg.vec, cfg.k[2], cfg.sw, cfg.pw, cfg.nopad)
     if v == "bwd_gather":
-        return (v, cfg.window, cfg.vec, cfg.pairs)
+        return (v, cfg.window, cfg.vec, cfg.rows)
     if v in ("bwd_disjoint", "bwd_runs"):
         return (v, cfg.vec)
     return (v, cfg.k, cfg.nopad)  # fwd_warp
@@ -506,11 +504,14 @@ def _call(entry: tuple, mode: int = MODE_VALUES, itemsize: Optional[int] = None)
         return f"pool3d_bwd_disjoint_launch<T, I, {entry[1]}, {BLOCK}>(idx, dy, dx, g, planes)"
     if v == "bwd_runs":
         return f"pool3d_bwd_runs_launch<T, I, {entry[1]}, {BLOCK}>(idx, dy, dx, g, planes)"
-    _, window, run, pairs = entry  # bwd_gather
+    _, window, run, rows = entry  # bwd_gather
     if itemsize is None:
         raise ValueError(f"the launcher call of {entry!r} needs the menu's itemsize")
     win = "Pool3dWinR" if window is None else f"Pool3dWinC<{', '.join(ks(t) for t in window)}>"
-    loads = "POOL3D_LOADS_REACH2" if pairs else gather_loads(window, itemsize, run)
+    if rows != (1, 1):
+        return (f"pool3d_bwd_gather_block_launch<T, I, {win}, {run}, {rows[0]}, {rows[1]}, {BLOCK}>"
+                f"(idx, dy, dx, g, planes)")
+    loads = gather_loads(window, itemsize, run)
     return f"pool3d_bwd_gather_launch<T, I, {win}, {run}, {loads}, {BLOCK}>(idx, dy, dx, g, planes)"
 
 
@@ -518,17 +519,9 @@ def _flags():
     return ((True, False), (False, True), (False, False))  # (nopad, clamp): unchecked, clamped, checked
 
 
-def _pairs_possible(window: Tuple[Triple, Triple, Triple], itemsize: int, run: int, wide_run: bool) -> bool:
-    """Can a layer of ``window`` take the gather in pairs of rows in runs of ``run``: a REACH form, and output rows
-    of a multiple of GATHER_PAIRS_WO elements for some padding (wide runs: W a multiple of the run)? Each menu
-    entry costs nvcc time in every gather translation unit (a pairs entry 0.25-0.45 s, 2-core machine), so the entries
-    no layer can pick are left out: float32 k3s1d2 (runs of 8: rows of 4 or 6 mod 8) and k2s1 in runs of 8."""
-    if gather_loads(window, itemsize, run) != "POOL3D_LOADS_REACH":
-        return False
-    kernel, _, dilation = window
-    extent = (kernel[2] - 1) * dilation[2]
-    widths = range(0, GATHER_PAIRS_WO * run, run) if wide_run else range(GATHER_PAIRS_WO)
-    return any((w + 2 * p - extent) % GATHER_PAIRS_WO == 0 for w in widths for p in range(kernel[2] // 2 + 1))
+def gather_rows(window: Optional[Tuple[Triple, Triple, Triple]], itemsize: int, run: int) -> Tuple[int, int]:
+    """The block of (D, H) input rows a gather thread takes: GATHER_REACH_ROWS for a REACH window, else one row."""
+    return GATHER_REACH_ROWS if gather_loads(window, itemsize, run) == "POOL3D_LOADS_REACH" else (1, 1)
 
 
 @_functools.lru_cache(maxsize=None)
@@ -541,11 +534,10 @@ def menus(itemsize: int) -> dict:
     rows = [("fwd_rows", vec, kw, sw, pw, pw == 0 and nopad) for vec in vecs[:2] for kw in ROWS_KW
             for sw in ROWS_SW for pw in ROWS_PW for nopad in ((True, False) if pw == 0 else (False,))]
     narrow, wide = GATHER_RUN_BYTES // itemsize, GATHER_WIDE_RUN_BYTES // itemsize
-    gather = [("bwd_gather", w, run, pairs) for w in GATHER_WINDOWS
+    gather = [("bwd_gather", w, run, rows) for w in GATHER_WINDOWS
               for run in ((narrow, wide) if wide_gather_allowed(w, itemsize) else (narrow,))
-              for pairs in ((False, True) if _pairs_possible(w, itemsize, run, wide_run=run == wide and wide != narrow)
-                            else (False,))]
-    gather += [("bwd_gather", None, run, False) for run in sorted({narrow, wide if itemsize >= 4 else narrow})]
+              for rows in (gather_rows(w, itemsize, run),)]
+    gather += [("bwd_gather", None, run, (1, 1)) for run in sorted({narrow, wide if itemsize >= 4 else narrow})]
     gather += [("bwd_disjoint", DISJOINT_RUN_BYTES // itemsize), ("bwd_runs", narrow)]
     return {"values": _codegen.Menu(k2s2 + flat + warp + rows, lambda e: _call(e, MODE_VALUES)),
             "both": _codegen.Menu(k2s2 + flat + warp, lambda e: _call(e, MODE_BOTH)),

@@ -216,25 +216,28 @@ void gather_items(const Win& win, const Pool3dGatherDims& gd, const int* idx, co
           for (int r = 0; r < n; ++r) dp[r] = ops_cpu::from_acc<T>(acc[r]);
         }
 }
-// POOL3D_LOADS_REACH2's work items: a run of each row of a pair (ih, ih + dh), the pairs along H in turn.
-template <int RUN, typename A, class Win, typename T, class Load>
-void gather_pairs(const Win& win, const Pool3dGatherDims& gd, const int* idx, const T* dy, T* dx, long long planes,
-                  int D, long long plane_out, Load load) {
+// The block form's work items (pool3d_gather_block_reach): a run of each row of a block of RD x RH rows (id + i * dd,
+// ih + k * dh), the blocks along D and H in turn, as the GPU numbers them.
+template <int RD, int RH, int RUN, typename A, class Win, typename T, class Load>
+void gather_blocks(const Win& win, const Pool3dGatherDims& gd, const int* idx, const T* dy, T* dx, long long planes,
+                   int D, long long plane_out, Load load) {
   const long long plane_in = (long long)D * gd.H * gd.W;
   for (long long p = 0; p < planes; ++p)
-    for (int id = 0; id < D; ++id)
-      for (int pair = 0; pair < pool3d_pairs(gd.H, Win::dh); ++pair)
+    for (int group_d = 0; group_d < pool3d_groups(D, RD, Win::dd); ++group_d)
+      for (int group_h = 0; group_h < pool3d_groups(gd.H, RH, Win::dh); ++group_h)
         for (int w0 = 0; w0 < gd.W; w0 += RUN) {
-          const int ih = pool3d_pair_row(pair, Win::dh), n = std::min(RUN, gd.W - w0);
-          if (ih >= gd.H) continue;
-          const bool second = ih + Win::dh < gd.H;
-          A acc0[RUN], acc1[RUN];
-          pool3d_gather_run_reach<2>(win, gd, idx + p * plane_out, dy + p * plane_out, id, ih, second, w0, n, acc0,
-                                     acc1, load, Pool3dPlaneRows{gd.Ho, gd.Wo});
-          T* dp = dx + p * plane_in + ((long long)id * gd.H + ih) * gd.W + w0;
-          for (int r = 0; r < n; ++r) dp[r] = ops_cpu::from_acc<T>(acc0[r]);
-          if (second)
-            for (int r = 0; r < n; ++r) dp[Win::dh * gd.W + r] = ops_cpu::from_acc<T>(acc1[r]);
+          const int id = pool3d_group_row(group_d, RD, Win::dd), ih = pool3d_group_row(group_h, RH, Win::dh);
+          if (id >= D || ih >= gd.H) continue;
+          const int nd = pool3d_group_rows(id, D, RD, Win::dd), nh = pool3d_group_rows(ih, gd.H, RH, Win::dh);
+          const int n = std::min(RUN, gd.W - w0);
+          A acc[RD * RH][RUN];
+          pool3d_gather_block_reach<RD, RH>(win, gd, idx + p * plane_out, dy + p * plane_out, id, ih, nd, nh, w0, n,
+                                            acc, load, Pool3dPlaneRows{gd.Ho, gd.Wo});
+          for (int i = 0; i < nd; ++i)
+            for (int k = 0; k < nh; ++k) {
+              T* dp = dx + p * plane_in + ((long long)(id + i * Win::dd) * gd.H + ih + k * Win::dh) * gd.W + w0;
+              for (int r = 0; r < n; ++r) dp[r] = ops_cpu::from_acc<T>(acc[i * RH + k][r]);
+            }
         }
 }
 """
@@ -299,8 +302,10 @@ switch ((int)data["case"]) {
 @CASES
 }
 """
+# The block forms (pool3d_gather_block_reach with RD x RH rows a thread).
+BLOCK_FORMS = ("REACH rows 1x2", "REACH rows 2x1", "REACH rows 2x2", "REACH rows 4x1")
 LOADED_FORMS = [(window, loads, run) for window in P.GATHER_LOADS
-                for loads in ("POOL3D_LOADS_ROW", "POOL3D_LOADS_ALL", "POOL3D_LOADS_REACH", "POOL3D_LOADS_REACH2")
+                for loads in ("POOL3D_LOADS_ROW", "POOL3D_LOADS_ALL", "POOL3D_LOADS_REACH") + BLOCK_FORMS
                 if "REACH" not in loads or window[1] == (1, 1, 1) for run in (4, 8)]
 
 
@@ -308,7 +313,10 @@ def _loaded_src():
     cases = []
     for i, (window, loads, run) in enumerate(LOADED_FORMS):
         win = "Pool3dWinC<" + ", ".join(str(v) for t in window for v in t) + ">"
-        items = f"gather_pairs<{run}, A>" if loads == "POOL3D_LOADS_REACH2" else f"gather_items<{loads}, {run}, A>"
+        if loads in BLOCK_FORMS:
+            items = f"gather_blocks<{loads[len('REACH rows '):].replace('x', ', ')}, {run}, A>"
+        else:
+            items = f"gather_items<{loads}, {run}, A>"
         cases.append(f"case {i}: {items}({win}(), gd, (const int*)in2_p, in1_p, out0_p, "
                      f"planes, (int)in0_shape2, plane_out, Load()); break;")
     return _LOADED_SRC.replace("@CASES", "\n".join(cases))

@@ -662,8 +662,9 @@ GRAD_CASES = [
     ((3, 9, 8, 7), _kw(3, 2, ceil=True)),  # 4-D input, gather with ceil_mode
     ((1, 2, 9, 10, 13), _kw(3, 2, 1, 2)),  # gather, dilated and strided along W: runs split windows
     ((2, 3, 6, 5, 3), _kw(2, 1)),  # gather, a row shorter than one run
-    ((2, 3, 9, 9, 10), _kw(3, 1)),  # gather in pairs of rows (Wo 8), the last row without its pair
-    ((2, 2, 9, 11, 16), _kw(3, 1, 1)),  # the same with padding (Wo 16)
+    ((2, 3, 9, 9, 10), _kw(3, 1)),  # stride-1 gather in blocks of 4 D rows, the last block of one row
+    ((2, 2, 10, 11, 16), _kw(3, 1, 1)),  # the same with padding, the last block of two rows
+    ((1, 2, 11, 9, 12), _kw(3, 1, 1, 2)),  # dilated: blocks of rows 2 apart along D, the last of fewer rows
     ((1, 1, 32, 32, 40), _kw((5, 5, 3), 1, 0, (3, 3, 1))),  # gather, the runtime window dilated along D and H
     ((2, 3, 8, 9, 10), _kw(2, 3)),  # disjoint windows holding 30% of x: bwd_disjoint on the GPU
     ((2, 3, 10, 11, 13), _kw(2, 3, 1, ceil=True)),  # the same with padding
@@ -918,21 +919,23 @@ def test_gather_loads_follow_the_compile_time_window():
     for itemsize in (2, 4, 8):
         for entry in P.menus(itemsize)["gather"].entries:
             if entry[0] == "bwd_gather":
-                _, window, run, pairs = entry
+                _, window, run, rows = entry
                 loads = P.gather_loads(window, itemsize, run)
                 if window is None or (window, itemsize, run) in P.GATHER_ON_DEMAND:
                     assert loads == "POOL3D_LOADS_ON_DEMAND", entry
                 else:
                     assert loads == P.GATHER_LOADS.get(window, "POOL3D_LOADS_ON_DEMAND"), entry
-                if pairs:  # a REACH window's second entry: a run of each of two rows
-                    assert loads == "POOL3D_LOADS_REACH", entry
-                    loads = "POOL3D_LOADS_REACH2"
-                assert f", {loads}, " in P._call(entry, itemsize=itemsize), entry
+                call = P._call(entry, itemsize=itemsize)
+                if loads == "POOL3D_LOADS_REACH":  # a thread per block of rows
+                    assert rows == P.GATHER_REACH_ROWS and "pool3d_bwd_gather_block_launch<" in call, entry
+                    assert f", {run}, {rows[0]}, {rows[1]}, " in call, entry
+                else:
+                    assert rows == (1, 1) and f", {run}, {loads}, " in call, entry
                 seen.add(loads)
-    assert len(seen) == 5
+    assert len(seen) == 4
 
 
-@pytest.mark.parametrize("shape, dtype, kw, loads, vec", [
+@pytest.mark.parametrize("shape, dtype, kw, loads, vec", [  # REACH: a thread per block of GATHER_REACH_ROWS rows
     ((4, 32, 32, 32, 32), "float32", _kw(3, 1), "POOL3D_LOADS_REACH", 4),
     ((4, 32, 32, 32, 32), "float16", _kw(3, 1), "POOL3D_LOADS_REACH", 8),
     ((4, 32, 32, 32, 32), "float32", _kw(2, 1), "POOL3D_LOADS_REACH", 8),
@@ -940,11 +943,11 @@ def test_gather_loads_follow_the_compile_time_window():
     ((4, 32, 32, 32, 31), "float32", _kw(3, 1, d=2), "POOL3D_LOADS_ON_DEMAND", 4),  # runs of 4: on demand
     ((4, 32, 32, 32, 32), "float64", _kw(3, 1, d=2), "POOL3D_LOADS_REACH", 2),
     ((4, 32, 32, 32, 32), "float16", _kw(3, 1, d=2), "POOL3D_LOADS_REACH", 8),
-    ((4, 32, 32, 32, 32), "float32", _kw(3, 1, 1), "POOL3D_LOADS_REACH2", 4),  # output rows of 32: pairs of rows
-    ((4, 32, 32, 32, 34), "float32", _kw(3, 1), "POOL3D_LOADS_REACH2", 4),
-    ((8, 32, 16, 56, 56), "float32", _kw(3, 1, 1), "POOL3D_LOADS_REACH2", 4),
-    ((4, 32, 32, 32, 32), "float64", _kw(3, 1, 1), "POOL3D_LOADS_REACH2", 2),
-    ((4, 32, 32, 32, 33), "float32", _kw(2, 1), "POOL3D_LOADS_REACH2", 4),
+    ((4, 32, 32, 32, 32), "float32", _kw(3, 1, 1), "POOL3D_LOADS_REACH", 4),
+    ((8, 32, 16, 56, 56), "float32", _kw(3, 1, 1), "POOL3D_LOADS_REACH", 4),
+    ((4, 32, 32, 32, 32), "float64", _kw(3, 1, 1), "POOL3D_LOADS_REACH", 2),
+    ((4, 32, 32, 32, 33), "float32", _kw(2, 1), "POOL3D_LOADS_REACH", 4),
+    ((2, 3, 1, 32, 32), "float32", _kw((1, 3, 3), 1, (0, 1, 1)), "POOL3D_LOADS_ON_DEMAND", 4),  # run-time window
     ((4, 32, 32, 64, 64), "float32", _kw(3, 1), "POOL3D_LOADS_REACH", 4),  # rows of 62
     ((8, 64, 16, 56, 56), "bfloat16", _kw(3, 2, 1), "POOL3D_LOADS_ROW", 8),
     ((8, 32, 32, 64, 64), "float32", _kw(2), "POOL3D_LOADS_ALL", 8),
@@ -955,13 +958,17 @@ def test_gather_loads_follow_the_compile_time_window():
 def test_dispatcher_picks_the_gathers_loads(shape, dtype, kw, loads, vec):
     cfg = _select(shape, dtype, kw, "bwd", True)
     assert (cfg.variant, cfg.vec) == ("bwd_gather", vec)
-    assert f", {loads}, " in P._call(P._entry(cfg), itemsize=ops._codegen.ITEMSIZE[dtype])
+    call = P._call(P._entry(cfg), itemsize=ops._codegen.ITEMSIZE[dtype])
+    if loads == "POOL3D_LOADS_REACH":
+        assert cfg.rows == P.GATHER_REACH_ROWS and cfg.name.endswith("/rows%dx%d" % P.GATHER_REACH_ROWS)
+        assert call.startswith("pool3d_bwd_gather_block_launch<") and f", {vec}, 4, 1, " in call
+    else:
+        assert cfg.rows == (1, 1) and f", {loads}, " in call
 
 
 def test_every_stride_one_layer_finds_its_gather_in_the_menu():
-    """The menus leave out the pairs entries no layer can pick (P._pairs_possible); every layer of a REACH window, of
-    any width, padding and element size, still finds the entry the dispatcher picks, and some pick pairs."""
-    paired = set()
+    """Every layer of a REACH window, of any width, padding and element size, finds the block entry the dispatcher
+    picks in its menu."""
     for window, loads in P.GATHER_LOADS.items():
         if loads != "POOL3D_LOADS_REACH":
             continue
@@ -974,37 +981,47 @@ def test_every_stride_one_layer_finds_its_gather_in_the_menu():
                         continue
                     cfg = _select((2, 9, 9, width), dtype, kw, "bwd", True)
                     P.menu_index(cfg, dtype)  # raises where the entry is missing
-                    if cfg.pairs:
-                        paired.add((window, dtype))
-    assert len(paired) == 8  # every REACH window and element size but float32 k3s1d2
+                    on_demand = (window, ops._codegen.ITEMSIZE[dtype], cfg.vec) in P.GATHER_ON_DEMAND
+                    assert cfg.window == window, (window, dtype, width, pad)
+                    assert cfg.rows == ((1, 1) if on_demand else P.GATHER_REACH_ROWS), (window, dtype, width, pad)
+
+
+@pytest.fixture
+def menus_rebuilt():
+    """Forget the rendered menus and plans before and after the test, which changes what they hold."""
+    def forget():
+        P.menus.cache_clear()
+        P.cuda_header.cache_clear()
+        ops._launch.reload_switches()
+    forget()
+    yield
+    forget()
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
-def test_the_gather_in_pairs_of_rows_gives_the_one_row_gathers_bits(dtype, monkeypatch, on_gpu, rng):
-    """Where output rows hold a multiple of GATHER_PAIRS_WO elements, a stride-1 REACH gather takes a run of each of
-    two input rows a thread; it sums each element's windows in the one-row gather's order: the same bits, ties,
-    padding, dilation and rows without their pair included."""
-    layers = [((2, 3, 9, 9, 10), _kw(3, 1)), ((2, 2, 9, 11, 16), _kw(3, 1, 1)), ((2, 2, 8, 10, 17), _kw(2, 1)),
-              ((1, 2, 9, 13, 18), _kw(3, 1, 1, 2))]  # (float32 k3s1d2 pairs no rows: it takes runs of 4 on demand)
+def test_the_gather_in_blocks_of_rows_gives_the_one_row_gathers_bits(dtype, monkeypatch, menus_rebuilt, on_gpu,
+                                                                      rng):
+    """A stride-1 REACH gather takes a run of each row of a block of (D, H) rows a thread; it sums each element's
+    windows in the one-row gather's order: the same bits for every block shape, with ties, padding, dilation, blocks
+    cut short by D and H, and W runs of 4 and 8 (float32 k3s1d2)."""
+    layers = [((2, 3, 9, 9, 10), _kw(3, 1)), ((2, 2, 10, 11, 16), _kw(3, 1, 1)), ((2, 2, 7, 10, 17), _kw(2, 1)),
+              ((1, 2, 11, 13, 24), _kw(3, 1, 1, 2))]
     xs = []
     for shape, kw in layers:
         x = random_array(shape, dtype, rng)
         x.reshape(-1)[::5] = x.reshape(-1)[1]  # ties
         xs.append(x)
     dys = [random_array(F.reference_pool(x, **kw)[0].shape, dtype, rng) for x, (_, kw) in zip(xs, layers)]
-
-    def grads():
+    found = {}
+    for rows in ((1, 1), (4, 1), (2, 2), (1, 2)):
+        monkeypatch.setattr(P, "GATHER_REACH_ROWS", rows)
+        P.menus.cache_clear()
+        P.cuda_header.cache_clear()
         ops._launch.reload_switches()  # forget the plans: the next calls plan again
-        chosen = [_select(shape, dtype, kw, "bwd", True).pairs for shape, kw in layers]
-        return chosen, [grad(x, dy, dtype, **kw).numpy().tobytes() for x, dy, (_, kw) in zip(xs, dys, layers)]
-
-    chosen, paired = grads()
-    assert chosen[:3] == [True] * 3 and chosen[3] is (dtype != "float32")
-    monkeypatch.setattr(P, "GATHER_PAIRS_WO", 10 ** 9)
-    chosen, one_row = grads()
-    assert not any(chosen)
-    assert one_row == paired
+        assert {_select(shape, dtype, kw, "bwd", True).rows for shape, kw in layers} == {rows}
+        found[rows] = [grad(x, dy, dtype, **kw).numpy().tobytes() for x, dy, (_, kw) in zip(xs, dys, layers)]
+    assert all(got == found[(1, 1)] for got in found.values())
 
 
 @pytest.mark.parametrize("kw", [_kw(2), _kw(3, 2, 1), _kw((1, 3, 3), (1, 2, 2), (0, 1, 1))])
