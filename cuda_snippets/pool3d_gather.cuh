@@ -186,9 +186,10 @@ POOL3D_GATHER_FN void pool3d_gather_run_loaded(const Win& win, const Pool3dGathe
 
 // Groups of R input rows along a dim of dilation dl (a D or H group of a block work item): group p holds rows
 // t, t + dl, ..., t + (R - 1) * dl with t = pool3d_group_row(p, R, dl) (t % (R * dl) < dl), and a dim of n rows
-// pool3d_groups(n, R, dl) groups (the last groups may hold fewer than R rows, or none: then t >= n).
+// pool3d_groups(n, R, dl) groups (the last groups may hold fewer than R rows, or none: then t >= n). Groups of one
+// row are the rows themselves: n of them, group p row p (a one-row kernel takes p for the row).
 POOL3D_GATHER_FN int pool3d_group_row(int p, int R, int dl) { return (p / dl) * R * dl + p % dl; }
-POOL3D_GATHER_FN int pool3d_groups(int n, int R, int dl) { return (n + R * dl - 1) / (R * dl) * dl; }
+POOL3D_GATHER_FN int pool3d_groups(int n, int R, int dl) { return R == 1 ? n : (n + R * dl - 1) / (R * dl) * dl; }
 // How many of the R rows of a group from row t exist in a dim of n rows (t < n).
 POOL3D_GATHER_FN int pool3d_group_rows(int t, int n, int R, int dl) {
   const int left = (n - 1 - t) / dl + 1;

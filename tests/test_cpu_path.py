@@ -331,6 +331,36 @@ def _loaded_paths(window):
             ((1, 3, 7, 9, 13), kw(ceil_mode=True))]
 
 
+# How often the work items of a launch (pool3d_groups groups, rows from pool3d_group_row and pool3d_group_rows) take
+# each row of a dim of n rows, for groups of R rows dl apart; and whether groups of one row are the rows themselves
+# (a one-row kernel takes the group's number for its row).
+_GROUPS_SRC = r"""
+const int Rs[3] = {1, 2, 4};
+for (int a = 0; a < 3; ++a)
+  for (int dl = 1; dl <= 3; ++dl)
+    for (int n = 1; n <= 12; ++n) {
+      int* taken = out0_p + ((a * 3 + dl - 1) * 12 + n - 1) * 13;
+      for (int p = 0; p < pool3d_groups(n, Rs[a], dl); ++p) {
+        const int t = pool3d_group_row(p, Rs[a], dl);
+        if (t >= n) continue;
+        for (int i = 0; i < pool3d_group_rows(t, n, Rs[a], dl); ++i) taken[t + i * dl] += 1;
+        if (Rs[a] == 1 && t != p) taken[12] = 1;
+      }
+      if (Rs[a] == 1 && pool3d_groups(n, 1, dl) != n) taken[12] = 1;
+    }
+"""
+
+
+def test_groups_of_rows_take_every_row_once():
+    header = "#include <algorithm>\n" + _codegen.include(("cpu_common.h", "pool3d_gather"))
+    out = jt.code((3, 3, 12, 13), "int32", [], cpu_header=header, cpu_src="memset(out0_p, 0, out0->size);\n"
+                  + _GROUPS_SRC).numpy()
+    for n in range(1, 13):
+        assert (out[:, :, n - 1, :n] == 1).all(), n  # every row once
+        assert (out[:, :, n - 1, n:12] == 0).all(), n  # no row past the dim
+    assert (out[:, :, :, 12] == 0).all()  # one-row groups are the rows
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_loaded_gathers_are_the_gather_bit_for_bit(dtype, rng):
     header, src = _gather_header(), _loaded_src()
