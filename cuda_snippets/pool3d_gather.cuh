@@ -112,7 +112,8 @@ POOL3D_GATHER_FN void pool3d_gather_run(const Win& win, const Pool3dGatherDims& 
 // window a branch on a load just made); POOL3D_LOADS_ROW reads every index and dy of a row before any test, so
 // that they are all in flight at once; POOL3D_LOADS_ALL does so with the rows unrolled too (no branch between
 // the rows); POOL3D_LOADS_REACH (windows of stride 1 only) is ALL comparing each window with the elements it
-// reaches only (pool3d_gather_run_reach). The sums are the same, in the same order.
+// reaches only (pool3d_gather_block_reach over one row; the dispatcher launches it over blocks of rows, with
+// pool3d_bwd_gather_block_launch). The sums are the same, in the same order.
 #define POOL3D_LOADS_ON_DEMAND 0
 #define POOL3D_LOADS_ROW 1
 #define POOL3D_LOADS_ALL 2
