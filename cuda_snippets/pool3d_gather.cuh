@@ -197,16 +197,16 @@ POOL3D_GATHER_FN int pool3d_group_rows(int t, int n, int R, int dl) {
   return left < R ? left : R;
 }
 
-// pool3d_gather_run for a compile-time window of stride 1 along every dim (any dilation), over a block of RD x RH
-// input rows (id + i * dd, ih + k * dh for i < nd <= RD, k < nh <= RH) and one run of columns w0 .. w0 + n - 1.
-// Element r of a run lies in window ow = tw + r - m * dw of a row (m < kw), so numbering the windows that reach the
-// run from ow = tw - (kw - 1) * dw (j = 0), window j reaches exactly the elements r = j - m * dw: each element is
-// compared with its kw windows only (the other forms compare every window with all RUN elements). Along D the
-// block's candidate output rows are od = id + pd + (u - (kd - 1)) * dd for u < kd + RD - 1, and row i of the block
-// takes those with u - (kd - 1) <= i <= u; along H likewise: a block loads (kd + RD - 1) * (kh + RH - 1) rows
-// where RD * RH single rows load RD * RH * kd * kh (k3s1 with RH = 2: 12 rows for two runs instead of 18; with
-// RD = RH = 2, 16 instead of 36). The rows are walked in ascending od, then oh, and a row's windows in ascending
-// ow, so every element sums its windows in (od, oh, ow) order, as with one row: the same bits.
+// pool3d_gather_run for a compile-time window of stride 1 along every dim (any dilation), over a block of RD x RH input
+// rows (id + i * dd, ih + k * dh for i < nd <= RD, k < nh <= RH) and one run of columns w0 .. w0 + n - 1. Element r of
+// a run lies in window ow = w0 + pw + r - m * dw of a row (m < kw), so numbering the windows that reach the run from ow
+// = w0 + pw - (kw - 1) * dw (j = 0), window j reaches exactly the elements r = j - m * dw: each element is compared
+// with its kw windows only (the other forms compare every window with all RUN elements). Along D the block's candidate
+// output rows are od = id + pd + (u - (kd - 1)) * dd for u < kd + RD - 1, and row i of the block takes those with u -
+// (kd - 1) <= i <= u; along H likewise: a block loads (kd + RD - 1) * (kh + RH - 1) rows where RD * RH single rows load
+// RD * RH * kd * kh (k3s1 in the dispatcher's blocks, RD = 4: 18 rows for four runs instead of 36). The rows are walked
+// in ascending od, then oh, and a row's windows in ascending ow, so every element sums its windows in (od, oh, ow)
+// order, as with one row: the same bits.
 // acc[i * RH + k]: the sums of block row (i, k).
 template <int RD, int RH, typename A, int RUN, typename T, class Win, class Load, class Rows>
 POOL3D_GATHER_FN void pool3d_gather_block_reach(const Win& win, const Pool3dGatherDims& g, const int* ip,
