@@ -534,9 +534,8 @@ def menus(itemsize: int) -> dict:
     rows = [("fwd_rows", vec, kw, sw, pw, pw == 0 and nopad) for vec in vecs[:2] for kw in ROWS_KW
             for sw in ROWS_SW for pw in ROWS_PW for nopad in ((True, False) if pw == 0 else (False,))]
     narrow, wide = GATHER_RUN_BYTES // itemsize, GATHER_WIDE_RUN_BYTES // itemsize
-    gather = [("bwd_gather", w, run, rows) for w in GATHER_WINDOWS
-              for run in ((narrow, wide) if wide_gather_allowed(w, itemsize) else (narrow,))
-              for rows in (gather_rows(w, itemsize, run),)]
+    gather = [("bwd_gather", w, run, gather_rows(w, itemsize, run)) for w in GATHER_WINDOWS
+              for run in ((narrow, wide) if wide_gather_allowed(w, itemsize) else (narrow,))]
     gather += [("bwd_gather", None, run, (1, 1)) for run in sorted({narrow, wide if itemsize >= 4 else narrow})]
     gather += [("bwd_disjoint", DISJOINT_RUN_BYTES // itemsize), ("bwd_runs", narrow)]
     return {"values": _codegen.Menu(k2s2 + flat + warp + rows, lambda e: _call(e, MODE_VALUES)),
