@@ -112,8 +112,8 @@ POOL3D_GATHER_FN void pool3d_gather_run(const Win& win, const Pool3dGatherDims& 
 // window a branch on a load just made); POOL3D_LOADS_ROW reads every index and dy of a row before any test, so
 // that they are all in flight at once; POOL3D_LOADS_ALL does so with the rows unrolled too (no branch between
 // the rows); POOL3D_LOADS_REACH (windows of stride 1 only) is ALL comparing each window with the elements it
-// reaches only (pool3d_gather_block_reach over one row; the dispatcher launches it over blocks of rows, with
-// pool3d_bwd_gather_block_launch). The sums are the same, in the same order.
+// reaches only (pool3d_gather_block_reach over one row; the dispatcher launches it over blocks of rows, through
+// Pool3dGatherItem). The sums are the same, in the same order.
 #define POOL3D_LOADS_ON_DEMAND 0
 #define POOL3D_LOADS_ROW 1
 #define POOL3D_LOADS_ALL 2
@@ -188,7 +188,7 @@ POOL3D_GATHER_FN void pool3d_gather_run_loaded(const Win& win, const Pool3dGathe
 // Groups of R input rows along a dim of dilation dl (a D or H group of a block work item): group p holds rows
 // t, t + dl, ..., t + (R - 1) * dl with t = pool3d_group_row(p, R, dl) (t % (R * dl) < dl), and a dim of n rows
 // pool3d_groups(n, R, dl) groups (the last groups may hold fewer than R rows, or none: then t >= n). Groups of one
-// row are the rows themselves: n of them, group p row p (a one-row kernel takes p for the row).
+// row are the rows themselves: n of them, group p row p (a one-row item takes its number for its row).
 POOL3D_GATHER_FN int pool3d_group_row(int p, int R, int dl) { return (p / dl) * R * dl + p % dl; }
 POOL3D_GATHER_FN int pool3d_groups(int n, int R, int dl) { return R == 1 ? n : (n + R * dl - 1) / (R * dl) * dl; }
 // How many of the R rows of a group from row t exist in a dim of n rows (t < n).
@@ -286,6 +286,26 @@ template <> struct Pool3dGatherBy<POOL3D_LOADS_ON_DEMAND> {
   static POOL3D_GATHER_MEMBER void run(const Win& win, const Pool3dGatherDims& g, const int* ip, const T* gp, int id,
                                        int ih, int w0, int n, A (&acc)[RUN], Load load, const Rows& rows) {
     pool3d_gather_run(win, g, ip, gp, id, ih, w0, n, acc, load, rows);
+  }
+};
+
+// The work item of a kernel: a run of one row loaded the LOADS way, or (RD x RH above 1) a run of each row of a block
+// of rows (pool3d_gather_block_reach, POOL3D_LOADS_REACH only).
+template <int LOADS, int RD, int RH> struct Pool3dGatherItem {
+  template <typename A, int RUN, typename T, class Win, class Load, class Rows>
+  static POOL3D_GATHER_MEMBER void run(const Win& win, const Pool3dGatherDims& g, const int* ip, const T* gp, int id,
+                                       int ih, int nd, int nh, int w0, int n, A (&acc)[RD * RH][RUN], Load load,
+                                       const Rows& rows) {
+    static_assert(LOADS == POOL3D_LOADS_REACH, "a block of rows: POOL3D_LOADS_REACH only");
+    pool3d_gather_block_reach<RD, RH>(win, g, ip, gp, id, ih, nd, nh, w0, n, acc, load, rows);
+  }
+};
+template <int LOADS> struct Pool3dGatherItem<LOADS, 1, 1> {
+  template <typename A, int RUN, typename T, class Win, class Load, class Rows>
+  static POOL3D_GATHER_MEMBER void run(const Win& win, const Pool3dGatherDims& g, const int* ip, const T* gp, int id,
+                                       int ih, int, int, int w0, int n, A (&acc)[1][RUN], Load load,
+                                       const Rows& rows) {
+    Pool3dGatherBy<LOADS>::run(win, g, ip, gp, id, ih, w0, n, acc[0], load, rows);
   }
 };
 
@@ -432,46 +452,35 @@ __device__ __forceinline__ void pool3d_store_run(T* __restrict__ dp, const typen
   }
 }
 
-// One thread per run of RUN elements of an input row; VEC_OK (the launch's W % RUN == 0): every run is whole
-// and RUN-aligned, stored as one vector.
-template <typename T, typename I, class Win, int RUN, int LOADS, int BLOCK>
+// One thread per run of RUN elements of each row of a block of RD x RH input rows (one row: RD = RH = 1), the
+// runs loaded the LOADS way (Pool3dGatherItem); vec_ok (the launch's W % RUN == 0 and dx aligned): every run is
+// whole and RUN-aligned, stored as one vector.
+template <typename T, typename I, class Win, int RUN, int LOADS, int RD, int RH, int BLOCK>
 __global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather(const int* __restrict__ idx, const T* __restrict__ dy,
                                                            T* __restrict__ dx, const Pool3dArgs<I> a,
                                                            const Pool3dGatherDims gd, const bool vec_ok,
                                                            const Win win) {
   I plane;
-  int id, ih, w0, n;
+  int id, ih, w0, n, nd = 1, nh = 1;
   if (!pool3d_run_item<I, RUN, BLOCK>(a, gd, plane, id, ih, w0, n)) return;
-  typedef typename Pool3dAcc<T>::type A;
-  A acc[RUN];
-  Pool3dGatherBy<LOADS>::run(win, gd, idx + plane * a.plane_out, dy + plane * a.plane_out, id, ih, w0, n, acc,
-                             Pool3dGatherLoad<T>(), Pool3dPlaneRows{gd.Ho, gd.Wo});
-  pool3d_store_run<T, RUN>(dx + plane * a.plane_in + (I)(id * gd.H + ih) * gd.W + w0, acc, n, vec_ok);
-}
-
-// A thread per run of RUN elements of each row of a block of RD x RH input rows (pool3d_gather_block_reach).
-template <typename T, typename I, class Win, int RUN, int RD, int RH, int BLOCK>
-__global__ void __launch_bounds__(BLOCK) pool3d_bwd_gather_block(const int* __restrict__ idx,
-                                                                 const T* __restrict__ dy, T* __restrict__ dx,
-                                                                 const Pool3dArgs<I> a, const Pool3dGatherDims gd,
-                                                                 const bool vec_ok, const Win win) {
-  I plane;
-  int group_d, group_h, w0, n;
-  if (!pool3d_run_item<I, RUN, BLOCK>(a, gd, plane, group_d, group_h, w0, n)) return;
-  const int id = pool3d_group_row(group_d, RD, Win::dd), ih = pool3d_group_row(group_h, RH, Win::dh);
-  if (id >= a.g.D || ih >= gd.H) return;
-  const int nd = pool3d_group_rows(id, a.g.D, RD, Win::dd), nh = pool3d_group_rows(ih, gd.H, RH, Win::dh);
+  if (RD * RH > 1) {  // the item's numbers along D and H are its groups: their first rows, and how many exist
+    id = pool3d_group_row(id, RD, win.dd);
+    ih = pool3d_group_row(ih, RH, win.dh);
+    if (id >= a.g.D || ih >= gd.H) return;
+    nd = pool3d_group_rows(id, a.g.D, RD, win.dd);
+    nh = pool3d_group_rows(ih, gd.H, RH, win.dh);
+  }
   typedef typename Pool3dAcc<T>::type A;
   A acc[RD * RH][RUN];
-  pool3d_gather_block_reach<RD, RH>(win, gd, idx + plane * a.plane_out, dy + plane * a.plane_out, id, ih, nd, nh,
-                                    w0, n, acc, Pool3dGatherLoad<T>(), Pool3dPlaneRows{gd.Ho, gd.Wo});
+  Pool3dGatherItem<LOADS, RD, RH>::run(win, gd, idx + plane * a.plane_out, dy + plane * a.plane_out, id, ih, nd, nh,
+                                       w0, n, acc, Pool3dGatherLoad<T>(), Pool3dPlaneRows{gd.Ho, gd.Wo});
   T* dp = dx + plane * a.plane_in + (I)(id * gd.H + ih) * gd.W + w0;
 #pragma unroll
   for (int i = 0; i < RD; ++i) {
 #pragma unroll
     for (int k = 0; k < RH; ++k) {
       if (i < nd && k < nh) {
-        pool3d_store_run<T, RUN>(dp + (I)(i * Win::dd * gd.H + k * Win::dh) * gd.W, acc[i * RH + k], n, vec_ok);
+        pool3d_store_run<T, RUN>(dp + (I)(i * win.dd * gd.H + k * win.dh) * gd.W, acc[i * RH + k], n, vec_ok);
       }
     }
   }
@@ -673,21 +682,13 @@ void pool3d_bwd_runs_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom
   OPS_CHECK_LAUNCH();
 }
 
-// The launchers: Win is a Pool3dWinC (compile-time window, checked against the geometry) or Pool3dWinR (the
-// geometry's window at run time, POOL3D_LOADS_ON_DEMAND only); the block form takes a Pool3dWinC of stride 1.
-template <typename T, typename I, class Win, int RUN, int LOADS, int BLOCK>
+// The launcher: Win is a Pool3dWinC (compile-time window, checked against the geometry) or Pool3dWinR (the
+// geometry's window at run time, POOL3D_LOADS_ON_DEMAND and one row only); RD x RH: the block of rows a thread takes.
+template <typename T, typename I, class Win, int RUN, int LOADS, int RD, int RH, int BLOCK>
 void pool3d_bwd_gather_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom& g, long long planes) {
   const Win win = pool3d_gather_window(g, Win());
-  const Pool3dRunLaunch<I> l = pool3d_run_launch<T, I, RUN>(g, planes, dx);
-  pool3d_bwd_gather<T, I, Win, RUN, LOADS, BLOCK><<<pool3d_grid<I, BLOCK>(l.a), BLOCK>>>(idx, dy, dx, l.a, l.gd,
-                                                                                         l.vec_ok, win);
-  OPS_CHECK_LAUNCH();
-}
-template <typename T, typename I, class Win, int RUN, int RD, int RH, int BLOCK>
-void pool3d_bwd_gather_block_launch(const int* idx, const T* dy, T* dx, const Pool3dGeom& g, long long planes) {
-  const Win win = pool3d_gather_window(g, Win());
   const Pool3dRunLaunch<I> l = pool3d_run_launch<T, I, RUN>(g, planes, dx, RD, RH);
-  pool3d_bwd_gather_block<T, I, Win, RUN, RD, RH, BLOCK><<<pool3d_grid<I, BLOCK>(l.a), BLOCK>>>(
+  pool3d_bwd_gather<T, I, Win, RUN, LOADS, RD, RH, BLOCK><<<pool3d_grid<I, BLOCK>(l.a), BLOCK>>>(
       idx, dy, dx, l.a, l.gd, l.vec_ok, win);
   OPS_CHECK_LAUNCH();
 }

@@ -508,11 +508,9 @@ def _call(entry: tuple, mode: int = MODE_VALUES, itemsize: Optional[int] = None)
     if itemsize is None:
         raise ValueError(f"the launcher call of {entry!r} needs the menu's itemsize")
     win = "Pool3dWinR" if window is None else f"Pool3dWinC<{', '.join(ks(t) for t in window)}>"
-    if rows != (1, 1):
-        return (f"pool3d_bwd_gather_block_launch<T, I, {win}, {run}, {rows[0]}, {rows[1]}, {BLOCK}>"
-                f"(idx, dy, dx, g, planes)")
     loads = gather_loads(window, itemsize, run)
-    return f"pool3d_bwd_gather_launch<T, I, {win}, {run}, {loads}, {BLOCK}>(idx, dy, dx, g, planes)"
+    return (f"pool3d_bwd_gather_launch<T, I, {win}, {run}, {loads}, {rows[0]}, {rows[1]}, {BLOCK}>"
+            f"(idx, dy, dx, g, planes)")
 
 
 def _flags():
