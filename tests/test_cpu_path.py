@@ -328,7 +328,18 @@ def _loaded_paths(window):
     kw = lambda **extra: dict(kernel_size=k, stride=s, dilation=d, **extra)  # noqa: E731
     return [((2, 3, 9, 10, 16), kw()), ((1, 2, 7, 9, 11), kw()),
             ((2, 2, 8, 11, 13), kw(padding=tuple(0 if kk == 1 else 1 for kk in k))),
-            ((1, 3, 7, 9, 13), kw(ceil_mode=True))]
+            ((1, 3, 7, 9, 13), kw(ceil_mode=True))] + _narrow_paths(window)
+
+
+def _narrow_paths(window):
+    """Stride-1 layers whose output rows hold (kw - 1) * dw windows, or one more: a REACH run's windows then run
+    past both ends of a row, which the work item's mask of the windows inside a row must leave out."""
+    k, s, d = window
+    ew = (k[2] - 1) * d[2]
+    if s != (1, 1, 1) or ew == 0:
+        return []
+    kw = dict(kernel_size=k, stride=s, dilation=d)
+    return [((2, 2, 7, 8, 2 * ew), kw), ((2, 2, 7, 8, 2 * ew + 1), kw)]
 
 
 # How often the work items of a launch (pool3d_groups groups, rows from pool3d_group_row and pool3d_group_rows) take
