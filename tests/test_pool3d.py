@@ -903,6 +903,23 @@ def test_nvcc_compiles_every_menu(dtype, names):
     assert ok, log[-6000:]
 
 
+@pytest.mark.nvcc
+def test_the_backward_timing_program_builds_for_every_dtype_of_the_table(tmp_path):
+    """tests/pool3d_bwd_ab.py (the backward kernels timed without jittor) builds its program for each dtype of the
+    grader's backward cases, each layer calling the menu entry the dispatcher picks."""
+    import pool3d_bwd_ab
+
+    assert pool3d_bwd_ab.main(["--build-only", "--keep", str(tmp_path)]) == 0
+    layers = pool3d_bwd_ab._layers("")
+    dtypes = {c.dtype for c, _, _ in layers}
+    assert dtypes == {"float32", "float16", "bfloat16"}
+    for dtype in dtypes:
+        source = (tmp_path / f"cuda_snippets-{dtype}.cu").read_text()
+        for c, _, cfg in layers:
+            if c.dtype == dtype:
+                assert f'{{"{c.name} {cfg.variant}", {P.menu_index(cfg, dtype)}, ' in source
+
+
 def test_every_variant_is_in_a_menu():
     entries = {e[0] for itemsize in (2, 4, 8) for m in P.menus(itemsize).values() for e in m.entries}
     assert entries == {v for v in P.VARIANTS["fwd"] + P.VARIANTS["bwd"] if not v.endswith("cpu")}
