@@ -10,8 +10,10 @@ argmax indices made on the host (the first maximum in (d, h, w) order) and a ran
 difference). Two directories side by side are an A/B of a kernel change: same inputs, same menus, and the kernels
 compiled inside their menu, which is other code than one kernel instantiated alone.
 
-It needs ``nvcc`` and a GPU, not jittor's CUDA build: a fresh GPU machine runs it in about a minute, where
-jittor first builds its core. Edit a copy of ``cuda_snippets`` and pass both directories.
+Making the sources needs the package (jittor built, no GPU); the programs need only a GPU. ``--build-only --keep
+DIR`` builds them anywhere with nvcc, and ``--run DIR`` runs them on the GPU machine with no jittor import, so a
+fresh GPU machine does not first spend the 70-105 s of jittor's core build. Edit a copy of ``cuda_snippets`` and
+pass both directories.
 """
 from __future__ import annotations
 
@@ -140,6 +142,7 @@ int main() {
   return failed;
 }
 """
+MANIFEST = "programs.txt"  # a build's programs: "head<TAB>file" per line, for --run
 _TYPES = {"float32": ("float", "float"), "float64": ("double", "double"), "float16": ("__half", "float"),
           "bfloat16": ("__nv_bfloat16", "float")}
 
@@ -171,8 +174,8 @@ def _layer_line(c, params, cfg) -> str:
     return f'    {{"{name}", {P.menu_index(cfg, c.dtype)}, {planes}LL, {{{", ".join(map(str, geom))}}}}},'
 
 
-def build(snippets: str, dtype: str, layers, work: str, arch: str) -> str:
-    """Compile the program of one dtype's ``layers`` against ``snippets``; the program's path."""
+def build(snippets: str, number: str, dtype: str, layers, work: str, arch: str) -> str:
+    """Compile the program of one dtype's ``layers`` against ``snippets`` (the ``number``-th directory); its path."""
     from ops import _codegen
     from ops import pool3d as P
     header = P.cuda_header(_codegen.ITEMSIZE[dtype])
@@ -184,7 +187,7 @@ def build(snippets: str, dtype: str, layers, work: str, arch: str) -> str:
         "@LAYERS@", "\n".join(_layer_line(*layer) for layer in layers))
     source = (PRELUDE + "#include <iostream>\n#include <string>\n#include <unordered_map>\n#define LOGf std::cerr\n"
               + header + main)
-    tag = f"{os.path.basename(os.path.abspath(snippets))}-{dtype}"
+    tag = f"{number}-{os.path.basename(os.path.abspath(snippets))}-{dtype}"
     path, exe = os.path.join(work, tag + ".cu"), os.path.join(work, tag)
     with open(path, "w") as f:
         f.write(source)
@@ -196,6 +199,28 @@ def build(snippets: str, dtype: str, layers, work: str, arch: str) -> str:
     return exe
 
 
+def run_programs(work: str) -> int:
+    """Run the programs a build listed in ``work`` (no jittor needed) and print their times side by side."""
+    with open(os.path.join(work, MANIFEST)) as f:
+        programs = [line.rstrip("\n").split("\t") for line in f if line.strip()]
+    heads = list(dict.fromkeys(head for head, _ in programs))
+    times = {}
+    for head, exe in programs:
+        run = subprocess.run([os.path.join(work, exe)], capture_output=True, text=True)
+        if run.returncode != 0:
+            print(f"{exe} failed:\n{run.stdout}{run.stderr}", file=sys.stderr)
+            return 1
+        for line in run.stdout.splitlines():
+            name, ms, bits = line.split("\t")
+            times.setdefault(name, {})[head] = (float(ms), bits)
+    print("case (variant)\t" + "\t".join(f"{h} ms" for h in heads) + "\tdx")
+    for name, by_head in times.items():
+        runs = [by_head[h] for h in heads if h in by_head]
+        cells = [f"{ms:.4f}" + (f" ({ms / runs[0][0]:.2f}x)" if i else "") for i, (ms, _) in enumerate(runs)]
+        print(name + "\t" + "\t".join(cells) + "\t" + "; ".join(dict.fromkeys(b for _, b in runs)))
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--snippets", action="append", help="a cuda_snippets directory (repeat for an A/B); "
@@ -204,7 +229,11 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", default="90", help="the GPU's compute capability without the dot (default 90)")
     ap.add_argument("--keep", help="build here and keep the sources and programs (default: a temporary folder)")
     ap.add_argument("--build-only", action="store_true", help="compile the programs, run nothing (no GPU needed)")
+    ap.add_argument("--run", metavar="DIR", help="run the programs built in DIR (--build-only --keep DIR): no "
+                    "jittor import, so a fresh GPU machine starts at once")
     args = ap.parse_args(argv)
+    if args.run:
+        return run_programs(args.run)
     if shutil.which("nvcc") is None:
         print("pool3d_bwd_ab: nvcc is not on PATH", file=sys.stderr)
         return 2
@@ -213,26 +242,18 @@ def main(argv=None) -> int:
     layers = _layers(args.word)
     work = args.keep or tempfile.mkdtemp(prefix="pool3d_bwd_ab-")
     os.makedirs(work, exist_ok=True)
-    times = {}
-    programs = [build(snippets, dtype, [layer for layer in layers if layer[0].dtype == dtype], work, args.arch)
-                for snippets in dirs for dtype in sorted({c.dtype for c, _, _ in layers})]
+    manifest = []
+    for i, snippets in enumerate(dirs):
+        head = f"{i + 1}:{os.path.basename(os.path.abspath(snippets))}"
+        for dtype in sorted({c.dtype for c, _, _ in layers}):
+            picked = [layer for layer in layers if layer[0].dtype == dtype]
+            manifest.append((head, os.path.basename(build(snippets, f"{i + 1}", dtype, picked, work, args.arch))))
+    with open(os.path.join(work, MANIFEST), "w") as f:
+        f.write("".join(f"{head}\t{exe}\n" for head, exe in manifest))
     if args.build_only:
-        print("\n".join(programs))
+        print(f"built {len(manifest)} programs in {work}")
         return 0
-    for exe in programs:
-        run = subprocess.run([exe], capture_output=True, text=True)
-        if run.returncode != 0:
-            print(f"{exe} failed:\n{run.stdout}{run.stderr}", file=sys.stderr)
-            return 1
-        for line in run.stdout.splitlines():
-            name, ms, bits = line.split("\t")
-            times.setdefault(name, []).append((float(ms), bits))
-    heads = [os.path.basename(os.path.abspath(d)) or d for d in dirs]
-    print("case (variant)\t" + "\t".join(f"{h} ms" for h in heads) + "\tdx")
-    for name, runs in times.items():
-        cells = [f"{ms:.4f}" + (f" ({ms / runs[0][0]:.2f}x)" if i else "") for i, (ms, _) in enumerate(runs)]
-        print(name + "\t" + "\t".join(cells) + "\t" + "; ".join(dict.fromkeys(b for _, b in runs)))
-    return 0
+    return run_programs(work)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 NaN and empty windows, deterministic gradients of the three backward algorithms, errors, the case table, and an
 nvcc compile of every kernel the dispatcher renders."""
 import math
+import os
 import re
 
 import numpy as np
@@ -913,11 +914,29 @@ def test_the_backward_timing_program_builds_for_every_dtype_of_the_table(tmp_pat
     layers = pool3d_bwd_ab._layers("")
     dtypes = {c.dtype for c, _, _ in layers}
     assert dtypes == {"float32", "float16", "bfloat16"}
+    listed = (tmp_path / pool3d_bwd_ab.MANIFEST).read_text().split()
+    assert sorted(listed[1::2]) == sorted(f"1-cuda_snippets-{dtype}" for dtype in dtypes)
     for dtype in dtypes:
-        source = (tmp_path / f"cuda_snippets-{dtype}.cu").read_text()
+        assert os.access(tmp_path / f"1-cuda_snippets-{dtype}", os.X_OK)
+        source = (tmp_path / f"1-cuda_snippets-{dtype}.cu").read_text()
         for c, _, cfg in layers:
             if c.dtype == dtype:
                 assert f'{{"{c.name} {cfg.variant}", {P.menu_index(cfg, dtype)}, ' in source
+
+
+def test_the_backward_timing_program_runs_what_a_build_listed(tmp_path, capsys):
+    """--run DIR runs the programs a build listed and puts the builds' times side by side, the first as the base."""
+    import pool3d_bwd_ab
+
+    for number, ms in (("1", "0.0400"), ("2", "0.0300")):
+        script = tmp_path / f"prog{number}"
+        script.write_text(f"#!/bin/sh\nprintf 'k3s1 bwd_gather\\t{ms}\\tthe host sum\\047s bits\\n'\n")
+        script.chmod(0o755)
+    (tmp_path / pool3d_bwd_ab.MANIFEST).write_text("1:base\tprog1\n2:changed\tprog2\n")
+    assert pool3d_bwd_ab.main(["--run", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "case (variant)\t1:base ms\t2:changed ms\tdx"
+    assert lines[1] == "k3s1 bwd_gather\t0.0400\t0.0300 (0.75x)\tthe host sum's bits"
 
 
 def test_every_variant_is_in_a_menu():
