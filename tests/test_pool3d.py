@@ -1024,13 +1024,14 @@ def test_every_stride_one_layer_finds_its_gather_in_the_menu():
 
 @pytest.fixture
 def menus_rebuilt():
-    """Forget the rendered menus and plans before and after the test, which changes what they hold."""
+    """Forget the rendered menus and plans before and after the test, which changes what they hold; the test gets
+    the function that forgets them, for its own changes in between."""
     def forget():
         P.menus.cache_clear()
         P.cuda_header.cache_clear()
-        ops._launch.reload_switches()
+        ops._launch.reload_switches()  # forget the plans: the next calls plan again
     forget()
-    yield
+    yield forget
     forget()
 
 
@@ -1053,9 +1054,7 @@ def test_the_gather_in_blocks_of_rows_gives_the_one_row_gathers_bits(dtype, monk
     found, block = {}, P.GATHER_REACH_ROWS
     for rows in ((1, 1), block):
         monkeypatch.setattr(P, "GATHER_REACH_ROWS", rows)
-        P.menus.cache_clear()
-        P.cuda_header.cache_clear()
-        ops._launch.reload_switches()  # forget the plans: the next calls plan again
+        menus_rebuilt()
         assert {_select(shape, dtype, kw, "bwd", True).rows for shape, kw in layers} == {rows}
         found[rows] = [grad(x, dy, dtype, **kw).numpy().tobytes() for x, dy, (_, kw) in zip(xs, dys, layers)]
     assert block != (1, 1) and found[block] == found[(1, 1)]
